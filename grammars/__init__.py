@@ -1,0 +1,1 @@
+"""The Lark grammar of the .alg notation, shipped as package data."""

@@ -1,0 +1,1 @@
+"""The paper's algorithms and real architectures as .alg files, with their configs (package data)."""

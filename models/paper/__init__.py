@@ -1,0 +1,1 @@
+"""Algorithms 1-10 of Formal Algorithms for Transformers, line by line."""

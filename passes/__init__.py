@@ -1,0 +1,1 @@
+"""Graph-to-graph rewrites over the IR (later issues: fusion, layout, head batching)."""

@@ -1,0 +1,1 @@
+"""pseudoformer/weights"""
