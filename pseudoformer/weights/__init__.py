@@ -1,1 +1,23 @@
-"""pseudoformer/weights"""
+"""Model parameters in the paper's layout: loading, mapping from HuggingFace, saving, random init.
+
+Parameters are named tensors laid out as in Formal Algorithms for Transformers: features x
+positions, and matrices W in R^{out x in} so that y = W x. Only safetensors is ever read.
+"""
+
+from .errors import Problem, WeightsError
+from .hf_checkpoint import SUPPORTED, hf_hyperparameters, hf_model_type, read_hf_config
+from .loader import load_weights
+from .random_init import random_weights
+from .safetensors_io import save_weights
+
+__all__ = [
+    "SUPPORTED",
+    "Problem",
+    "WeightsError",
+    "hf_hyperparameters",
+    "hf_model_type",
+    "load_weights",
+    "random_weights",
+    "read_hf_config",
+    "save_weights",
+]

@@ -1,0 +1,112 @@
+"""Reading and writing .safetensors files, and refusing everything else.
+
+Pickle-based checkpoints (pytorch_model.bin, .pt, .pth, ...) can run arbitrary code when they are
+loaded, so they are recognised by name only and never opened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from .errors import WeightsError
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+# Other frameworks' formats that a HF directory may hold instead of safetensors.
+FOREIGN_FILES = (
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "tf_model.h5",
+    "flax_model.msgpack",
+)
+
+_CONVERT_FILE = (
+    'python -c "import torch, safetensors.torch as st; '
+    "st.save_file(torch.load('{src}', weights_only=True), '{dst}')\""
+)
+_CONVERT_DIR = (
+    'python -c "from transformers import AutoModel; '
+    "AutoModel.from_pretrained('{src}').save_pretrained('{dst}')\" "
+    "(save_pretrained writes safetensors by default; use the model's own class, e.g. "
+    "BertForMaskedLM, to keep its head)"
+)
+
+
+def refuse_pickle(path: Path, *, directory: bool = False) -> WeightsError:
+    """The error for a checkpoint that only exists in a pickle-based or foreign format."""
+    if directory:
+        hint = _CONVERT_DIR.format(src=path, dst=f"{path}-safetensors")
+    else:
+        hint = _CONVERT_FILE.format(src=path, dst=path.with_suffix(".safetensors"))
+    return WeightsError(
+        f"'{path}': only safetensors is read (pickle checkpoints can execute code when loaded); "
+        f"convert with: {hint}"
+    )
+
+
+def _bf16_tensor(path: Path, name: str) -> np.ndarray:
+    """Read one bfloat16 tensor as float32; numpy has no bfloat16, so safetensors.numpy cannot.
+
+    The safetensors layout is an 8-byte little-endian header length, a JSON header giving each
+    tensor's dtype, shape and byte range relative to the end of the header, then the raw data.
+    bfloat16 is the top half of a float32, so widening is a 16-bit shift.
+    """
+    with open(path, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(header_len))
+        info = header[name]
+        start, end = info["data_offsets"]
+        f.seek(8 + header_len + start)
+        raw = np.frombuffer(f.read(end - start), dtype="<u2")
+    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(info["shape"])
+
+
+def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
+    """All tensors of one .safetensors file, by name, in their stored dtype (bfloat16 -> float32)."""
+    path = Path(path)
+    try:
+        out: dict[str, np.ndarray] = {}
+        with safe_open(str(path), framework="numpy") as f:
+            for name in f.keys():
+                dtype = f.get_slice(name).get_dtype()
+                if dtype == "BF16":
+                    out[name] = _bf16_tensor(path, name)
+                else:
+                    out[name] = f.get_tensor(name)
+        return out
+    except WeightsError:
+        raise
+    except Exception as e:  # safetensors raises its own SafetensorError, numpy TypeError for odd dtypes
+        raise WeightsError(f"cannot read safetensors file '{path}': {e}") from e
+
+
+def save_weights(weights: Mapping[str, np.ndarray], path: str | Path) -> None:
+    """Write our-named weights to a .safetensors file, atomically.
+
+    The file is written next to its destination and then renamed over it, so a crash or a full disk
+    never leaves a truncated checkpoint under the real name.
+    """
+    path = Path(path)
+    tensors: dict[str, np.ndarray] = {}
+    for name, value in weights.items():
+        if not isinstance(name, str):
+            raise TypeError(f"weight names must be str, got {type(name).__name__}: {name!r}")
+        tensors[name] = np.ascontiguousarray(np.asarray(value))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata={"producer": "pseudoformer"})
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
