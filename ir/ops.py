@@ -174,7 +174,10 @@ def infer_type(op: Op, src: Sequence[TensorType], attrs: Mapping[str, Any]) -> T
             if any(t.shape[i] != src[0].shape[i] for i in range(t.rank) if i != ax):
                 raise IRTypeError(f"concat on axis {ax}: {t} and {src[0]} differ elsewhere")
             d = t.shape[ax]
-            total = total + d if isinstance(total, int) and isinstance(d, int) else f"{total}+{d}"
+            if isinstance(total, int) and isinstance(d, int):
+                total += d
+            else:  # the first symbolic part starts the sum, so no phantom "0+" prefix
+                total = d if total == 0 else f"{total}+{d}"
         return TensorType(src[0].dtype, src[0].shape[:ax] + (total,) + src[0].shape[ax + 1:])
     if op in (Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MEAN):
         axes = {_axis(a, src[0].rank) for a in attrs["axes"]}
