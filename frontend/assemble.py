@@ -1,0 +1,238 @@
+"""Assemble parsed lines into a Module: algorithms with their sections, nested declarations and body blocks."""
+
+from __future__ import annotations
+
+from lark import Tree
+from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Module, Stmt, Type, Use
+from pseudoformer.frontend.errors import AlgError, AlgSyntaxError, Diagnostics, LayoutError, Pos
+from pseudoformer.frontend.layout import Kind, Line, split_lines
+from pseudoformer.frontend.parser import parse_line
+
+_SECTIONS = {"Input": "inputs", "Inputs": "inputs", "Output": "output_decls", "Outputs": "output_decls",
+             "Parameters": "params", "Hyperparameters": "hyper"}
+
+
+def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
+    """Parse a whole file, collecting every syntax and layout error instead of stopping at the first."""
+    diags = Diagnostics()
+    module = Module(path=path, source=source)
+    lines = split_lines(source, path, diags)
+    src_lines = source.splitlines()
+
+    def fail(err: AlgError) -> None:
+        if err.source_line is None and err.pos is not None and 0 < err.pos.line <= len(src_lines):
+            err.source_line = src_lines[err.pos.line - 1]
+        diags.add(err)
+
+    current: Algorithm | None = None
+    section: str | None = None
+    # Open declaration containers of the current section, by indentation: (indent, members list).
+    decl_stack: list[tuple[int, list[Decl]]] = []
+    body_lines: list[tuple[Line, Tree]] = []
+
+    def close_algorithm() -> None:
+        if current is not None:
+            current.body = _blocks(body_lines, fail)
+            body_lines.clear()
+
+    for line in lines:
+        try:
+            tree = parse_line(line, path)
+        except AlgError as e:
+            fail(e)
+            continue
+        if line.kind is Kind.USE:
+            names = [str(t) for t in tree.children[0].children] if tree.children[0] is not None else None
+            module.uses.append(Use(names, str(tree.children[1])[1:-1], line.pos))
+        elif line.kind is Kind.HEADER:
+            close_algorithm()
+            current = _header(tree, line.pos)
+            current.module = module
+            clash = [a for a in module.overloads(current.name)
+                     if len(a.data_args) + len(a.param_args) == len(current.data_args) + len(current.param_args)]
+            if clash:
+                fail(LayoutError(f"algorithm {current.name} is defined twice in this file with the same "
+                                 f"number of arguments (first at line {clash[0].pos.line})", line.pos))
+            module.add(current)
+            section = None
+        elif current is None:
+            fail(LayoutError("this line is outside any algorithm", line.pos))
+        elif line.kind is Kind.SECTION:
+            kw = str(tree.children[0].children[0])
+            section = _SECTIONS[kw]
+            target: list[Decl] = getattr(current, section)
+            decls = _decls(tree.children[1])
+            target.extend(decls)
+            decl_stack = [(line.indent, target)]
+            _open_container(decls, line.indent, decl_stack)
+        elif line.kind is Kind.CONTINUATION:
+            while len(decl_stack) > 1 and line.indent <= decl_stack[-1][0]:
+                decl_stack.pop()
+            decls = _decls(tree.children[0])
+            decl_stack[-1][1].extend(decls)
+            _open_container(decls, line.indent, decl_stack)
+        else:
+            stmt_remark = None
+            if line.remark is not None:
+                text, rpos = line.remark
+                try:
+                    r = parse_line(Line(Kind.BODY, text, rpos, 0), path, start="remark")
+                    rtype = next(c for c in r.children if isinstance(c, Type))
+                    stmt_remark = (str(r.children[0]), rtype, rpos)
+                except AlgError as e:
+                    fail(e)
+            body_lines.append((line, tree))
+            if stmt_remark is not None:
+                body_lines[-1] = (line, Tree("remarked", [tree, stmt_remark]))
+    close_algorithm()
+    return module, diags
+
+
+def _open_container(decls: list[Decl], indent: int, stack: list[tuple[int, list[Decl]]]) -> None:
+    """A trailing `… consisting of:` or `For l ∈ [L]:` takes the more-indented lines that follow."""
+    if not decls:
+        return
+    last = decls[-1]
+    while last.kind == "family" and last.members and last.members[-1].kind == "group" \
+            and not last.members[-1].members:
+        last = last.members[-1]
+    if last.kind in ("group", "family") and not last.members:
+        stack.append((indent, last.members))
+
+
+def _names(ch: list) -> list:
+    return [c for c in ch if isinstance(c, str) and getattr(c, "type", "") == "NAME"]
+
+
+def _sub(ch: list, data: str) -> Tree | None:
+    return next((c for c in ch if isinstance(c, Tree) and c.data == data), None)
+
+
+def _header(tree: Tree, pos: Pos) -> Algorithm:
+    ch = tree.children
+    label = next((c for c in ch if getattr(c, "type", "") == "LABEL"), None)
+    outs, callee, sig = _sub(ch, "name_list"), _sub(ch, "callee_name"), _sub(ch, "sig_args")
+    name = str(callee.children[0])
+    data = [str(t) for t in sig.children[0].children] if sig.children[0] is not None else []
+    params = [str(t) for t in sig.children[1].children] if sig.children[1] is not None else []
+    return Algorithm(name=name, label=str(label) if label is not None else None, pos=pos,
+                     outputs=[str(t) for t in outs.children], data_args=data, param_args=params)
+
+
+def _decls(tree: Tree | None) -> list[Decl]:
+    if tree is None:
+        return []
+    out: list[Decl] = [_decl(d) for d in tree.children]
+    # `W_q, W_k ∈ ℝ^{…}`: names listed before a typed one share its type (and family variable).
+    for i in range(len(out) - 2, -1, -1):
+        if out[i].kind == "bare" and out[i + 1].kind == "typed":
+            nxt = out[i + 1]
+            out[i] = Decl("typed", out[i].name, out[i].pos, type=nxt.type, var=nxt.var, range=nxt.range)
+    return out
+
+
+def _decl(d: Tree) -> Decl:
+    ch = d.children
+    names = _names(ch)
+    types = [c for c in ch if isinstance(c, Type)]
+    pos = _token_pos(names[0])
+    if d.data == "bare_decl":
+        return Decl("bare", str(names[0]), pos)
+    if d.data == "typed_decl":
+        var = str(names[1]) if len(names) > 1 else None
+        return Decl("typed", str(names[0]), pos, type=types[0], var=var, range=types[1] if len(types) > 1 else None)
+    if d.data == "alg_group_decl":
+        return Decl("alg_group", str(names[0]), pos, alg=str(names[1]))
+    if d.data == "group_decl":
+        return Decl("group", str(names[0]), pos)
+    if d.data == "derived_decl":
+        return Decl("derived", str(names[0]), pos, value=next(c for c in ch if isinstance(c, Expr)))
+    if d.data == "family_decl":
+        var = names[0]
+        fam = Decl("family", str(var), _token_pos(var), var=str(var), range=types[0])
+        inner = next((c for c in ch[1:] if isinstance(c, Tree)), None)
+        if inner is not None:
+            fam.members.append(_decl(inner))
+        return fam
+    raise AssertionError(d.data)
+
+
+def _token_pos(tok: object) -> Pos:
+    return tok.pos  # type: ignore[attr-defined]  # a parser.Tok
+
+
+_PUNCT = {"IN", "FOR", "FORALL", "ARROW", "EQUALS", "ELLIPSIS"}
+
+
+def _stmt(tree: Tree | Expr, line: Line) -> Stmt:
+    remark = None
+    if isinstance(tree, Tree) and tree.data == "remarked":
+        tree, remark = tree.children
+    pos = line.pos
+    if not isinstance(tree, Tree):
+        raise AlgSyntaxError("expected a statement", pos)
+    ch = [c for c in tree.children if c is not None and not (isinstance(c, str) and c.type in _PUNCT)]
+    k = tree.data
+    exprs = [c for c in ch if isinstance(c, Expr)]
+    names = _names(ch)
+    subs = [c for c in ch if isinstance(c, Tree)]
+    if k == "assign":
+        return Stmt("assign", pos, line.number, target=ch[0], value=ch[-1], remark=remark)
+    if k == "return_":
+        return Stmt("return", pos, line.number, name=str(names[0]) if names else None, value=exprs[-1],
+                    remark=remark)
+    if k == "for_in":
+        # `for t ∈ [ℓ] : stmt` on one line is a column map; `For h ∈ [H]:` heads an unrolled block.
+        if len(subs) + len(exprs) > 1:
+            inner = _stmt(subs[0] if subs else exprs[1], line)
+            return Stmt("for_map", pos, line.number, name=str(names[0]), bounds=(exprs[0],), body=[inner])
+        return Stmt("for_in", pos, line.number, name=str(names[0]), bounds=(exprs[0],))
+    if k == "for_range":
+        return Stmt("for_range", pos, line.number, name=str(names[0]), bounds=(exprs[0], exprs[1], exprs[2]))
+    if k == "forall":
+        nl = _sub(ch, "name_list")
+        return Stmt("forall", pos, line.number, vars=tuple(str(t) for t in nl.children),
+                    body=[_stmt(next(c for c in subs if c is not nl), line)])
+    if k == "if_stmt":
+        return Stmt("if", pos, line.number, value=exprs[0], body=[_stmt(subs[0], line)])
+    if k == "end":
+        return Stmt("end", pos, line.number)
+    raise AlgSyntaxError(f"unsupported statement ({k})", pos)
+
+
+def _blocks(lines: list[tuple[Line, Tree]], fail) -> list[Stmt]:  # noqa: ANN001
+    """Nest body lines: `for … do` runs to `end`; a `For h ∈ [H]:` header takes the deeper-indented lines."""
+    root: list[Stmt] = []
+    # (statement whose body is open, indent of its line or None for do/end blocks)
+    stack: list[tuple[Stmt | None, int | None, list[Stmt]]] = [(None, None, root)]
+    expected = 1
+    for line, tree in lines:
+        if line.number != expected:
+            fail(LayoutError(f"line numbers count up from 1 as in the paper: expected {expected}, found {line.number}",
+                             Pos(line.pos.file, line.pos.line, max(1, line.pos.col - len(str(line.number)) - line.indent))))
+        expected = (line.number or expected) + 1
+        # Close indentation blocks this line is not inside.
+        while stack[-1][1] is not None and line.indent <= stack[-1][1]:
+            stack.pop()
+        try:
+            stmt = _stmt(tree, line)
+        except AlgError as e:
+            fail(e)
+            continue
+        if stmt.kind == "end":
+            while stack[-1][1] is not None:
+                stack.pop()
+            if stack[-1][0] is None:
+                fail(LayoutError("`end` without an open `for … do`", line.pos))
+            else:
+                stack.pop()
+            continue
+        stack[-1][2].append(stmt)
+        if stmt.kind == "for_range":
+            stack.append((stmt, None, stmt.body))
+        elif stmt.kind == "for_in" and not stmt.body:
+            stack.append((stmt, line.indent, stmt.body))
+    for stmt, indent, _ in stack[1:]:
+        if indent is None and stmt is not None:
+            fail(LayoutError("this `for … do` has no `end`", stmt.pos))
+    return root

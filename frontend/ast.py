@@ -1,0 +1,113 @@
+"""The AST: every node carries the source position it was parsed from.
+
+Expressions are one small class with an `op` tag (as tinygrad's UOp), since the elaborator
+dispatches on the tag; statements, declarations and algorithms are plain dataclasses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pseudoformer.frontend.errors import Pos
+
+
+@dataclass(frozen=True)
+class Expr:
+    """op is one of: name number inf neg add sub div matmul hadamard juxt power transpose sqrt
+    index call column_list row_stack iverson sum compare not and or all range ellipsis bind."""
+
+    op: str
+    args: tuple[Any, ...]
+    pos: Pos
+    text: str = ""
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(a) for a in self.args)
+        return f"{self.op}({self.text or inner})" if self.text else f"{self.op}({inner})"
+
+
+@dataclass(frozen=True)
+class Type:
+    """kind: real (ℝ^{dims}), bool ({0,1}^{dims}), prob ((0,1)^{dims}), index ([n], star for [n]*),
+    vocab (V, V*, V ≅ [N]), nat (ℕ), dist (Δ(V))."""
+
+    kind: str
+    dims: tuple[Expr, ...] = ()
+    star: bool = False
+    pos: Pos | None = None
+
+
+@dataclass
+class Decl:
+    """kind: typed (name ∈ type), bare (a hyperparameter without type: ℕ), derived (name = dims),
+    group (name consisting of members), alg_group (name : Algorithm), family (for v ∈ [n]: members)."""
+
+    kind: str
+    name: str
+    pos: Pos
+    type: Type | None = None
+    value: Expr | None = None  # derived: the defining size expression
+    alg: str | None = None  # alg_group: whose parameters
+    var: str | None = None  # family / typed-with-family: the index variable
+    range: Type | None = None  # family: the index set
+    members: list[Decl] = field(default_factory=list)
+
+
+@dataclass
+class Stmt:
+    """kind: assign, return, for_in, for_range, forall, if, end."""
+
+    kind: str
+    pos: Pos
+    number: int | None = None
+    target: Expr | None = None  # assign: name or indexed name
+    value: Expr | None = None  # assign / return: the expression; if: the condition
+    name: str | None = None  # return: the output's name; loops: the variable
+    vars: tuple[str, ...] = ()  # forall
+    bounds: tuple[Expr, ...] = ()  # for_in: (n,), for_range: (first, second, last)
+    body: list[Stmt] = field(default_factory=list)
+    remark: tuple[str, Type, Pos] | None = None  # [[Name ∈ type]] after the line
+
+
+@dataclass
+class Algorithm:
+    name: str
+    label: str | None
+    pos: Pos
+    outputs: list[str]
+    data_args: list[str]
+    param_args: list[str]
+    inputs: list[Decl] = field(default_factory=list)
+    output_decls: list[Decl] = field(default_factory=list)
+    params: list[Decl] = field(default_factory=list)
+    hyper: list[Decl] = field(default_factory=list)
+    body: list[Stmt] = field(default_factory=list)
+    module: Module | None = None
+
+
+@dataclass
+class Use:
+    names: list[str] | None  # None: everything the module defines
+    path: str
+    pos: Pos
+
+
+@dataclass
+class Module:
+    path: str
+    source: str
+    uses: list[Use] = field(default_factory=list)
+    # In definition order. The paper has two algorithms named Attention (3 and 4); such overloads
+    # are told apart by their number of arguments.
+    algorithms: list[Algorithm] = field(default_factory=list)
+
+    def add(self, alg: Algorithm) -> None:
+        self.algorithms.append(alg)
+
+    def overloads(self, name: str) -> list[Algorithm]:
+        return [a for a in self.algorithms if a.name == name]
+
+    def line(self, n: int) -> str:
+        lines = self.source.splitlines()
+        return lines[n - 1] if 0 < n <= len(lines) else ""

@@ -1,0 +1,344 @@
+"""Calls and statements: inline a callee's body, unroll `for … do` loops, vectorise column maps."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt
+from pseudoformer.frontend.errors import ArityError, BadTypeError, HyperparameterError, ShapeError
+from pseudoformer.frontend.exprs import ev, ev_val
+from pseudoformer.frontend.frame import Frame, MapVar
+from pseudoformer.frontend.names import parse_name
+from pseudoformer.frontend.params import GroupVal, collection, top_entries
+from pseudoformer.frontend.tensor_ops import (
+    ShapeMismatch,
+    dim_to_free,
+    elementwise,
+    free_to_dim,
+    show,
+    to_layout,
+    unify,
+)
+from pseudoformer.frontend.values import Family, MaskDef, SizeVal, Val
+from pseudoformer.ir import Op, Span
+
+
+class _Return(Exception):
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def input_decl(alg: Algorithm, arg: str) -> Decl | None:
+    """The Input declaration of a signature argument; `e_{1:T}` in the signature is the family `e_t`."""
+    want = parse_name(arg)
+    for d in alg.inputs:
+        if d.name == arg:
+            return d
+        if d.var is not None and parse_name(d.name).base == want.base:
+            return d
+    return None
+
+
+def _pick(f: Frame, e: Expr, cands: list[Algorithm], n_args: int, n_pos: int) -> Algorithm:
+    fits = [a for a in cands if len(a.data_args) >= n_args and len(a.param_args) >= n_pos]
+    exact = [a for a in fits if len(a.data_args) == n_args]
+    pool = exact or fits
+    if not pool:
+        sig = "; ".join(f"{a.name}({', '.join(a.data_args)} | {', '.join(a.param_args)})" for a in cands)
+        raise f.error(ArityError, f"{e.text} takes {'/'.join(str(len(a.data_args)) for a in cands)} data argument(s) "
+                      f"and {'/'.join(str(len(a.param_args)) for a in cands)} after `|`; this call gives {n_args} and "
+                      f"{n_pos}", e.pos, (f"declared: {sig}",))
+    return pool[-1]
+
+
+def call_algorithm(f: Frame, e: Expr) -> Any:
+    args, binds = e.args
+    positional = [bd for bd in binds if bd.args[1] is None]
+    keyword = [bd for bd in binds if bd.args[1] is not None]
+    callee = _pick(f, e, f.prog.lookup(f.alg.module, e.text), len(args), len(positional))
+    if not args:
+        raise f.error(ArityError, f"{callee.name} needs at least one data argument", e.pos)
+    vals = [ev(f, a) for a in args]
+    # The paper's shorthand: MHAttention(X | …) is self-attention, Z = X.
+    vals += [vals[0]] * (len(callee.data_args) - len(vals))
+    g = Frame(alg=callee, prog=f.prog, b=f.b, weights=f.weights, caller=f, scope=f"{f.scope}/{callee.name}")
+    mapped: list[str] = []
+    for name, v, a in zip(callee.data_args, vals, list(args) + [args[0]] * len(callee.data_args), strict=False):
+        mapped += _bind_input(g, name, v, a)
+    top = top_entries(callee.params)
+    hyper_names = {d.name for d in callee.hyper}
+    for pname, bd in zip(callee.param_args, positional, strict=False):
+        _bind_param(f, g, pname, bd.args[0], top, hyper_names)
+    for bd in keyword:
+        lhs, _, rhs = bd.args
+        target = lhs.args[0] if lhs.op == "index" else lhs
+        if target.op != "name" or target.text not in hyper_names:
+            raise f.error(HyperparameterError, f"{callee.name} has no hyperparameter {target.text or target.op}",
+                          lhs.pos)
+        vars_ = tuple(i.text for i in lhs.args[1]) if lhs.op == "index" else ()
+        if any(not i.op == "name" for i in (lhs.args[1] if lhs.op == "index" else ())):
+            raise f.error(BadTypeError, "define a mask entry-wise with index variables: Mask[t, t'] = …", lhs.pos)
+        g.hyper[target.text] = MaskDef(vars_, rhs, f)
+    for d in callee.hyper:
+        if d.type is not None and d.type.kind == "bool" and d.name not in g.hyper:
+            if d.name in f.hyper:
+                g.hyper[d.name] = f.hyper[d.name]
+            else:
+                raise f.error(HyperparameterError, f"{callee.name} needs its hyperparameter {d.name}", e.pos)
+    for pname in callee.param_args:
+        if pname in top and pname not in g.bound:
+            raise f.error(ArityError, f"{callee.name} needs its parameter {pname} after `|`", e.pos)
+    old = (f.b.span, f.b.scope)
+    result = run_body(g)
+    f.b.span, f.b.scope = old
+    if isinstance(result, Val):
+        _check_output(g, result, e)
+        for internal in mapped:
+            result = free_to_dim(f.b, result, internal)
+    return result
+
+
+def _bind_input(g: Frame, name: str, v: Any, a: Expr) -> list[str]:
+    decl = input_decl(g.alg, name)
+    if decl is None:
+        raise g.error(BadTypeError, f"{g.alg.name} declares no Input {name}", g.alg.pos)
+    key = parse_name(decl.name).key(frozenset([decl.var]) if decl.var else frozenset())
+    if isinstance(v, SizeVal):
+        g.vars[key] = v
+        return []
+    if not isinstance(v, Val):
+        raise g.error(BadTypeError, f"{a.text or a.op} is not a value", a.pos)
+    t = decl.type
+    if t.kind == "vocab" or t.kind == "index":
+        want = 1 if t.star else 0
+        if len(v.dims) != want or v.kind not in ("token", "index"):
+            raise g.caller.error(BadTypeError, f"{g.alg.name}'s {name} is a {'sequence of ' if t.star else ''}"
+                                 f"token id{'s' if t.star else ''}, not {show(v)}", a.pos)
+        g.vars[key] = v
+        return []
+    rank = len(t.dims)
+    mapped: list[str] = []
+    while len(v.dims) > rank:  # a vector algorithm applied to a matrix: map it over the columns
+        internal = g.b.fresh("col")
+        v = dim_to_free(g.b, v, len(v.dims) - 1, internal)
+        mapped.insert(0, internal)
+    if len(v.dims) < rank:
+        raise g.caller.error(ShapeError, f"{g.alg.name}'s {name} is declared with {rank} dims; "
+                             f"{a.text or 'this'} is {show(v)}", a.pos)
+    g.bind_dims(t, v.dims, f"argument {name} of {g.alg.name}", a.pos)
+    g.vars[key] = v
+    return mapped
+
+
+def _bind_param(f: Frame, g: Frame, pname: str, expr: Expr, top: dict[str, Decl], hyper: set[str]) -> None:
+    if pname in top:
+        v = ev(f, expr)
+        d = top[pname]
+        if d.kind in ("group", "alg_group"):
+            if not isinstance(v, GroupVal):
+                raise f.error(BadTypeError, f"{g.alg.name}'s {pname} is a group of parameters; "
+                              f"{expr.text or 'this'} is not", expr.pos)
+            if v.abstract and v.alg != g.alg.name:
+                raise f.error(BadTypeError, f"{expr.text} holds the parameters of {v.alg}, not of {g.alg.name}",
+                              expr.pos)
+        elif isinstance(v, Val):
+            g.bind_dims(d.type, v.dims, f"parameter {pname} of {g.alg.name}", expr.pos)
+        else:
+            raise f.error(BadTypeError, f"{g.alg.name}'s {pname} is a matrix or vector; {expr.text} is not", expr.pos)
+        g.bound[pname] = v
+    elif pname in hyper:
+        if expr.op == "name" and expr.text in f.hyper:
+            g.hyper[pname] = f.hyper[expr.text]
+        else:
+            g.hyper[pname] = MaskDef((), expr, f)
+    else:
+        raise f.error(BadTypeError, f"{pname} is neither a parameter nor a hyperparameter of {g.alg.name}", expr.pos)
+
+
+def _check_output(g: Frame, v: Val, e: Expr) -> None:
+    for d in g.alg.output_decls:
+        if d.type is not None and d.type.kind in ("real", "prob", "bool") and d.type.dims:
+            if len(d.type.dims) == len(v.dims):
+                g.bind_dims(d.type, v.dims, f"the output {d.name} of {g.alg.name}", g.alg.pos)
+
+
+# ---------------------------------------------------------------------- statements
+def run_body(f: Frame) -> Any:
+    try:
+        exec_block(f, f.alg.body)
+    except _Return as r:
+        return r.value
+    raise f.error(BadTypeError, f"{f.alg.name} ends without `return`", f.alg.pos)
+
+
+def exec_block(f: Frame, stmts: list[Stmt]) -> None:
+    for s in stmts:
+        exec_stmt(f, s)
+
+
+def exec_stmt(f: Frame, s: Stmt) -> None:
+    f.b.span = Span(s.pos.file, s.pos.line, s.pos.col)
+    f.b.scope = f.scope
+    try:
+        _exec(f, s)
+    except ShapeMismatch as m:
+        raise f.shape_error(m, s.pos) from None
+
+
+def _exec(f: Frame, s: Stmt) -> None:
+    k = s.kind
+    if k == "assign":
+        value = ev(f, s.value)
+        assign(f, s.target, value, None, s)
+        if s.remark is not None and isinstance(value, Val):
+            _, typ, rpos = s.remark
+            f.bind_dims(typ, value.dims, "the value", rpos)
+    elif k == "return":
+        v = ev(f, s.value)
+        raise _Return(v)
+    elif k == "for_map":
+        n = ev(f, s.bounds[0])
+        if not isinstance(n, SizeVal):
+            raise f.error(BadTypeError, "a column map runs over [n] for a size n", s.bounds[0].pos)
+        with _mapvars(f, [(s.name, n.size)]):
+            exec_block(f, s.body)
+    elif k in ("for_in", "for_range"):
+        if k == "for_range":
+            first, second, last = (ev(f, x) for x in s.bounds)
+            if not (isinstance(first, Val) and first.const == 1 and isinstance(second, Val) and second.const == 2):
+                raise f.error(BadTypeError, "write loops as for l = 1, 2, …, L do", s.pos)
+        else:
+            last = ev(f, s.bounds[0])
+        if not isinstance(last, SizeVal):
+            raise f.error(BadTypeError, "a loop's bound must be a size", s.pos)
+        size = f.b.resolve(last.size)
+        count = size.value if size.is_int else 1  # checking without a config: one iteration stands for all
+        saved_scope = f.scope
+        for i in range(1, count + 1):
+            f.loops[s.name] = i
+            f.scope = f"{saved_scope}/{collection(s.name)}.{i - 1}"
+            exec_block(f, s.body)
+        f.loops.pop(s.name, None)
+        f.scope = saved_scope
+    elif k == "forall":
+        with _mapvars(f, [(v, None) for v in s.vars]):
+            exec_block(f, s.body)
+    elif k == "if":
+        cond = ev_val(f, s.value)
+        if cond.kind != "bool":
+            raise f.error(BadTypeError, f"the condition is {show(cond)}, not a truth value", s.value.pos)
+        if cond.const is False:
+            return
+        if cond.const is True:
+            exec_block(f, s.body)
+            return
+        inner = s.body[0]
+        if inner.kind != "assign":
+            raise f.error(BadTypeError, "`if … then` takes an assignment", inner.pos)
+        assign(f, inner.target, ev(f, inner.value), cond, inner)
+    else:
+        raise f.error(BadTypeError, f"unexpected {k}", s.pos)
+
+
+class _mapvars:
+    def __init__(self, f: Frame, vars_: list[tuple[str, Any]]) -> None:
+        self.f, self.vars = f, vars_
+        self.saved: dict[str, Any] = {}
+
+    def __enter__(self) -> None:
+        for name, size in self.vars:
+            self.saved[name] = self.f.maps.get(name)
+            self.f.maps[name] = MapVar(self.f.b.fresh(name), size)
+
+    def __exit__(self, *exc: object) -> None:
+        for name, old in self.saved.items():
+            if old is None:
+                self.f.maps.pop(name, None)
+            else:
+                self.f.maps[name] = old
+
+
+def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None:
+    tok = target.children[0]
+    items = target.children[1] if len(target.children) > 1 else None
+    name = parse_name(str(tok))
+    key = name.key(f.active())
+    loop_idx = tuple(f.loops[x] for _, x in name.scripts if x in f.loops)
+    map_vars = [x for _, x in name.scripts if x in f.maps]
+    if items is None:
+        if cond is not None:
+            raise f.error(BadTypeError, "a conditional assignment needs indices: S[t_z, t_x] ← …", s.pos)
+        if map_vars:
+            if not isinstance(value, Val):
+                raise f.error(BadTypeError, "only values can be assigned in a map", s.pos)
+            internals = tuple(f.maps[x].internal for x in map_vars)
+            missing = [x for x, i in zip(map_vars, internals, strict=True) if i not in value.free_vars]
+            if missing:
+                raise f.error(BadTypeError, f"the value does not depend on {', '.join(missing)}", s.pos)
+            f.vars[key] = (value, internals)
+        elif loop_idx:
+            fam = f.vars.get(key)
+            if not isinstance(fam, Family):
+                fam = f.vars[key] = Family()
+            fam.members[loop_idx] = value
+        else:
+            if isinstance(value, Val) and value.free and set(value.free_vars) & {m.internal for m in f.maps.values()}:
+                raise f.error(BadTypeError, f"{tok} is assigned a value that depends on a loop index; "
+                              f"index it: {tok}[:, t] ← …", s.pos)
+            f.vars[key] = value
+        return
+    if not isinstance(value, Val):
+        raise f.error(BadTypeError, "only values can be assigned entry-wise", s.pos)
+    if any(not (it.op == "all" or (it.op == "name" and it.text in f.maps)) for it in items):
+        raise f.error(BadTypeError, "assign to whole rows and columns: use `:` and loop indices", s.pos)
+    existing = f.vars.get(key)
+    if existing is not None and isinstance(existing, Val) and len(existing.dims) != len(items):
+        raise f.error(ShapeError, f"{tok} is {show(existing)}; it takes {len(existing.dims)} indices", s.pos)
+    if cond is not None:
+        if existing is None:
+            raise f.error(BadTypeError, f"{tok} is not defined yet", s.pos)
+        view = existing
+        for i in reversed(range(len(items))):
+            if items[i].op == "name":
+                mv = f.maps[items[i].text]
+                if mv.size is None:
+                    mv.size = view.dims[i]
+                view = dim_to_free(f.b, view, i, mv.internal)
+        new = elementwise(f.b, Op.WHERE, [cond, value, view], "assign", kind=view.kind)
+        value = new
+    result = _place(f, value, items, s)
+    if isinstance(existing, Val):
+        if len(existing.dims) != len(result.dims):
+            raise f.error(ShapeError, f"{tok} is {show(existing)}, the new value {show(result)}", s.pos)
+        for old, new in zip(existing.dims, result.dims, strict=True):
+            unify(f.b, old, new, f"assigning to {tok}")
+    f.vars[key] = result
+
+
+def _place(f: Frame, value: Val, items: list, s: Stmt) -> Val:
+    """Build the whole matrix from a value computed per index: X̃[:, t] ← v(t)."""
+    own_dims = iter(range(len(value.dims)))
+    target_labels: list = []
+    dims = []
+    used = set()
+    for it in items:
+        if it.op == "all":
+            i = next(own_dims, None)
+            if i is None:
+                raise f.error(ShapeError, "more `:` than the value has dims", s.pos)
+            target_labels.append(("d", i))
+            dims.append(value.dims[i])
+        else:
+            internal = f.maps[it.text].internal
+            if internal not in value.free_vars:
+                raise f.error(BadTypeError, f"the value does not depend on {it.text}", s.pos)
+            target_labels.append(("f", internal))
+            dims.append(value.free_size(internal))
+            used.add(internal)
+    if next(own_dims, None) is not None:
+        raise f.error(ShapeError, f"the value is {show(value)}: it has more dims than `:` in the target", s.pos)
+    rest = [(n, sz) for n, sz in value.free if n not in used]
+    labels_ = [("b", None)] * value.batched + target_labels + [("f", n) for n, _ in rest]
+    node = to_layout(f.b, value, labels_)
+    return replace(value, node=node, dims=tuple(dims), free=tuple(rest), const=None)

@@ -1,0 +1,217 @@
+"""Elaborate an entry algorithm into an IR graph: bind hyperparameters, make inputs, run, lay out outputs.
+
+Interface conventions (docs/language.md): a leading batch axis on every input and output; token ids
+and positions are 0-based int64; matrices cross the interface transposed, as [batch, positions,
+features] — so an output declared P ∈ (0,1)^{N_V × ℓ} is delivered as [batch, ℓ, N_V].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pseudoformer.frontend.ast import Algorithm, Decl
+from pseudoformer.frontend.calls import input_decl, run_body
+from pseudoformer.frontend.errors import (
+    AlgError,
+    BadTypeError,
+    CompileError,
+    Diagnostics,
+    HyperparameterError,
+    UnknownNameError,
+)
+from pseudoformer.frontend.frame import Frame, Weights
+from pseudoformer.frontend.modules import Program
+from pseudoformer.frontend.names import parse_name
+from pseudoformer.frontend.sizes import Size
+from pseudoformer.frontend.tensor_ops import ShapeMismatch, show
+from pseudoformer.frontend.values import Builder, MaskDef, SizeVal, Val
+from pseudoformer.ir import DType, Graph, Op, TensorType
+
+
+def find_entry(prog: Program, entry: str | None) -> Algorithm:
+    algs = prog.entries()
+    if not algs:
+        raise CompileError([UnknownNameError(f"{prog.root.path} defines no algorithm")])
+    if entry is None:
+        return algs[-1]
+    hits = [a for a in algs if entry in (a.name, a.label, f"Algorithm {a.label}")]
+    if len(hits) == 1:
+        return hits[0]
+    names = ", ".join(f"{a.name} (Algorithm {a.label})" if a.label else a.name for a in algs)
+    if not hits:
+        raise CompileError([UnknownNameError(f"{prog.root.path} has no algorithm {entry!r}; it defines {names}")])
+    raise CompileError([UnknownNameError(f"{entry!r} is ambiguous in {prog.root.path}: pick one by its number "
+                                         f"({', '.join(str(a.label) for a in hits)})")])
+
+
+def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str, Any] | None = None,
+              *, symbolic: bool = False) -> Graph:
+    """Build the graph of `entry` with the given hyperparameters (ASCII names); raise CompileError."""
+    alg = find_entry(prog, entry)
+    config = dict(hyperparameters or {})
+    f = Frame(alg=alg, prog=prog, b=Builder(), weights=Weights(), config=config, symbolic=symbolic,
+              scope=alg.name, runtime_dims=True)
+    diags = Diagnostics()
+    try:
+        _bind_hyper(f, diags)
+        diags.raise_if_any()
+        inputs = _make_inputs(f)
+        result = run_body(f)
+        outputs = [(parse_name(alg.outputs[0]).ascii(), _output(f, result))]
+        _check_params(f)
+        _check_config(f)
+    except AlgError as e:
+        raise CompileError([e]) from None
+    except ShapeMismatch as e:
+        raise CompileError([f.error(AlgError, str(e), alg.pos)]) from None
+    hyper = {k: v for k, v in config.items()}
+    meta = {"entry": alg.name, "source": alg.pos.file, "hyperparameters": hyper,
+            "dims": {"batch": "examples in the batch"} | {n: "positions" for n in f.b.run_dims if n != "batch"}}
+    return Graph(inputs=inputs, outputs=outputs, meta=meta)
+
+
+def _bind_hyper(f: Frame, diags: Diagnostics) -> None:
+    for d in f.alg.hyper:
+        key = parse_name(d.name).ascii()
+        try:
+            if d.kind == "derived":
+                f.sizes[key] = f.eval_size(d.value)
+            elif d.type is not None and d.type.kind == "bool":
+                continue  # a mask left open becomes a model input
+            elif d.type is not None and d.type.kind == "real":
+                if key in f.config:
+                    v = f.config[key]
+                    f.config_used.add(key)
+                    if isinstance(v, bool) or not isinstance(v, (int, float)):
+                        raise f.error(HyperparameterError, f"{d.name} is a real number, not {v!r}", d.pos)
+                    f.reals[key] = float(v)
+                elif f.symbolic:
+                    f.reals[key] = 1e-5
+                else:
+                    raise f.error(HyperparameterError, f"hyperparameter {d.name} ({key}) has no value; "
+                                  f"set it in the config or with -D {key}=…", d.pos)
+            else:
+                if key not in f.config and not f.symbolic:
+                    raise f.error(HyperparameterError, f"hyperparameter {d.name} ({key}) has no value; "
+                                  f"set it in the config or with -D {key}=…", d.pos)
+                f.size_of_name(d.name, d.pos)
+        except AlgError as e:
+            diags.add(e)
+
+
+def _make_inputs(f: Frame) -> list[Any]:
+    inputs = []
+    seqs = [a for a in f.alg.data_args if (d := input_decl(f.alg, a)) is not None and d.type.star]
+    for arg in f.alg.data_args:
+        d = input_decl(f.alg, arg)
+        if d is None:
+            raise f.error(BadTypeError, f"{f.alg.name} declares no Input {arg}", f.alg.pos)
+        name = parse_name(d.name).ascii(frozenset([d.var]) if d.var else frozenset())
+        node, val = _input(f, d, name, len(seqs) > 1)
+        inputs.append(node)
+        key = parse_name(d.name).key(frozenset([d.var]) if d.var else frozenset())
+        f.vars[key] = val
+    for d in f.alg.hyper:
+        if d.type is not None and d.type.kind == "bool":
+            dims = _runtime_dims(f, d)
+            node = f.b.node(Op.INPUT, name=parse_name(d.name).ascii(),
+                            type=TensorType(DType.bool, tuple(x.dim() for x in reversed(dims))))
+            _register(f, node, list(reversed(dims)), batched=False)
+            inner = f.b.node(Op.TRANSPOSE, node, perm=[1, 0]) if len(dims) == 2 else node
+            f.hyper[d.name] = Val(inner, "bool", dims)
+            inputs.append(node)
+    return inputs
+
+
+def _runtime_dims(f: Frame, d: Decl) -> tuple[Size, ...]:
+    out = []
+    for x in d.type.dims:
+        if x.op == "name":
+            s = f.size_of_name(x.text, x.pos, create=False)
+            if s is None:
+                s = Size.of(parse_name(x.text).ascii())
+                f.sizes[parse_name(x.text).ascii()] = s
+            out.append(s)
+        else:
+            out.append(f.eval_size(x))
+    return tuple(out)
+
+
+def _register(f: Frame, node: Any, dims: list[Size], batched: bool) -> None:
+    if batched:
+        f.b.run_dims.setdefault("batch", f.b.node(Op.DIM, node, axis=0))
+    for i, s in enumerate(dims):
+        if not s.is_int and len(s.terms) == 1 and str(s) not in f.b.run_dims:
+            f.b.run_dims[str(s)] = f.b.node(Op.DIM, node, axis=i + int(batched))
+
+
+def _input(f: Frame, d: Decl, name: str, several_seqs: bool) -> tuple[Any, Any]:
+    t = d.type
+    if t.kind in ("vocab", "index"):
+        kind = "token" if t.kind == "vocab" else "index"
+        if t.star:
+            seq = Size.of(f"seq_{name}" if several_seqs else "seq")
+            node = f.b.node(Op.INPUT, name=name, type=TensorType(DType.int64, ("batch", seq.dim())))
+            _register(f, node, [seq], batched=True)
+            return node, Val(node, kind, (seq,), (), True)
+        node = f.b.node(Op.INPUT, name=name, type=TensorType(DType.int64, ("batch",)))
+        _register(f, node, [], batched=True)
+        return node, Val(node, kind, (), (), True)
+    if t.kind != "real":
+        raise f.error(BadTypeError, f"inputs of type {t.kind} are not supported", d.pos)
+    dims = list(_runtime_dims(f, d))
+    if d.var is not None:  # e_t for t ∈ [T]: a family, delivered as a matrix of columns
+        (count,) = _runtime_dims(f, Decl("typed", d.var, d.pos, type=d.range)) if d.range.kind == "index" \
+            else (Size.of("T"),)
+        dims = dims + [count]
+    api = [dims[1], dims[0]] if len(dims) == 2 else dims
+    node = f.b.node(Op.INPUT, name=name, type=TensorType(DType.float32, ("batch", *(x.dim() for x in api))))
+    _register(f, node, api, batched=True)
+    inner = f.b.node(Op.TRANSPOSE, node, perm=[0, 2, 1]) if len(dims) == 2 else node
+    val = Val(inner, "real", tuple(dims), (), True)
+    if d.var is not None:
+        from pseudoformer.frontend.tensor_ops import dim_to_free
+
+        internal = f.b.fresh(d.var)
+        return node, (dim_to_free(f.b, val, 1, internal), (internal,))
+    return node, val
+
+
+def _output(f: Frame, result: Any) -> Any:
+    if isinstance(result, SizeVal):
+        raise f.error(BadTypeError, "the entry returns a size, not a tensor", f.alg.pos)
+    if not isinstance(result, Val):
+        raise f.error(BadTypeError, "the entry must return a vector or a matrix", f.alg.pos)
+    if result.free:
+        raise f.error(BadTypeError, f"the result still depends on a loop index ({show(result)})", f.alg.pos)
+    for d in f.alg.output_decls:
+        if d.type is not None and d.type.dims and len(d.type.dims) == len(result.dims):
+            f.bind_dims(d.type, result.dims, f"the output {d.name}", d.pos)
+    node = result.node
+    if len(result.dims) == 2:
+        a = result.paper_axis0
+        perm = list(range(node.type.rank))
+        perm[a], perm[a + 1] = perm[a + 1], perm[a]
+        node = f.b.node(Op.TRANSPOSE, node, perm=perm)
+    if node.dtype is DType.bool:
+        node = f.b.node(Op.CAST, node, dtype=DType.float32)
+    return node
+
+
+def _check_params(f: Frame) -> None:
+    for name, node in f.weights.nodes.items():
+        bad = [d for d in node.type.shape if isinstance(d, str) and "?" in d]
+        if bad:
+            what = ", ".join(sorted({d.strip("?").split("#")[0] for d in bad}))
+            raise f.error(HyperparameterError, f"cannot infer the size {what} of parameter {name}; declare it "
+                          "among the entry's hyperparameters", f.alg.pos)
+
+
+def _check_config(f: Frame) -> None:
+    unused = sorted(set(f.config) - f.config_used - {k for k in f.sizes if k in f.config})
+    if unused:
+        raise f.error(HyperparameterError, f"unknown hyperparameter{'s' if len(unused) > 1 else ''} "
+                      f"{', '.join(unused)} for {f.alg.name}", f.alg.pos)
+
+
+__all__ = ["elaborate", "find_entry", "MaskDef"]

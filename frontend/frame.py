@@ -1,0 +1,236 @@
+"""A frame: one algorithm being elaborated, with its sizes, variables, loop indices and parameter bindings."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from pseudoformer.frontend.ast import Algorithm, Expr, Type
+from pseudoformer.frontend.errors import (
+    AlgError,
+    BadTypeError,
+    HyperparameterError,
+    ShapeError,
+    UnknownNameError,
+)
+from pseudoformer.frontend.modules import Program
+from pseudoformer.frontend.names import Name, parse_name
+from pseudoformer.frontend.params import Entry, GroupVal, entries, path
+from pseudoformer.frontend.sizes import Size
+from pseudoformer.frontend.tensor_ops import ShapeMismatch, unify
+from pseudoformer.frontend.values import Builder, Val
+from pseudoformer.ir import DType, Op, TensorType
+
+
+@dataclass
+class Weights:
+    """The model's parameters as they are created: name → PARAM node, with one type per name."""
+
+    nodes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MapVar:
+    internal: str
+    size: Size | None
+
+
+@dataclass
+class Frame:
+    alg: Algorithm
+    prog: Program
+    b: Builder
+    weights: Weights
+    caller: Frame | None = None
+    sizes: dict[str, Size] = field(default_factory=dict)  # by ASCII name
+    reals: dict[str, float] = field(default_factory=dict)  # real-valued hyperparameters (ε)
+    hyper: dict[str, Any] = field(default_factory=dict)  # Val | MaskDef, by ASCII name
+    vars: dict[str, Any] = field(default_factory=dict)  # by name key
+    loops: dict[str, int] = field(default_factory=dict)  # compile-time loop variables, 1-based
+    maps: dict[str, MapVar] = field(default_factory=dict)  # vectorised index variables
+    bound: dict[str, Any] = field(default_factory=dict)  # top parameter declarations bound by the caller
+    scope: str = ""
+    symbolic: bool = False  # checking without a config: sizes stay names
+    config_used: set[str] = field(default_factory=set)
+    config: dict[str, Any] | None = None
+    runtime_dims: bool = False  # the entry: unknown input sizes become run-time dims
+
+    def __post_init__(self) -> None:
+        self.params: dict[str, Entry] = entries(self.alg.params)
+
+    # ------------------------------------------------------------------ diagnostics
+    def error(self, cls: type[AlgError], msg: str, pos: Any, notes: tuple[str, ...] = ()) -> AlgError:
+        mod = self.prog.modules.get(pos.file) if pos is not None else None
+        line = mod.line(pos.line) if mod is not None else None
+        return cls(msg, pos, line, notes)
+
+    def shape_error(self, e: ShapeMismatch, pos: Any) -> AlgError:
+        return self.error(ShapeError, str(e), pos)
+
+    # ------------------------------------------------------------------ names
+    def active(self) -> frozenset[str]:
+        return frozenset(self.loops) | frozenset(self.maps)
+
+    def size_of_name(self, text: str, pos: Any, *, create: bool = True) -> Size | None:
+        """A size named in a type or an expression: bound here, in a caller, in the config, or unknown."""
+        key = parse_name(text).ascii()
+        if key in self.sizes:
+            return self.b.resolve(self.sizes[key])
+        var = self.vars.get(parse_name(text).key())
+        if var is not None and hasattr(var, "size") and not isinstance(var, Val):
+            return var.size
+        f: Frame | None = self.caller
+        while f is not None:
+            if key in f.sizes:
+                self.sizes[key] = f.sizes[key]
+                return self.b.resolve(f.sizes[key])
+            f = f.caller
+        root = self.root()
+        if root.config is not None and key in root.config:
+            v = root.config[key]
+            root.config_used.add(key)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise self.error(HyperparameterError, f"{text} is a size, so it must be a whole number (got {v!r})", pos)
+            self.sizes[key] = Size.of(v)
+            return self.sizes[key]
+        if root.symbolic:
+            self.sizes[key] = Size.of(key)
+            return self.sizes[key]
+        if not create:
+            return None
+        unknown = Size.of(self.b.fresh("?" + key))
+        self.sizes[key] = unknown
+        return unknown
+
+    def root(self) -> Frame:
+        f = self
+        while f.caller is not None:
+            f = f.caller
+        return f
+
+    def unknown_name(self, text: str, pos: Any) -> AlgError:
+        known = [k for k in self.vars] + [str(e.name) for e in self.params.values()] + list(self.sizes)
+        close = difflib.get_close_matches(text, known, n=1)
+        notes = (f"did you mean {close[0]}?",) if close else ()
+        return self.error(UnknownNameError, f"unknown name {text}", pos, notes)
+
+    # ------------------------------------------------------------------ types
+    def eval_size(self, e: Expr, bind: dict[str, Size] | None = None) -> Size:
+        if e.op == "number":
+            return Size.of(int(e.args[0]))
+        if e.op == "name":
+            return self.size_of_name(e.text, e.pos)  # type: ignore[return-value]
+        if e.op == "call" and e.text == "length":
+            arg = e.args[0][0]
+            v = self.vars.get(parse_name(arg.text).key())
+            if not isinstance(v, Val) or len(v.dims) != 1:
+                raise self.error(BadTypeError, f"length() needs a sequence, and {arg.text} is not one", arg.pos)
+            return v.dims[0]
+        if e.op in ("add", "sub", "juxt", "div"):
+            x, y = (self.eval_size(a) for a in e.args)
+            if e.op == "add":
+                return x + y
+            if e.op == "sub":
+                return x - y
+            if e.op == "juxt":
+                return x * y
+            q = x.div(y)
+            if q is None:
+                raise self.error(ShapeError, f"{x} is not divisible by {y}", e.pos)
+            return q
+        raise self.error(BadTypeError, "expected a size", e.pos)
+
+    def bind_dims(self, typ: Type, actual: tuple[Size, ...], what: str, pos: Any) -> None:
+        """Unify a declared type's dims with actual sizes, binding names seen for the first time."""
+        if len(typ.dims) != len(actual):
+            raise self.error(ShapeError, f"{what} should have {len(typ.dims)} dims, but has {len(actual)}", pos)
+        for d, a in zip(typ.dims, actual, strict=True):
+            if d.op == "name" and parse_name(d.text).ascii() not in self.sizes and not self._in_callers(d.text):
+                self.sizes[parse_name(d.text).ascii()] = a
+                continue
+            want = self.eval_size(d)
+            try:
+                unify(self.b, want, a, what)
+            except ShapeMismatch:
+                raise self.error(ShapeError, f"{what}: expected size {_show(self.b.resolve(want))} for {_text(d)}, "
+                                 f"got {_show(self.b.resolve(a))}", pos) from None
+
+    def _in_callers(self, text: str) -> bool:
+        return False
+
+    # ------------------------------------------------------------------ hyperparameters
+    def hyper_keys(self) -> set[str]:
+        return {parse_name(k).key() for k in self.hyper}
+
+    def hyper_value(self, key: str, pos: Any) -> Any:
+        from pseudoformer.frontend.masks import evaluate_mask  # masks evaluates expressions
+
+        name = next(k for k in self.hyper if parse_name(k).key() == key)
+        v = self.hyper[name]
+        if not isinstance(v, Val):
+            v = evaluate_mask(self, name, v, pos)
+            self.hyper[name] = v
+        return v
+
+    # ------------------------------------------------------------------ parameters
+    def param(self, name: Name, indices: dict[str, int], pos: Any) -> Any:
+        """Resolve a parameter name (with its index values) to a Val or a GroupVal; None if not a parameter."""
+        key = name.key(frozenset(indices) | self.active())
+        e = self.params.get(key)
+        if e is None:
+            return None
+        fam_idx = dict(zip(e.fam_vars, (indices[v] for v in _index_order(name, e, indices)), strict=False))
+        top = e
+        while top.parent is not None:
+            top = top.parent
+        binding = self.bound.get(top.decl.name)
+        if binding is None and self.caller is not None and top.decl.name in self.alg.param_args:
+            raise self.error(BadTypeError, f"parameter {top.decl.name} of {self.alg.name} was not passed", pos)
+        if isinstance(binding, Val):
+            return binding
+        if isinstance(binding, GroupVal) and not binding.abstract:
+            m = binding.member(e.plain_key)
+            if m is None:
+                raise self.error(UnknownNameError, f"{binding.entry.decl.name} has no member {name}", pos)
+            val = binding.frame.make_param(m, {**binding.indices, **fam_idx}, binding.prefix, binding.entry, pos)
+            if e.decl.kind == "typed" and isinstance(val, Val):
+                self.bind_dims(e.decl.type, val.dims, f"parameter {name}", pos)
+            return val
+        prefix = binding.prefix if isinstance(binding, GroupVal) else ""
+        start = top if isinstance(binding, GroupVal) else None
+        return self.make_param(e, fam_idx, prefix, start, pos)
+
+    def make_param(self, e: Entry, idx: dict[str, int], prefix: str, start: Entry | None, pos: Any) -> Any:
+        if e.decl.kind in ("group", "alg_group"):
+            p = path(e, idx, prefix, start) if e.decl.kind == "alg_group" else path(e, idx, prefix, start)
+            return GroupVal(e, p, self, dict(idx), alg=e.decl.alg, abstract=e.decl.kind == "alg_group")
+        if e.decl.kind != "typed":
+            raise self.error(BadTypeError, f"{e.decl.name} is not a parameter", pos)
+        full = path(e, idx, prefix, start)
+        dims = tuple(self.eval_size(d) for d in e.decl.type.dims)
+        node = self.weights.nodes.get(full)
+        shape = tuple(self.b.resolve(d).dim() for d in dims)
+        if node is None:
+            old_span, self.b.span = self.b.span, None
+            node = self.b.node(Op.PARAM, name=full, type=TensorType(DType.float32, shape))
+            self.b.span = old_span
+            self.weights.nodes[full] = node
+        elif node.type.shape != shape:
+            raise self.error(ShapeError, f"parameter {full} is used with shape {shape} here but {node.type.shape} "
+                             "elsewhere", pos)
+        return Val(node, "real", dims)
+
+
+def _index_order(name: Name, e: Entry, indices: dict[str, int]) -> list[str]:
+    """The body's index variables in the order the declaration's family variables appear in the name."""
+    used = [s for _, s in name.scripts if s in indices]
+    return used if len(used) == len(e.fam_vars) else list(indices)
+
+
+def _show(s: Size) -> str:
+    return str(s).replace("?", "").split("#")[0]
+
+
+def _text(e: Expr) -> str:
+    return e.text or e.op

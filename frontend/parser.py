@@ -1,0 +1,302 @@
+"""Parse a .alg source into a Module: layout → Lark, one line at a time → AST with positions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cache
+from importlib import resources
+
+from lark import Lark, Token, Transformer, Tree, v_args
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from pseudoformer.frontend.ast import Expr, Type
+from pseudoformer.frontend.errors import AlgSyntaxError, Pos
+from pseudoformer.frontend.layout import Kind, Line
+
+_START = {Kind.HEADER: "header", Kind.SECTION: "section", Kind.CONTINUATION: "decl_line",
+          Kind.BODY: "statement", Kind.USE: "use_line"}
+
+
+class _SplitClosers:
+    """`W_e[:, x[t]]` ends in `]]`, which the lexer takes for an Iverson close; split it back into
+    two `]` when the innermost open bracket is an index or list bracket."""
+
+    always_accept = ()
+
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+        stack: list[str] = []
+        for tok in stream:
+            if tok.type == "IVERSON_OPEN":
+                stack.append("iv")
+            elif tok.type == "LSQB":
+                stack.append("[")
+            elif tok.type == "RSQB":
+                if stack:
+                    stack.pop()
+            elif tok.type == "IVERSON_CLOSE" and stack and stack[-1] == "[" and tok.value == "]]":
+                stack.pop()
+                yield Token.new_borrow_pos("RSQB", "]", tok)
+                if stack:
+                    stack.pop()
+                yield Token("RSQB", "]", tok.start_pos + 1, tok.line, tok.column + 1,
+                            tok.end_line, tok.end_column, tok.end_pos)
+                continue
+            elif tok.type == "IVERSON_CLOSE" and stack:
+                stack.pop()
+            yield tok
+
+
+@cache
+def grammar() -> Lark:
+    text = resources.files("pseudoformer.grammars").joinpath("alg.lark").read_text(encoding="utf-8")
+    return Lark(text, parser="lalr", lexer="contextual", start=list({*_START.values(), "remark"}),
+                propagate_positions=True, maybe_placeholders=True, postlex=_SplitClosers())
+
+
+class Tok(str):
+    """A token's text with its terminal type and absolute position in the file."""
+
+    type: str
+    pos: Pos
+
+    def __new__(cls, value: str, type_: str, pos: Pos) -> Tok:
+        t = super().__new__(cls, value)
+        t.type = type_
+        t.pos = pos
+        return t
+
+
+def _pos(base: Pos, meta_or_tok: object) -> Pos:
+    if isinstance(meta_or_tok, Tok):
+        return meta_or_tok.pos
+    line = getattr(meta_or_tok, "line", 1) or 1
+    col = getattr(meta_or_tok, "column", 1) or 1
+    return Pos(base.file, base.line + line - 1, base.col + col - 1 if line == 1 else col)
+
+
+class _ToAst(Transformer):
+    """Turn one line's parse tree into AST nodes; positions are offset to the file."""
+
+    def __init__(self, base: Pos) -> None:
+        super().__init__()
+        self.base = base
+
+    def p(self, x: object) -> Pos:
+        return _pos(self.base, x)
+
+    def __default_token__(self, tok: Token) -> Tok:
+        return Tok(str(tok), tok.type, _pos(self.base, tok))
+
+    def __default__(self, data: str, children: list, meta: object) -> object:
+        return Tree(data, children, meta)
+
+    # --- expressions
+    @v_args(inline=True, meta=True)
+    def name(self, meta: object, tok: Token) -> Expr:
+        return Expr("name", (), self.p(tok), str(tok))
+
+    @v_args(inline=True, meta=True)
+    def number(self, meta: object, tok: Token) -> Expr:
+        text = str(tok)
+        return Expr("number", (float(text) if any(c in text for c in ".eE") else int(text),), self.p(tok), text)
+
+    @v_args(meta=True)
+    def inf(self, meta: object, children: list) -> Expr:
+        return Expr("inf", (), self.p(meta))
+
+    def _bin(op: str):  # noqa: N805 - a factory used in the class body
+        @v_args(meta=True)
+        def f(self: _ToAst, meta: object, ch: list) -> Expr:
+            operands = [c for c in ch if isinstance(c, Expr)]
+            return Expr(op, tuple(operands), self.p(meta))
+        return f
+
+    add = _bin("add")
+    sub = _bin("sub")
+    div = _bin("div")
+    matmul = _bin("matmul")
+    hadamard = _bin("hadamard")
+    juxt = _bin("juxt")
+    neg = _bin("neg")
+    sqrt = _bin("sqrt")
+    transpose = _bin("transpose")
+    iverson = _bin("iverson")
+    not_ = _bin("not")
+    and_ = _bin("and")
+    or_ = _bin("or")
+
+    @v_args(meta=True)
+    def power(self, meta: object, ch: list) -> Expr:
+        tok = str(ch[1])
+        digits = {"²": 2, "³": 3}.get(tok) or int(tok.strip("^{}"))
+        return Expr("power", (ch[0], digits), self.p(meta))
+
+    @v_args(meta=True)
+    def comparison(self, meta: object, ch: list) -> Expr:
+        operands = tuple(c for c in ch if isinstance(c, Expr))
+        rels = tuple(_REL[str(c)] for c in ch if isinstance(c, Tok))
+        return Expr("compare", (operands, rels), self.p(meta))
+
+    @v_args(meta=True)
+    def index(self, meta: object, ch: list) -> Expr:
+        return Expr("index", (ch[0], tuple(ch[1])), self.p(meta))
+
+    def indices(self, ch: list) -> list:
+        return ch
+
+    @v_args(meta=True)
+    def all(self, meta: object, ch: list) -> Expr:
+        return Expr("all", (), self.p(meta))
+
+    @v_args(meta=True)
+    def range_index(self, meta: object, ch: list) -> Expr:
+        return Expr("range", (ch[0], ch[1]), self.p(meta))
+
+    @v_args(meta=True)
+    def call(self, meta: object, ch: list) -> Expr:
+        callee, args, binds = ch[0], ch[1] or [], ch[2] or []
+        return Expr("call", (tuple(args), tuple(binds)), self.p(callee), str(callee))
+
+    def args(self, ch: list) -> list:
+        return ch
+
+    def binds(self, ch: list) -> list:
+        return ch
+
+    @v_args(meta=True)
+    def bind(self, meta: object, ch: list) -> Expr:
+        lhs, op, rhs = ch[0], ch[1], ch[2]
+        return Expr("bind", (lhs, str(op) if op is not None else None, rhs), self.p(meta))
+
+    def _items(self, ch: list) -> tuple:
+        return tuple(Expr("ellipsis", (), self.p(c)) if isinstance(c, Tok) else c for c in ch)
+
+    @v_args(meta=True)
+    def column_list(self, meta: object, ch: list) -> Expr:
+        return Expr("column_list", self._items(ch[0]), self.p(meta))
+
+    def list_items(self, ch: list) -> list:
+        return ch
+
+    @v_args(meta=True)
+    def row_stack(self, meta: object, ch: list) -> Expr:
+        return Expr("row_stack", self._items(ch), self.p(meta))
+
+    @v_args(meta=True)
+    def sum(self, meta: object, ch: list) -> Expr:
+        bounds, body = ch[-2], ch[-1]
+        return Expr("sum", (*bounds, body), self.p(meta))
+
+    def sum_bounds(self, ch: list) -> tuple:
+        toks = [c for c in ch if isinstance(c, Tok) and c.type == "NAME"]
+        if len(ch) == 1 and isinstance(ch[0], Tok) and ch[0].type == "SUB_SIMPLE":
+            return (str(ch[0])[1:], None, None)
+        exprs = [c for c in ch if isinstance(c, Expr)]
+        if exprs:
+            return (str(toks[0]), exprs[0], exprs[1])
+        return (str(toks[0]), None, None)
+
+    # --- sizes and types
+    @v_args(inline=True, meta=True)
+    def dim_name(self, meta: object, tok: Token) -> Expr:
+        return Expr("name", (), self.p(tok), str(tok))
+
+    @v_args(inline=True, meta=True)
+    def dim_int(self, meta: object, tok: Token) -> Expr:
+        return Expr("number", (int(tok),), self.p(tok), str(tok))
+
+    @v_args(inline=True, meta=True)
+    def dim_length(self, meta: object, tok: Token) -> Expr:
+        return Expr("call", ((Expr("name", (), self.p(tok), str(tok)),), ()), self.p(tok), "length")
+
+    dim_add = _bin("add")
+    dim_sub = _bin("sub")
+    dim_mul = _bin("juxt")
+    dim_div = _bin("div")
+
+    def dims(self, ch: list) -> tuple:
+        return tuple(c for c in ch if isinstance(c, Expr))
+
+    def _type(kind: str):  # noqa: N805
+        @v_args(meta=True)
+        def f(self: _ToAst, meta: object, ch: list) -> Type:
+            dims: tuple = ()
+            star = False
+            for c in ch:
+                if isinstance(c, tuple):
+                    dims = c
+                elif isinstance(c, Expr):
+                    dims = (c,)
+                elif isinstance(c, Tok) and c.type == "STAR":
+                    star = True
+            return Type(kind, dims, star, self.p(meta))
+        return f
+
+    real_type = _type("real")
+    bool_type = _type("bool")
+    prob_type = _type("prob")
+    index_type = _type("index")
+    vocab_type = _type("vocab")
+    nat_type = _type("nat")
+    dist_type = _type("dist")
+
+    def reals(self, ch: list) -> None:
+        return None
+
+    @v_args(meta=True)
+    def in_(self, meta: object, ch: list) -> Tok:
+        return Tok("∈", "IN", self.p(meta))
+
+    @v_args(meta=True)
+    def for_(self, meta: object, ch: list) -> Tok:
+        return Tok("for", "FOR", self.p(meta))
+
+
+_REL = {"≤": "<=", "\\leq": "<=", "\\le": "<=", "<=": "<=", "≥": ">=", "\\geq": ">=", "\\ge": ">=",
+        ">=": ">=", "<": "<", ">": ">", "≠": "!=", "\\neq": "!=", "\\ne": "!=", "!=": "!=", "==": "==",
+        "=": "=="}
+
+
+def parse_line(line: Line, module_path: str, start: str | None = None) -> Tree | Expr | Type:
+    """Parse one logical line; raise AlgSyntaxError positioned in the file."""
+    rule = start or _START[line.kind]
+    try:
+        tree = grammar().parse(line.text, start=rule)
+    except UnexpectedInput as e:
+        raise _syntax_error(e, line) from None
+    except LarkError as e:  # pragma: no cover - grammar bugs, reported rather than crashing
+        raise AlgSyntaxError(f"cannot parse this line ({type(e).__name__})", line.pos) from None
+    return _ToAst(line.pos).transform(tree)
+
+
+def _syntax_error(e: UnexpectedInput, line: Line) -> AlgSyntaxError:
+    col = getattr(e, "column", 1)
+    pos = Pos(line.pos.file, line.pos.line, line.pos.col + (col - 1 if isinstance(col, int) and col > 0 else 0))
+    if isinstance(e, UnexpectedCharacters):
+        ch = line.text[e.pos_in_stream] if e.pos_in_stream < len(line.text) else "?"
+        msg = f"unexpected character {ch!r}"
+    elif isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
+        pos = Pos(line.pos.file, line.pos.line, line.pos.col + len(line.text))
+        msg = "this line ends too early"
+    elif isinstance(e, UnexpectedToken):
+        msg = f"unexpected {e.token.value!r}"
+    else:
+        msg = "syntax error"
+    expected = sorted(_describe(t) for t in (getattr(e, "expected", None) or ()))
+    expected = [x for x in dict.fromkeys(expected) if x][:8]
+    if expected:
+        msg += "; expected " + ", ".join(expected)
+    return AlgSyntaxError(msg, pos)
+
+
+_NAMES = {"NAME": "a name", "CALLEE": "a function", "NUMBER": "a number", "INT": "an integer",
+          "ARROW": "'←'", "IN": "'∈'", "COLON": "':'", "COMMA": "','", "RPAR": "')'", "LPAR": "'('",
+          "RSQB": "']'", "LSQB": "'['", "RBRACE": "'}'", "VBAR": "'|'", "EQUAL": "'='", "PLUS": "'+'",
+          "MINUS": "'−'", "TIMES": "'×'", "IVERSON_CLOSE": "']]'", "TRANSPOSE": "'ᵀ'", "STRING": "a \"file\""}
+
+
+def _describe(terminal: str) -> str:
+    if terminal in _NAMES:
+        return _NAMES[terminal]
+    if terminal.startswith("__ANON") or terminal in ("DESC", "$END"):
+        return ""
+    return terminal.lower()
