@@ -45,7 +45,7 @@ def find_entry(prog: Program, entry: str | None) -> Algorithm:
 
 
 def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str, Any] | None = None,
-              *, symbolic: bool = False) -> Graph:
+              *, symbolic: bool = False, optional: set[str] | frozenset[str] = frozenset()) -> Graph:
     """Build the graph of `entry` with the given hyperparameters (ASCII names); raise CompileError."""
     alg = find_entry(prog, entry)
     config = dict(hyperparameters or {})
@@ -59,12 +59,13 @@ def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str
         result = run_body(f)
         outputs = [(parse_name(alg.outputs[0]).ascii(), _output(f, result))]
         _check_params(f)
-        _check_config(f)
+        _check_config(f, optional)
     except AlgError as e:
         raise CompileError([e]) from None
     except ShapeMismatch as e:
         raise CompileError([f.error(AlgError, str(e), alg.pos)]) from None
-    hyper = {k: v for k, v in config.items()}
+    used = f.config_used | {k for k in f.sizes if k in config} | {k for k in f.reals if k in config}
+    hyper = {k: v for k, v in config.items() if k in used}
     meta = {"entry": alg.name, "source": alg.pos.file, "hyperparameters": hyper,
             "dims": {"batch": "examples in the batch"} | {n: "positions" for n in f.b.run_dims if n != "batch"}}
     return Graph(inputs=inputs, outputs=outputs, meta=meta)
@@ -106,7 +107,8 @@ def _make_inputs(f: Frame) -> list[Any]:
         d = input_decl(f.alg, arg)
         if d is None:
             raise f.error(BadTypeError, f"{f.alg.name} declares no Input {arg}", f.alg.pos)
-        name = parse_name(d.name).ascii(frozenset([d.var]) if d.var else frozenset())
+        # A family input (e_t for t ∈ [T]) is named as the signature writes it: e_{1:T} → e_1_T.
+        name = parse_name(arg if d.var else d.name).ascii()
         node, val = _input(f, d, name, len(seqs) > 1)
         inputs.append(node)
         key = parse_name(d.name).key(frozenset([d.var]) if d.var else frozenset())
@@ -207,8 +209,8 @@ def _check_params(f: Frame) -> None:
                           "among the entry's hyperparameters", f.alg.pos)
 
 
-def _check_config(f: Frame) -> None:
-    unused = sorted(set(f.config) - f.config_used - {k for k in f.sizes if k in f.config})
+def _check_config(f: Frame, optional: set[str] | frozenset[str]) -> None:
+    unused = sorted(set(f.config) - f.config_used - set(optional) - {k for k in f.sizes if k in f.config})
     if unused:
         raise f.error(HyperparameterError, f"unknown hyperparameter{'s' if len(unused) > 1 else ''} "
                       f"{', '.join(unused)} for {f.alg.name}", f.alg.pos)

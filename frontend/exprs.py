@@ -29,7 +29,7 @@ from pseudoformer.frontend.tensor_ops import (
     unify,
 )
 from pseudoformer.frontend.values import Family, MaskDef, SizeVal, Val
-from pseudoformer.ir import DType, Op
+from pseudoformer.ir import DType, Op, TensorType
 
 UNARY_BUILTINS = {"exp": Op.EXP, "log": Op.LOG, "sqrt": Op.SQRT, "tanh": Op.TANH, "erf": Op.ERF, "sin": Op.SIN,
                   "cos": Op.COS, "abs": Op.ABS, "ReLU": Op.RELU, "relu": Op.RELU, "GELU": Op.GELU, "gelu": Op.GELU}
@@ -218,7 +218,7 @@ def lookup(f: Frame, text: str, pos: Any) -> Any:
     if name.base == "e" and not name.scripts and not name.primes:
         return const(f, math.e)
     # Y¹, e_1, e_ℓ: a script that is a number or a size picks a member of a family.
-    for i, (kind, script) in enumerate(name.scripts):
+    for i, (_kind, script) in enumerate(name.scripts):
         fam_key = _key_with_placeholder(name, i)
         if fam_key in f.vars:
             return _member(f, f.vars[fam_key], script, text, pos)
@@ -434,7 +434,11 @@ def _row_stack(f: Frame, e: Expr) -> Val:
     if s is not None and not f.b.resolve(s).is_int:
         # checking without a config: one member stands for all
         m = next(iter(fam.members.values()))
-        return replace(m, dims=(m.dims[0] * f.b.resolve(s),) + m.dims[1:])
+        dims = (m.dims[0] * f.b.resolve(s),) + m.dims[1:]
+        shape = list(m.node.type.shape)
+        shape[m.paper_axis0] = dims[0].dim()
+        node = f.b.node(Op.CONCAT, m.node, axis=m.paper_axis0, type=TensorType(m.node.dtype, tuple(shape)))
+        return replace(m, node=node, dims=dims)
     count = _script_int(f, last, e.pos)
     missing = [k for k in range(1, count + 1) if (k,) not in fam.members]
     if missing:

@@ -94,7 +94,9 @@ class Frame:
                 raise self.error(HyperparameterError, f"{text} is a size, so it must be a whole number (got {v!r})", pos)
             self.sizes[key] = Size.of(v)
             return self.sizes[key]
-        if root.symbolic:
+        if root.symbolic and self is root:
+            # checking without a config: the entry's own sizes stay symbols; a callee's implicit
+            # sizes (MHAttention's d_out) are unknowns that unification fixes, as with a config
             self.sizes[key] = Size.of(key)
             return self.sizes[key]
         if not create:

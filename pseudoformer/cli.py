@@ -1,0 +1,179 @@
+"""The `pseudoformer` command: check, inspect, run, compile.
+
+Every user mistake ends as one message on stderr (file:line:col, the line and a caret where the
+source is at fault) and exit code 1; a traceback means a bug in pseudoformer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from pseudoformer import __version__
+from pseudoformer.frontend.errors import AlgError, CompileError, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # A bad argument is a user error like any other: one message, exit 1.
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--entry", help="the algorithm to compile (a name, or its number as in `Algorithm 4`)")
+    p.add_argument("--config", help="a TOML file of hyperparameters (default: the .toml beside the .alg file)")
+    p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                   help="set a hyperparameter, e.g. -D L=2 or -D ℓ_max=128")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="pseudoformer", description="Compile transformers written as in Formal Algorithms for "
+                 "Transformers (Phuong & Hutter, 2022).")
+    ap.add_argument("--version", action="version", version=f"pseudoformer {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    c = sub.add_parser("check", help="parse and shape-check .alg files")
+    c.add_argument("files", nargs="+", metavar="FILE")
+    _model_args(c)
+
+    i = sub.add_parser("inspect", help="print the IR graph of an algorithm")
+    i.add_argument("file", metavar="FILE")
+    _model_args(i)
+    i.add_argument("--format", choices=["text", "dot", "json"], default="text")
+    i.add_argument("--locations", action="store_true", help="show each node's source line and scope")
+    i.add_argument("-o", "--output", help="write to this file instead of stdout")
+
+    r = sub.add_parser("run", help="run a model on inputs saved as .npy files")
+    r.add_argument("file", metavar="FILE", help="a .alg file (or a compiled model.onnx)")
+    _model_args(r)
+    r.add_argument("--weights", help="a .safetensors file or a HuggingFace checkpoint directory")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random init when no --weights are given")
+    r.add_argument("--backend", default="numpy", help="numpy (the reference interpreter) or onnx")
+    r.add_argument("--provider", default="cpu", help="ONNX Runtime provider: cpu or cuda")
+    r.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads")
+    r.add_argument("--input", dest="inputs", action="append", default=[], metavar="NAME=FILE.npy", required=True)
+    r.add_argument("-o", "--output", required=True, help="the .npz file to write the outputs to")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = {"check": _check, "inspect": _inspect, "run": _run}[args.command]
+    try:
+        return handler(args)
+    except CompileError as e:
+        print(e.render(), file=sys.stderr)
+    except AlgError as e:
+        print(e.render(), file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug in pseudoformer, not in the user's input
+        if os.environ.get("PSEUDOFORMER_DEBUG"):
+            raise
+        print(f"pseudoformer: internal error: {type(e).__name__}: {e}\n"
+              "  this is a bug in pseudoformer; PSEUDOFORMER_DEBUG=1 shows the traceback", file=sys.stderr)
+        return 2
+    return 1
+
+
+def _check(args: argparse.Namespace) -> int:
+    from pseudoformer.pipeline import check
+
+    errors: list[AlgError] = []
+    for f in args.files:
+        try:
+            names = check(f, entry=args.entry, config=args.config, defines=args.defines)
+            print(f"{f}: ok ({', '.join(names)})")
+        except CompileError as e:
+            errors.extend(e.errors)
+    if errors:
+        raise CompileError(errors)
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from pseudoformer.ir.printer import format_graph
+    from pseudoformer.ir.view import to_dot, to_json
+    from pseudoformer.pipeline import load
+
+    model = load(args.file, entry=args.entry, config=args.config, defines=args.defines)
+    g = model.graph
+    if args.format == "text":
+        text = format_graph(g, with_locations=args.locations)
+    elif args.format == "dot":
+        text = to_dot(g)
+    else:
+        text = json.dumps(to_json(g), indent=1, ensure_ascii=False)
+    if args.output:
+        write_atomic(Path(args.output), lambda fh: fh.write(text.encode("utf-8")))
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    return 0
+
+
+def _read_inputs(specs: list[str]) -> dict[str, np.ndarray]:
+    out = {}
+    for spec in specs:
+        if "=" not in spec:
+            raise UsageError(f"--input takes NAME=FILE.npy, got {spec!r}")
+        name, file = spec.split("=", 1)
+        try:
+            out[name] = np.load(file, allow_pickle=False)  # never unpickle user files
+        except FileNotFoundError:
+            raise UsageError(f"--input {name}: no such file {file}") from None
+        except (ValueError, OSError) as e:
+            raise UsageError(f"--input {name}: {file} is not a .npy array ({e})") from None
+    return out
+
+
+def _run(args: argparse.Namespace) -> int:
+    from pseudoformer.pipeline import check_inputs, load
+
+    inputs = _read_inputs(args.inputs)
+    if args.backend != "numpy":
+        raise UsageError(f"unknown backend {args.backend!r} (choose numpy)")
+    model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
+                 seed=args.seed)
+    feed = check_inputs(model.graph, inputs)
+    try:
+        outputs = model.run(feed)
+    except IndexError as e:
+        raise UsageError(f"an input index is out of range: {e}") from None
+    write_atomic(Path(args.output), lambda fh: np.savez(fh, **outputs))
+    shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in outputs.items())
+    print(f"wrote {args.output}: {shapes}", file=sys.stderr)
+    return 0
+
+
+def write_atomic(path: Path, write: Callable) -> None:
+    """Write through a temporary file in the same directory, so a failure never leaves a partial file."""
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise UsageError(f"cannot write {path}: no directory {directory}")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        os.replace(tmp, path)
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise UsageError(f"cannot write {path}: {e.strerror}") from None
+        raise
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

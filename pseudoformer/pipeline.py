@@ -1,0 +1,167 @@
+"""The Python API: load a .alg model with its config and weights, check it, run it on the interpreter."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.config import Config, resolve
+from pseudoformer.frontend.entry import elaborate
+from pseudoformer.frontend.errors import CompileError, UsageError
+from pseudoformer.frontend.modules import load_program
+from pseudoformer.ir import DType, Graph
+from pseudoformer.weights import (
+    WeightsError,
+    hf_hyperparameters,
+    load_weights,
+    random_weights,
+    read_hf_config,
+)
+
+
+def packaged_models() -> Path:
+    return Path(str(resources.files("pseudoformer.models")))
+
+
+def resolve_source(path: str | Path) -> Path:
+    """A .alg path, or the name of a packaged model (`gpt2`, `bert`, `paper/primitives`)."""
+    p = Path(path)
+    if p.exists():
+        return p
+    for candidate in (packaged_models() / p, packaged_models() / f"{p}.alg"):
+        if candidate.is_file():
+            return candidate
+    raise UsageError(f"no such file: {path}")
+
+
+@dataclass
+class Model:
+    """A checked, elaborated model with its weights, ready to run or to hand to a backend."""
+
+    graph: Graph
+    weights: dict[str, np.ndarray]
+    source: Path
+    config: Config
+    weights_source: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def entry(self) -> str:
+        return str(self.graph.meta["entry"])
+
+    @property
+    def input_names(self) -> list[str]:
+        return [n.attrs["name"] for n in self.graph.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [name for name, _ in self.graph.outputs]
+
+    def run(self, inputs: Mapping[str, Any] | None = None, **named: Any) -> dict[str, np.ndarray]:
+        """Run on the numpy reference interpreter: `model.run(x=tokens)`."""
+        from pseudoformer.ir.interpreter import run
+
+        return run(self.graph, check_inputs(self.graph, {**(inputs or {}), **named}), self.weights)
+
+
+def load(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,
+         defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0) -> Model:
+    """Parse, check and elaborate `path`; bind weights from a checkpoint or a seeded random init."""
+    src = resolve_source(path)
+    hf = None
+    wpath = Path(weights) if weights is not None else None
+    if wpath is not None:
+        if not wpath.exists():
+            raise UsageError(f"no such weights file or directory: {wpath}")
+        if wpath.is_dir():
+            try:
+                hf = hf_hyperparameters(read_hf_config(wpath))
+            except WeightsError as e:
+                raise UsageError(str(e)) from None
+    cfg = resolve(src, config, defines, hf)
+    prog = load_program(src)
+    graph = elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional)
+    expected = {p.attrs["name"]: (tuple(int(d) for d in p.type.shape), "float32") for p in graph.params()}
+    if wpath is not None:
+        try:
+            params = load_weights(wpath, expected)
+        except WeightsError as e:
+            raise UsageError(str(e)) from None
+    else:
+        params = random_weights(expected, seed=seed)
+    graph.meta["source_path"] = str(src)
+    return Model(graph, params, src, cfg, str(wpath) if wpath else None)
+
+
+def check(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,
+          defines: list[str] | None = None) -> list[str]:
+    """Check a file: parse, resolve names, and infer shapes of every algorithm it defines.
+
+    With a config (the model's own, --config or -D) each entry is elaborated at those sizes; without
+    one, hyperparameters stay symbols. Returns the names of the algorithms checked.
+    """
+    src = resolve_source(path)
+    cfg = resolve(src, config, defines)
+    prog = load_program(src)
+    algs = prog.entries()
+    errors = []
+    checked = []
+    for a in algs:
+        ident = a.name if sum(b.name == a.name for b in algs) == 1 else f"Algorithm {a.label}"
+        if entry is not None and entry not in (a.name, a.label, f"Algorithm {a.label}"):
+            continue
+        try:
+            elaborate(prog, ident, cfg.hyperparameters, symbolic=not cfg.hyperparameters,
+                      optional=set(cfg.hyperparameters))
+            checked.append(ident)
+        except CompileError as e:
+            errors.extend(e.errors)
+    if errors:
+        raise CompileError(errors)
+    if entry is not None and not checked:
+        raise UsageError(f"{src} has no algorithm {entry!r}")
+    return checked
+
+
+def check_inputs(graph: Graph, given: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Match user arrays to the graph's inputs by name, with clear errors and safe dtype conversion."""
+    want = {n.attrs["name"]: n for n in graph.inputs}
+    missing = [k for k in want if k not in given]
+    extra = [k for k in given if k not in want]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        if extra:
+            parts.append(f"unknown input{'s' if len(extra) > 1 else ''} {', '.join(extra)}")
+        raise UsageError(f"{'; '.join(parts)} (the model takes {', '.join(_spec(n) for n in graph.inputs)})")
+    out = {}
+    for name, node in want.items():
+        a = np.asarray(given[name])
+        t = node.type
+        if a.ndim != t.rank:
+            raise UsageError(f"input {name} has shape {list(a.shape)}, but the model takes {_spec(node)}")
+        for d, s in zip(t.shape, a.shape, strict=True):
+            if isinstance(d, int) and d != s:
+                raise UsageError(f"input {name} has shape {list(a.shape)}, but the model takes {_spec(node)}")
+        if t.dtype is DType.int64:
+            if not np.issubdtype(a.dtype, np.integer):
+                raise UsageError(f"input {name} holds {a.dtype} values; token ids must be integers")
+            a = a.astype(np.int64)
+        elif t.dtype is DType.bool:
+            a = a.astype(bool)
+        else:
+            if not np.issubdtype(a.dtype, np.number):
+                raise UsageError(f"input {name} holds {a.dtype} values, not numbers")
+            a = a.astype(np.float32)
+        out[name] = a
+    return out
+
+
+def _spec(node: Any) -> str:
+    return f"{node.attrs['name']}: {node.type}"
