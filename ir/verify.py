@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import networkx as nx
+
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import ARITY, IRTypeError, Op, infer_type

@@ -10,6 +10,7 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
+
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.printer import format_value, graph_name, location, quote, value_numbers
 from pseudoformer.ir.types import DType, Span, TensorType

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+
 from pseudoformer.ir import DType, Graph, Node, Op, TensorType
 from pseudoformer.ir.interpreter import InterpreterError, erf, erfc, gelu, run
 from pseudoformer.ir.verify import verify

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from pseudoformer.ir import DType, Graph, Node, Op, TensorType
 from pseudoformer.ir.verify import IRVerifyError, verify
 
