@@ -1,0 +1,416 @@
+"""Lowering an IR graph to an ONNX ModelProto: one ONNX node (or a few) per IR node.
+
+Run-time sizes stay symbolic: an IR dim named "seq" becomes the ONNX dim_param "seq", and any
+size an op needs at run time (a reshape target, a mask extent) is read from a tensor's Shape, so
+one file serves every batch size and sequence length.
+
+Names follow the IR so that a model can be read next to the printer's dump: the value of node %n
+is v<n>, its ONNX node is "<scope>/<op>_<n>" (helpers get a further "/<OnnxOp>"), and each node's
+doc_string holds its source location.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import pseudoformer
+from pseudoformer.backends.onnx.errors import BackendError
+from pseudoformer.backends.onnx.precision import fp32_nodes
+from pseudoformer.ir.graph import Graph
+from pseudoformer.ir.node import Node
+from pseudoformer.ir.ops import ARITH, COMPARE, LOGICAL, UNARY, Op
+from pseudoformer.ir.types import DType, Span, TensorType
+
+# The newest opset onnxruntime 1.31 loads (it refuses 27). Nothing here needs more than 20 (Gelu);
+# pass opset=21 for files that onnxruntime 1.20, the oldest the package allows, can load.
+DEFAULT_OPSET = 26
+# Shape(start, end) needs 15, single-axis Softmax 13, Min/Max on every dtype 17.
+MIN_OPSET = 17
+# Protobuf cannot serialise a message over 2 GiB; bigger models are checked when saved instead.
+_CHECKABLE_BYTES = 2**31 - 2**26
+
+_ELEM = {
+    DType.float32: TensorProto.FLOAT,
+    DType.float16: TensorProto.FLOAT16,
+    DType.int64: TensorProto.INT64,
+    DType.bool: TensorProto.BOOL,
+}
+_NUMPY = {
+    TensorProto.FLOAT: np.float32,
+    TensorProto.FLOAT16: np.float16,
+    TensorProto.INT64: np.int64,
+    TensorProto.BOOL: np.bool_,
+}
+_UNARY = {
+    Op.NEG: "Neg", Op.EXP: "Exp", Op.LOG: "Log", Op.SQRT: "Sqrt", Op.TANH: "Tanh", Op.ERF: "Erf",
+    Op.SIN: "Sin", Op.COS: "Cos", Op.ABS: "Abs", Op.RELU: "Relu",
+}
+_BINARY = {
+    Op.ADD: "Add", Op.SUB: "Sub", Op.MUL: "Mul", Op.DIV: "Div", Op.POW: "Pow", Op.MAX: "Max",
+    Op.MIN: "Min", Op.AND: "And", Op.OR: "Or",
+    Op.LT: "Less", Op.LE: "LessOrEqual", Op.GT: "Greater", Op.GE: "GreaterOrEqual", Op.EQ: "Equal",
+}
+_REDUCE = {Op.REDUCE_SUM: "ReduceSum", Op.REDUCE_MAX: "ReduceMax", Op.REDUCE_MEAN: "ReduceMean"}
+_RELATION = {"<": "Less", "<=": "LessOrEqual", ">": "Greater", ">=": "GreaterOrEqual", "==": "Equal"}
+_LAYOUT = {Op.TRANSPOSE, Op.UNSQUEEZE, Op.SQUEEZE, Op.RESHAPE, Op.SLICE, Op.CONCAT, Op.GATHER}
+
+
+def to_onnx(
+    graph: Graph,
+    params: Mapping[str, np.ndarray],
+    *,
+    opset: int | None = None,
+    ir_version: int | None = None,
+    dtype: str = "float32",
+    metadata: Mapping[str, str] | None = None,
+    check: bool = True,
+) -> onnx.ModelProto:
+    """Lower `graph` with weights `params` (keyed by PARAM name) to an ONNX model.
+
+    `ir_version` defaults to the lowest IR version that can carry `opset` (13 for opset 26): onnx
+    1.23 would otherwise stamp IR 14, which onnxruntime 1.31 refuses to load.
+
+    With dtype="float16" the weights are stored in fp16 and the model computes in fp16, except
+    reductions, softmaxes and the values only they use, which compute in fp32 (see precision.py).
+    Inputs keep their declared types (float inputs stay float32 and are cast inside); float
+    outputs are float16.
+    """
+    opset = DEFAULT_OPSET if opset is None else opset
+    if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+        raise BackendError(
+            f"opset {opset} is not supported: pick one from {MIN_OPSET} to {onnx.defs.onnx_opset_version()}"
+        )
+    if dtype not in ("float32", "float16"):
+        raise BackendError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
+    if ir_version is None:
+        ir_version = helper.find_min_ir_version_for([helper.make_opsetid("", opset)])
+    _check_names(graph)
+    lowering = _Lowering(graph, opset, half=dtype == "float16")
+    weights = lowering.weights(params)
+    model = helper.make_model(
+        lowering.lower(),
+        opset_imports=[helper.make_opsetid("", opset)],
+        ir_version=ir_version,
+        producer_name="pseudoformer",
+        producer_version=pseudoformer.__version__,
+    )
+    props = {"pseudoformer_version": pseudoformer.__version__, **(metadata or {})}
+    helper.set_model_props(model, {str(k): str(v) for k, v in props.items()})
+    # Weights go into the finished model in place: protobuf copies messages by serialising
+    # them, which fails past 2 GiB, so make_graph(initializer=...) cannot build a big model.
+    for name, arr in weights.items():
+        _fill_tensor(model.graph.initializer.add(), name, arr)
+    if check and sum(arr.nbytes for arr in weights.values()) < _CHECKABLE_BYTES:
+        try:
+            onnx.checker.check_model(model, full_check=True)
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+            raise BackendError(f"the lowered model fails the ONNX checker (a lowering bug): {e}") from e
+    return model
+
+
+def _fill_tensor(t: onnx.TensorProto, name: str, arr: np.ndarray) -> None:
+    t.name = name
+    t.data_type = helper.np_dtype_to_tensor_dtype(arr.dtype)
+    t.dims.extend(arr.shape)
+    t.raw_data = arr.tobytes()
+
+
+def _value_info(name: str, elem: int, t: TensorType) -> onnx.ValueInfoProto:
+    # Symbolic dims become dim_params named like the IR dims, which is what makes one file serve
+    # every batch size and sequence length.
+    return helper.make_tensor_value_info(name, elem, [d if isinstance(d, str) else int(d) for d in t.shape])
+
+
+def _free_prefix(prefix: str, taken: set[str]) -> str:
+    while any(re.fullmatch(re.escape(prefix) + r"\d+(\.\d+)?", name) for name in taken):
+        prefix += "_"
+    return prefix
+
+
+def _check_names(graph: Graph) -> None:
+    inputs = [n.attrs["name"] for n in graph.inputs]
+    params = {p.attrs["name"] for p in graph.params()}
+    clash = [name for name, _ in graph.outputs if name in inputs or name in params]
+    clash += [name for name in inputs if name in params]
+    if clash:
+        # ONNX names each value once, so an output cannot share a name with an input or weight.
+        raise BackendError(f"names used twice among inputs, outputs and parameters: {', '.join(clash)}")
+
+
+class _Lowering:
+    def __init__(self, graph: Graph, opset: int, *, half: bool) -> None:
+        self.graph = graph
+        self.opset = opset
+        self.half = half
+        self.wide = fp32_nodes(graph) if half else set()
+        self.nodes: list[onnx.NodeProto] = []
+        self.vals: dict[int, tuple[str, int]] = {}  # IR node id -> (ONNX value, its elem type)
+        self.casts: dict[tuple[str, int], str] = {}
+        self.consts: dict[tuple, str] = {}
+        self.shape_of: dict[tuple[str, int], str] = {}
+        self.params: dict[str, tuple[str, int]] = {}
+        self.names: set[str] = set()
+        self.span: Span | None = None
+        self.base = ""
+        self.out = ""
+        self.k = 0
+        # Internal values are v<n> (n as in the printer's %n) and c<n> for constants; a graph
+        # name that looks like one pushes the prefixes aside rather than clash with it.
+        taken = {n.attrs["name"] for n in graph.nodes() if n.op in (Op.INPUT, Op.PARAM)}
+        taken |= {name for name, _ in graph.outputs}
+        self.v, self.c = _free_prefix("v", taken), _free_prefix("c", taken)
+
+    # ---- the graph
+
+    def lower(self) -> onnx.GraphProto:
+        inputs = [_value_info(n.attrs["name"], _ELEM[n.dtype], n.type) for n in self.graph.inputs]
+        for i, n in enumerate(self.graph.nodes()):
+            self.base = f"{n.scope}/{n.op.value}_{i}" if n.scope else f"{n.op.value}_{i}"
+            self.out, self.k, self.span = f"{self.v}{i}", 0, n.span
+            self.vals[id(n)] = self._lower_node(n)
+        outputs = []
+        self.span = None
+        for name, n in self.graph.outputs:
+            self.base, self.out = f"outputs/{name}", name
+            elem = self._model_elem(n.dtype)
+            if n.op is Op.CONST or self.vals[id(n)][1] == elem:
+                self._emit("Identity", [self._get(n, elem)], out=name)
+            else:
+                self._emit("Cast", [self._get(n)], out=name, to=elem)
+            outputs.append(_value_info(name, elem, n.type))
+        return helper.make_graph(
+            self.nodes, str(self.graph.meta.get("entry", "pseudoformer")), inputs, outputs
+        )
+
+    def weights(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The initializers by PARAM name, in the type they are stored in; call before lower()."""
+        out = {}
+        missing = [p.attrs["name"] for p in self.graph.params() if p.attrs["name"] not in params]
+        if missing:
+            raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
+        for p in self.graph.params():  # one per distinct name, so tied weights are stored once
+            name, t = p.attrs["name"], p.type
+            arr = np.asarray(params[name])
+            if len(arr.shape) != t.rank or any(
+                isinstance(d, int) and d != s for d, s in zip(t.shape, arr.shape, strict=True)
+            ):
+                raise BackendError(f"parameter {name} has shape {arr.shape}, the graph wants {t}")
+            elem = self._model_elem(p.dtype)
+            # ONNX raw data is little-endian whatever the host.
+            out[name] = np.ascontiguousarray(arr, dtype=np.dtype(_NUMPY[elem]).newbyteorder("<"))
+            self.params[name] = (name, elem)
+        return out
+
+    # ---- emitting
+
+    def _model_elem(self, dtype: DType) -> int:
+        """The ONNX type an IR dtype computes in: the model's float for float32 under fp16."""
+        return TensorProto.FLOAT16 if self.half and dtype is DType.float32 else _ELEM[dtype]
+
+    def _emit(
+        self, op_type: str, inputs: Sequence[str], *, out: str | None = None, node_name: str | None = None, **attrs
+    ) -> str:
+        final = out == self.out
+        if out is None:
+            self.k += 1
+            out = f"{self.out}.{self.k}"
+        name = node_name or (self.base if final else f"{self.base}/{op_type}")
+        if name in self.names:
+            suffix = 2
+            while f"{name}_{suffix}" in self.names:
+                suffix += 1
+            name = f"{name}_{suffix}"
+        self.names.add(name)
+        node = helper.make_node(op_type, list(inputs), [out], name=name, **attrs)
+        if self.span is not None:
+            node.doc_string = str(self.span)
+        self.nodes.append(node)
+        return out
+
+    def _const(self, value, elem: int, out: str | None = None) -> str:
+        arr = np.asarray(value, dtype=_NUMPY[elem])
+        key = (elem, arr.shape, arr.tobytes())
+        if out is None and key in self.consts:
+            return self.consts[key]
+        name = out or f"{self.c}{len(self.consts)}"
+        node_name = None if out else f"constants/{name}"
+        self._emit("Constant", [], out=name, node_name=node_name, value=numpy_helper.from_array(arr, name))
+        if out is None:
+            self.consts[key] = name
+        return name
+
+    def _ints(self, values: Sequence[int]) -> str:
+        return self._const(np.asarray(values, dtype=np.int64), TensorProto.INT64)
+
+    def _get(self, n: Node, elem: int | None = None) -> str:
+        """The value of IR node `n`, cast to `elem` if given; casts are made once per value and type."""
+        value, have = self.vals[id(n)]
+        if n.op is Op.CONST:
+            return self._const(n.attrs["value"], have if elem is None else elem)
+        if elem is None or have == elem:
+            return value
+        if (value, elem) not in self.casts:
+            self.casts[value, elem] = self._emit("Cast", [value], to=elem)
+        return self.casts[value, elem]
+
+    def _compute_elem(self, n: Node) -> int:
+        return TensorProto.FLOAT if id(n) in self.wide else self._model_elem(n.dtype)
+
+    def _shape_dim(self, value: str, axis: int) -> str:
+        """A run-time size as an int64 [1] tensor."""
+        if (value, axis) not in self.shape_of:
+            self.shape_of[value, axis] = self._emit("Shape", [value], start=axis, end=axis + 1)
+        return self.shape_of[value, axis]
+
+    # ---- one IR node
+
+    def _lower_node(self, n: Node) -> tuple[str, int]:
+        op, a = n.op, n.attrs
+        if op is Op.INPUT:
+            return a["name"], _ELEM[n.dtype]
+        if op is Op.PARAM:
+            return self.params[a["name"]]  # tied weights: every PARAM of a name reads one initializer
+        if op is Op.CONST:
+            # Emitted where used, in the type the user wants: under fp16 one constant may be
+            # needed as fp16 in one place and fp32 in another, and a Cast of it would be waste.
+            return "", self._model_elem(n.dtype)
+        if op in _LAYOUT:
+            return self._lower_layout(n)
+        if op in UNARY | ARITH | LOGICAL | COMPARE or op in (Op.NOT, Op.WHERE):
+            return self._lower_elementwise(n)
+        if op is Op.CAST:
+            elem = self._compute_elem(n) if n.dtype.is_float else _ELEM[n.dtype]
+            return self._emit("Cast", [self._get(n.src[0])], out=self.out, to=elem), elem
+        if op is Op.MATMUL:
+            elem = self._model_elem(n.dtype)
+            return self._emit("MatMul", [self._get(s, elem) for s in n.src], out=self.out), elem
+        if op in _REDUCE:
+            return self._lower_reduce(n)
+        if op is Op.SOFTMAX:
+            elem = self._compute_elem(n)
+            return self._emit("Softmax", [self._get(n.src[0], elem)], out=self.out, axis=a["axis"]), elem
+        if op is Op.DIM:
+            src = n.src[0]
+            axis = a["axis"] % src.type.rank
+            if isinstance(src.shape[axis], int):  # a static size needs no run-time Shape
+                return self._const(src.shape[axis], TensorProto.INT64, out=self.out), TensorProto.INT64
+            dim = self._shape_dim(self._get(src), axis)
+            return self._emit("Squeeze", [dim, self._ints([0])], out=self.out), TensorProto.INT64
+        if op is Op.ARANGE:
+            return self._range(self._get(n.src[0]), out=self.out), TensorProto.INT64
+        if op is Op.INDEX_MASK:
+            rows = self._emit("Unsqueeze", [self._range(self._get(n.src[0])), self._ints([1])])
+            cols = self._range(self._get(n.src[1]))
+            rel = a["rel"]
+            if rel == "!=":
+                eq = self._emit("Equal", [rows, cols])
+                return self._emit("Not", [eq], out=self.out), TensorProto.BOOL
+            return self._emit(_RELATION[rel], [rows, cols], out=self.out), TensorProto.BOOL
+        raise BackendError(f"the ONNX backend cannot lower {op.value} (at {n.span or n.scope or '?'})")
+
+    def _range(self, n: str, out: str | None = None) -> str:
+        zero, one = self._const(0, TensorProto.INT64), self._const(1, TensorProto.INT64)
+        return self._emit("Range", [zero, n, one], out=out)
+
+    def _lower_elementwise(self, n: Node) -> tuple[str, int]:
+        op = n.op
+        if op in COMPARE:
+            # Operands may have come out of different precisions under fp16: compare in the wider.
+            elems = {self.vals[id(s)][1] for s in n.src}
+            elem = elems.pop() if len(elems) == 1 else TensorProto.FLOAT
+            args = [self._get(s, elem) for s in n.src]
+            if op is Op.NE:
+                return self._emit("Not", [self._emit("Equal", args)], out=self.out), TensorProto.BOOL
+            return self._emit(_BINARY[op], args, out=self.out), TensorProto.BOOL
+        elem = self._compute_elem(n)
+        if op is Op.WHERE:
+            cond, x, y = n.src
+            args = [self._get(cond), self._get(x, elem), self._get(y, elem)]
+            return self._emit("Where", args, out=self.out), elem
+        args = [self._get(s, elem) for s in n.src]
+        if op is Op.NOT:
+            return self._emit("Not", args, out=self.out), elem
+        if op in _UNARY:
+            return self._emit(_UNARY[op], args, out=self.out), elem
+        if op is Op.GELU:
+            return self._gelu(args[0], n.attrs.get("approximate", "none"), elem), elem
+        return self._emit(_BINARY[op], args, out=self.out), elem
+
+    def _gelu(self, x: str, approximate: str, elem: int) -> str:
+        if approximate not in ("none", "tanh"):
+            raise BackendError(f"gelu approximate={approximate!r}: the backend knows 'none' and 'tanh'")
+        if self.opset >= 20:
+            return self._emit("Gelu", [x], out=self.out, approximate=approximate)
+        # Older opsets have no Gelu: the defining formulas.
+        def c(v: float) -> str:
+            return self._const(v, elem)
+
+        if approximate == "none":
+            inner = self._emit("Erf", [self._emit("Mul", [x, c(1 / np.sqrt(2))])])
+        else:
+            cube = self._emit("Mul", [self._emit("Mul", [x, x]), x])
+            poly = self._emit("Add", [x, self._emit("Mul", [cube, c(0.044715)])])
+            inner = self._emit("Tanh", [self._emit("Mul", [poly, c(np.sqrt(2 / np.pi))])])
+        half_x = self._emit("Mul", [x, c(0.5)])
+        return self._emit("Mul", [half_x, self._emit("Add", [inner, c(1.0)])], out=self.out)
+
+    def _lower_reduce(self, n: Node) -> tuple[str, int]:
+        elem = self._compute_elem(n)
+        x = self._get(n.src[0], elem)
+        axes = sorted(ax % n.src[0].type.rank for ax in n.attrs["axes"])
+        keep = int(bool(n.attrs.get("keepdims", False)))
+        op_type = _REDUCE[n.op]
+        if not axes:  # "reduce nothing" to the IR, but "reduce everything" to ONNX
+            return self._emit("Identity", [x], out=self.out), elem
+        if op_type != "ReduceSum" and self.opset < 18:  # axes became an input in opset 18
+            return self._emit(op_type, [x], out=self.out, axes=axes, keepdims=keep), elem
+        return self._emit(op_type, [x, self._ints(axes)], out=self.out, keepdims=keep), elem
+
+    def _lower_layout(self, n: Node) -> tuple[str, int]:
+        op, a = n.op, n.attrs
+        if id(n) in self.wide:
+            elem = TensorProto.FLOAT
+        elif op is Op.CONCAT:
+            elems = {self.vals[id(s)][1] for s in n.src}
+            elem = elems.pop() if len(elems) == 1 else self._model_elem(n.dtype)
+        else:  # moving data around changes no values, so keep whatever precision it has
+            elem = self.vals[id(n.src[0])][1]
+        if op is Op.CONCAT:
+            return self._emit("Concat", [self._get(s, elem) for s in n.src], out=self.out, axis=a["axis"]), elem
+        x = self._get(n.src[0], elem)
+        if op is Op.TRANSPOSE:
+            return self._emit("Transpose", [x], out=self.out, perm=list(a["perm"])), elem
+        if op in (Op.UNSQUEEZE, Op.SQUEEZE):
+            op_type = "Unsqueeze" if op is Op.UNSQUEEZE else "Squeeze"
+            return self._emit(op_type, [x, self._ints(sorted(a["axes"]))], out=self.out), elem
+        if op is Op.GATHER:
+            return self._emit("Gather", [x, self._get(n.src[1])], out=self.out, axis=a["axis"]), elem
+        if op is Op.SLICE:
+            start = self._emit("Unsqueeze", [self._get(n.src[1]), self._ints([0])])
+            stop = self._emit("Unsqueeze", [self._get(n.src[2]), self._ints([0])])
+            axis = a["axis"] % n.src[0].type.rank
+            return self._emit("Slice", [x, start, stop, self._ints([axis])], out=self.out), elem
+        # Every target dim is known, so allowzero: a 0 means an empty axis, not "copy the input's".
+        return self._emit("Reshape", [x, self._target_shape(n, x)], out=self.out, allowzero=1), elem
+
+    def _target_shape(self, n: Node, x: str) -> str:
+        """Reshape's shape operand: int dims inline, symbolic dims read off the operand at run time."""
+        src = n.src[0].shape
+        pieces: list[str | list[int]] = []
+        for d in n.attrs["shape"]:
+            if isinstance(d, str):
+                if d not in src:  # the verifier rejects such graphs; say so rather than guess
+                    raise BackendError(f"reshape to {n.type} at {n.span or n.scope or '?'}: "
+                                       f"dim {d!r} is not a dim of the operand {n.src[0].type}")
+                pieces.append(self._shape_dim(x, src.index(d)))
+            elif pieces and isinstance(pieces[-1], list):
+                pieces[-1].append(d)
+            else:
+                pieces.append([d])
+        parts = [self._ints(p) if isinstance(p, list) else p for p in pieces]
+        return parts[0] if len(parts) == 1 else self._emit("Concat", parts, axis=0)

@@ -1,0 +1,124 @@
+"""Running a lowered model on onnxruntime, on the CPU or on CUDA, never silently on the wrong one.
+
+onnxruntime is imported only here and only when a runner is made, so compiling to ONNX works in
+an environment without it; onnxruntime (CPU) and onnxruntime-gpu install the same module, which
+is why the two extras are alternatives.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from pseudoformer.backends.onnx.errors import BackendError
+
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+
+_NUMPY = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(double)": np.float64,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+    "tensor(bool)": np.bool_,
+}
+
+
+def _onnxruntime() -> Any:
+    try:
+        import onnxruntime
+    except ImportError as e:
+        raise BackendError(
+            "running a model needs onnxruntime, which is not installed: "
+            "pip install 'pseudoformer[cpu]' (or 'pseudoformer[gpu]' for CUDA, never both)"
+        ) from e
+    return onnxruntime
+
+
+class OnnxRunner:
+    """An onnxruntime session over a model (a ModelProto or a path), on provider "cpu" or "cuda"."""
+
+    def __init__(
+        self, model: onnx.ModelProto | str | os.PathLike, *, provider: str = "cpu", threads: int | None = None
+    ) -> None:
+        ort = _onnxruntime()
+        if provider not in PROVIDERS:
+            raise BackendError(f"unknown provider {provider!r}: the valid ones are {', '.join(PROVIDERS)}")
+        available = ort.get_available_providers()
+        if PROVIDERS[provider] not in available:
+            if provider == "cuda":
+                raise BackendError(
+                    "CUDA was asked for, but this onnxruntime has no CUDAExecutionProvider "
+                    f"(installed: {', '.join(available)}); install pseudoformer[gpu] (onnxruntime-gpu) "
+                    "in an environment without the CPU onnxruntime, or use provider='cpu'"
+                )
+            raise BackendError(f"this onnxruntime has no {PROVIDERS[provider]} (installed: {', '.join(available)})")
+        options = ort.SessionOptions()
+        if threads is not None:
+            if threads < 1:
+                raise BackendError(f"threads must be at least 1, got {threads}")
+            options.intra_op_num_threads = threads
+        if isinstance(model, onnx.ModelProto):
+            try:
+                source: bytes | str = model.SerializeToString()
+            except Exception as e:  # protobuf's EncodeError, or ValueError, past 2 GiB
+                raise BackendError(
+                    f"the model is too big to hand to onnxruntime in memory ({e}); "
+                    "save it with save_model and pass the path"
+                ) from e
+        else:
+            if not Path(model).is_file():
+                raise BackendError(f"no model file at {model}")
+            source = str(model)
+        self.provider = provider
+        self.device = "cuda" if provider == "cuda" else "cpu"
+        try:
+            # Naming only the asked provider is what rules out a quiet fallback to the CPU.
+            self.session = ort.InferenceSession(source, sess_options=options, providers=[PROVIDERS[provider]])
+        except Exception as e:  # onnxruntime raises its own exception types for load failures
+            raise BackendError(f"onnxruntime could not load the model: {e}") from e
+        self._inputs = {i.name: i for i in self.session.get_inputs()}
+        self.input_names = list(self._inputs)
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run on `inputs` (by input name); return every output by name, as numpy arrays."""
+        feed = self._feed(inputs)
+        if self.device == "cpu":
+            values = self.session.run(self.output_names, feed)
+        else:
+            # IO binding keeps the outputs on the GPU until the one copy back, instead of
+            # onnxruntime choosing where they live.
+            binding = self.session.io_binding()
+            for name, value in feed.items():
+                binding.bind_cpu_input(name, value)
+            for name in self.output_names:
+                binding.bind_output(name, "cuda")
+            self.session.run_with_iobinding(binding)
+            values = binding.copy_outputs_to_cpu()
+        return dict(zip(self.output_names, values, strict=True))
+
+    def _feed(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        missing = [n for n in self.input_names if n not in inputs]
+        extra = [n for n in inputs if n not in self._inputs]
+        if missing or extra:
+            raise BackendError(
+                f"inputs do not match the model's ({', '.join(self.input_names)}): "
+                f"missing {missing or 'none'}, unexpected {extra or 'none'}"
+            )
+        feed = {}
+        for name, value in inputs.items():
+            value = np.asarray(value)
+            want = _NUMPY.get(self._inputs[name].type)
+            if want is not None and value.dtype != want:
+                # Widening within a kind (int32 tokens to int64) is safe; float to int is not.
+                if np.dtype(want).kind != value.dtype.kind:
+                    raise BackendError(f"input {name} is {value.dtype}, the model wants {np.dtype(want)}")
+                value = value.astype(want)
+            feed[name] = np.ascontiguousarray(value)
+        return feed

@@ -1,0 +1,118 @@
+"""Saving: atomic, never a partial file at the destination, weights in a side file when too big."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx_cases import I64, assert_matches, block, block_inputs, block_params, inp, lower_checked, op, param
+
+from pseudoformer.backends.onnx import BackendError, OnnxRunner, save_model, to_onnx
+from pseudoformer.backends.onnx import save as save_module
+from pseudoformer.backends.onnx.save import data_path
+from pseudoformer.ir.graph import Graph
+from pseudoformer.ir.ops import Op
+
+BIG = {"d": 32, "vocab": 64, "lmax": 32}  # big enough that the embeddings pass the 1 KiB inline limit
+
+
+@pytest.fixture
+def model() -> onnx.ModelProto:
+    return lower_checked(block(), block_params())
+
+
+def _listing(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_save_writes_a_loadable_model_and_nothing_else(tmp_path, model):
+    path = save_model(model, tmp_path / "m.onnx")
+    assert path == tmp_path / "m.onnx"
+    assert _listing(tmp_path) == ["m.onnx"]
+    assert onnx.load(str(path)).SerializeToString() == model.SerializeToString()
+    feed = block_inputs(2, 3)
+    assert_matches(OnnxRunner(path).run(feed), OnnxRunner(model).run(feed))
+
+
+def _failing_save(*args, **kwargs):
+    # Write part of a file where the real save would, then fail, as a full disk would.
+    Path(args[1]).write_bytes(b"partial")
+    raise OSError("disk full")
+
+
+def test_a_failed_write_leaves_no_partial_file(tmp_path, model, monkeypatch):
+    monkeypatch.setattr(save_module.onnx, "save_model", _failing_save)
+    with pytest.raises(BackendError, match="disk full"):
+        save_model(model, tmp_path / "m.onnx")
+    assert _listing(tmp_path) == []
+
+
+def test_a_failed_overwrite_keeps_the_old_file(tmp_path, model, monkeypatch):
+    path = save_model(model, tmp_path / "m.onnx")
+    before = path.read_bytes()
+    monkeypatch.setattr(save_module.onnx, "save_model", _failing_save)
+    with pytest.raises(BackendError):
+        save_model(model, path)
+    assert path.read_bytes() == before
+    assert _listing(tmp_path) == ["m.onnx"]
+
+
+def test_an_unwritable_directory_is_reported(tmp_path, model):
+    with pytest.raises(BackendError, match="does not exist"):
+        save_model(model, tmp_path / "missing" / "m.onnx")
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only directories")
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    try:
+        with pytest.raises(BackendError, match="cannot save"):
+            save_model(model, locked / "m.onnx")
+        assert _listing(locked) == []
+    finally:
+        locked.chmod(0o700)
+
+
+def test_big_models_put_their_weights_in_one_side_file(tmp_path):
+    params = block_params(**BIG)
+    model = lower_checked(block(**BIG), params)
+    before = model.SerializeToString()
+    path = save_model(model, tmp_path / "m.onnx", external_threshold=0)
+    assert _listing(tmp_path) == ["m.onnx", "m.onnx.data"]
+    assert model.SerializeToString() == before  # the caller's model is lent, not changed
+    assert data_path(path).stat().st_size > path.stat().st_size
+    stored = onnx.load(str(path), load_external_data=False)
+    external = {t.name for t in stored.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL}
+    assert {"W_e", "W_p"} <= external
+    assert {e.value for t in stored.graph.initializer for e in t.external_data if e.key == "location"} == {"m.onnx.data"}
+    feed = block_inputs(2, 5, vocab=BIG["vocab"])
+    assert_matches(OnnxRunner(path).run(feed), OnnxRunner(model).run(feed))
+
+
+def test_a_failed_big_save_leaves_neither_file(tmp_path, monkeypatch):
+    model = lower_checked(block(**BIG), block_params(**BIG))
+    before = model.SerializeToString()
+    monkeypatch.setattr(save_module.onnx, "save_model", _failing_save)
+    with pytest.raises(BackendError):
+        save_model(model, tmp_path / "m.onnx", external_threshold=0)
+    assert _listing(tmp_path) == []
+    assert model.SerializeToString() == before
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("PSEUDOFORMER_BIG_TESTS"), reason="writes 2 GiB; set PSEUDOFORMER_BIG_TESTS=1")
+def test_a_model_over_two_gib_saves_and_runs(tmp_path):
+    rows = 2**31 // (4 * 1024) + 1024  # a [rows, 1024] float32 table just over 2 GiB
+    x = inp("x", I64, "n")
+    g = Graph([x], [("y", op(Op.GATHER, param("table", rows, 1024), x, axis=0))])
+    table = np.zeros((rows, 1024), np.float32)
+    table[-1] = 7.0
+    model = to_onnx(g, {"table": table})  # too big to check in memory: checked from the path
+    del table
+    path = save_model(model, tmp_path / "big.onnx")
+    assert _listing(tmp_path) == ["big.onnx", "big.onnx.data"]
+    assert path.stat().st_size < 2**20
+    out = OnnxRunner(path).run({"x": np.array([rows - 1, 0])})["y"]
+    assert (out[0] == 7).all() and (out[1] == 0).all()
