@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lark import Tree
+
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Module, Stmt, Type, Use
 from pseudoformer.frontend.errors import AlgError, AlgSyntaxError, Diagnostics, LayoutError, Pos
 from pseudoformer.frontend.layout import Kind, Line, split_lines

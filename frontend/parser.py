@@ -8,6 +8,7 @@ from importlib import resources
 
 from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
 from pseudoformer.frontend.ast import Expr, Type
 from pseudoformer.frontend.errors import AlgSyntaxError, Pos
 from pseudoformer.frontend.layout import Kind, Line
