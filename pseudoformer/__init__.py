@@ -1,3 +1,16 @@
 """pseudoformer: compile transformer architectures written as in Formal Algorithms for Transformers."""
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # The API is imported on first use, so `pseudoformer --version` stays instant.
+    if name in ("compile", "CompiledModel"):
+        from pseudoformer import deploy
+
+        return getattr(deploy, name)
+    if name in ("load", "check", "Model"):
+        from pseudoformer import pipeline
+
+        return getattr(pipeline, name)
+    raise AttributeError(f"module 'pseudoformer' has no attribute {name!r}")

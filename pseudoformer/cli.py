@@ -52,22 +52,35 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--locations", action="store_true", help="show each node's source line and scope")
     i.add_argument("-o", "--output", help="write to this file instead of stdout")
 
+    k = sub.add_parser("compile", help="compile a model to a deployable file")
+    k.add_argument("file", metavar="FILE")
+    _model_args(k)
+    k.add_argument("--weights", help="a .safetensors file or a HuggingFace checkpoint directory")
+    k.add_argument("--seed", type=int, default=0, help="seed of the random init when no --weights are given")
+    k.add_argument("--backend", default="onnx", help="onnx (the default)")
+    k.add_argument("--dtype", default="float32", help="float32 (default) or float16")
+    k.add_argument("--opset", type=int, help="ONNX opset (default: the newest onnxruntime 1.31 runs)")
+    k.add_argument("-o", "--output", required=True, help="the file to write, e.g. model.onnx")
+
     r = sub.add_parser("run", help="run a model on inputs saved as .npy files")
     r.add_argument("file", metavar="FILE", help="a .alg file (or a compiled model.onnx)")
     _model_args(r)
     r.add_argument("--weights", help="a .safetensors file or a HuggingFace checkpoint directory")
     r.add_argument("--seed", type=int, default=0, help="seed of the random init when no --weights are given")
-    r.add_argument("--backend", default="numpy", help="numpy (the reference interpreter) or onnx")
+    r.add_argument("--backend", help="numpy (the reference interpreter) or onnx (ONNX Runtime); the default is "
+                   "numpy for a .alg file and onnx for a .onnx file")
     r.add_argument("--provider", default="cpu", help="ONNX Runtime provider: cpu or cuda")
     r.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads")
-    r.add_argument("--input", dest="inputs", action="append", default=[], metavar="NAME=FILE.npy", required=True)
+    r.add_argument("--input", dest="inputs", action="append", default=[], metavar="NAME=FILE.npy", required=True,
+                   help="an input from a .npy file, or written inline as a JSON list: x='[[464, 2068]]'")
     r.add_argument("-o", "--output", required=True, help="the .npz file to write the outputs to")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] = {"check": _check, "inspect": _inspect, "run": _run}[args.command]
+    handler: Callable[[argparse.Namespace], int] = {"check": _check, "inspect": _inspect, "run": _run,
+                                                        "compile": _compile}[args.command]
     try:
         return handler(args)
     except CompileError as e:
@@ -125,8 +138,14 @@ def _read_inputs(specs: list[str]) -> dict[str, np.ndarray]:
     out = {}
     for spec in specs:
         if "=" not in spec:
-            raise UsageError(f"--input takes NAME=FILE.npy, got {spec!r}")
+            raise UsageError(f"--input takes NAME=FILE.npy or NAME=[…], got {spec!r}")
         name, file = spec.split("=", 1)
+        if file.lstrip().startswith("["):
+            try:
+                out[name] = np.array(json.loads(file))  # JSON, never eval: inputs are untrusted
+            except (json.JSONDecodeError, ValueError) as e:
+                raise UsageError(f"--input {name}: not a JSON list of numbers ({e})") from None
+            continue
         try:
             out[name] = np.load(file, allow_pickle=False)  # never unpickle user files
         except FileNotFoundError:
@@ -136,19 +155,51 @@ def _read_inputs(specs: list[str]) -> dict[str, np.ndarray]:
     return out
 
 
+def _compile(args: argparse.Namespace) -> int:
+    from pseudoformer.deploy import compile
+
+    out = Path(args.output)
+    if not out.parent.is_dir() and str(out.parent):
+        raise UsageError(f"cannot write {out}: no directory {out.parent}")
+    compiled = compile(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
+                       seed=args.seed, backend=args.backend, dtype=args.dtype, opset=args.opset)
+    compiled.save(out)
+    n = sum(w.size for w in compiled.model.weights.values())
+    print(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {args.dtype}, inputs "
+          f"{', '.join(str(i.attrs['name']) + str(list(i.type.shape)) for i in compiled.model.graph.inputs)}",
+          file=sys.stderr)
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from pseudoformer.pipeline import check_inputs, load
 
     inputs = _read_inputs(args.inputs)
-    if args.backend != "numpy":
-        raise UsageError(f"unknown backend {args.backend!r} (choose numpy)")
-    model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
-                 seed=args.seed)
-    feed = check_inputs(model.graph, inputs)
-    try:
-        outputs = model.run(feed)
-    except IndexError as e:
-        raise UsageError(f"an input index is out of range: {e}") from None
+    is_onnx = Path(args.file).suffix == ".onnx"
+    backend = args.backend or ("onnx" if is_onnx else "numpy")
+    if backend not in ("numpy", "onnx"):
+        raise UsageError(f"unknown backend {backend!r} (choose numpy or onnx)")
+    if args.provider not in ("cpu", "cuda"):
+        raise UsageError(f"unknown provider {args.provider!r} (choose cpu or cuda)")
+    if is_onnx:
+        from pseudoformer.deploy import run_onnx
+
+        if backend != "onnx":
+            raise UsageError("a .onnx file runs on the onnx backend; run the .alg source for numpy")
+        outputs = run_onnx(args.file, inputs, provider=args.provider, threads=args.threads)
+    else:
+        model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
+                     seed=args.seed)
+        feed = check_inputs(model.graph, inputs)
+        if backend == "onnx":
+            from pseudoformer.deploy import lower, run_onnx
+
+            outputs = run_onnx(lower(model), feed, provider=args.provider, threads=args.threads)
+        else:
+            try:
+                outputs = model.run(feed)
+            except IndexError as e:
+                raise UsageError(f"an input index is out of range: {e}") from None
     write_atomic(Path(args.output), lambda fh: np.savez(fh, **outputs))
     shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in outputs.items())
     print(f"wrote {args.output}: {shapes}", file=sys.stderr)
@@ -164,7 +215,10 @@ def write_atomic(path: Path, write: Callable) -> None:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror}") from None
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's file is private; the result should not be
         with os.fdopen(fd, "wb") as fh:
             write(fh)
         os.replace(tmp, path)

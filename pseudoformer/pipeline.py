@@ -95,7 +95,7 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
     else:
         params = random_weights(expected, seed=seed)
     graph.meta["source_path"] = str(src)
-    return Model(graph, params, src, cfg, str(wpath) if wpath else None)
+    return Model(graph, params, src, cfg, str(wpath) if wpath else None, meta={"seed": seed})
 
 
 def check(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,

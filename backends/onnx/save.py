@@ -74,6 +74,10 @@ def _temporary(path: Path):
     """A fresh temporary file name beside `path`, removed on the way out unless it was moved."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
+    # mkstemp makes the file private (0600); the result should get the usual permissions.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     try:
         yield tmp
     finally:

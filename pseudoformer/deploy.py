@@ -1,0 +1,89 @@
+"""Compile a model for deployment: `pseudoformer.compile(...)` → an object that can `.save()` and `.run()`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pseudoformer import __version__
+from pseudoformer.frontend.errors import UsageError
+from pseudoformer.pipeline import Model, check_inputs, load
+
+BACKENDS = ("onnx",)
+DTYPES = ("float32", "float16")
+
+
+@dataclass
+class CompiledModel:
+    """An ONNX model compiled from a .alg source, with the interpreter's model it came from."""
+
+    onnx: Any  # onnx.ModelProto
+    model: Model
+    dtype: str
+
+    def save(self, path: str | Path) -> Path:
+        """Write the .onnx file atomically (external data beside it past 2 GiB)."""
+        from pseudoformer.backends.onnx import BackendError, save_model
+
+        try:
+            return save_model(self.onnx, path)
+        except BackendError as e:
+            raise UsageError(str(e)) from None
+
+    def run(self, inputs: Mapping[str, Any] | None = None, *, provider: str = "cpu", threads: int | None = None,
+            **named: Any) -> dict[str, np.ndarray]:
+        """Run on ONNX Runtime (provider "cpu" or "cuda")."""
+        feed = check_inputs(self.model.graph, {**(inputs or {}), **named})
+        return run_onnx(self.onnx, feed, provider=provider, threads=threads)
+
+
+def compile(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,  # noqa: A001
+            defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
+            backend: str = "onnx", dtype: str = "float32", opset: int | None = None) -> CompiledModel:
+    """Compile a .alg model (with its config and weights) to ONNX."""
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
+    if dtype not in DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r} (choose {', '.join(DTYPES)})")
+    model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed)
+    return CompiledModel(lower(model, dtype=dtype, opset=opset), model, dtype)
+
+
+def lower(model: Model, *, dtype: str = "float32", opset: int | None = None) -> Any:
+    from pseudoformer.backends.onnx import BackendError, to_onnx
+
+    source = model.source.read_bytes()
+    metadata = {
+        "source": model.source.name,
+        "source_sha256": hashlib.sha256(source).hexdigest(),
+        "entry": model.entry,
+        "hyperparameters": json.dumps(model.graph.meta.get("hyperparameters", {}), sort_keys=True),
+        "weights": model.weights_source or f"random (seed {model.meta.get('seed', 0)})",
+        "pseudoformer_version": __version__,
+    }
+    try:
+        return to_onnx(model.graph, model.weights, dtype=dtype, opset=opset, metadata=metadata)
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+
+
+def run_onnx(onnx_model: Any, inputs: Mapping[str, np.ndarray], *, provider: str = "cpu",
+             threads: int | None = None) -> dict[str, np.ndarray]:
+    from pseudoformer.backends.onnx import BackendError, OnnxRunner
+
+    try:
+        runner = OnnxRunner(onnx_model, provider=provider, threads=threads)
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+    try:
+        return runner.run(inputs)
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+    except Exception as e:  # onnxruntime's own errors: a token id out of range, a too-long sequence
+        raise UsageError(f"onnxruntime failed: {str(e).strip()}") from None
