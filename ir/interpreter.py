@@ -162,6 +162,27 @@ def _index_mask(rows: np.ndarray, cols: np.ndarray, rel: str) -> np.ndarray:
     return _RELS[rel](i, j)
 
 
+def _layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, axis: int, eps: float) -> np.ndarray:
+    axis %= x.ndim
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    m = x.mean(axis=axis, keepdims=True)
+    v = ((x - m) ** 2).mean(axis=axis, keepdims=True)
+    return ((x - m) / np.sqrt(v + np.asarray(eps, x.dtype)) * g.reshape(shape) + b.reshape(shape)).astype(x.dtype)
+
+
+def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float,
+               causal: bool) -> np.ndarray:
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, q.dtype)
+    keep = np.ones(s.shape[-2:], dtype=bool)
+    if mask is not None:
+        keep &= mask
+    if causal:
+        keep &= np.tril(np.ones(s.shape[-2:], dtype=bool))
+    s = np.where(keep, s, np.asarray(-np.inf, q.dtype))
+    return np.matmul(_softmax(s, -1), v).astype(q.dtype)
+
+
 def _reshape(n: Node, x: np.ndarray) -> np.ndarray:
     src = n.src[0].type.shape
     dims: list[int] = []
@@ -235,6 +256,10 @@ def _eval(n: Node, a: list[np.ndarray]) -> Any:
         return _slice(a[0], a[1], a[2], at["axis"])
     if op is Op.INDEX_MASK:
         return _index_mask(a[0], a[1], at["rel"])
+    if op is Op.LAYER_NORM:
+        return _layer_norm(a[0], a[1], a[2], at["axis"], at["eps"])
+    if op is Op.ATTENTION:
+        return _attention(a[0], a[1], a[2], a[3] if len(a) > 3 else None, at["scale"], at["causal"])
     raise InterpreterError(f"no semantics for op {op.value}")
 
 

@@ -68,6 +68,11 @@ class Op(enum.Enum):
     ARANGE = "arange"  # (n int64 scalar), attrs: dim — int64[dim] holding 0 … n−1
     SLICE = "slice"  # (x, start, stop int64 scalars), attrs: axis, dim — x[start:stop] on axis
     INDEX_MASK = "index_mask"  # (rows, cols int64 scalars), attrs: rel, dims — bool[r, c], i rel j
+    # fused ops, made by passes (the frontend never emits them)
+    LAYER_NORM = "layer_norm"  # (x, γ, β), attrs: axis, eps — normalise x over one axis; γ, β: [x.shape[axis]]
+    ATTENTION = "attention"  # (q, k, v[, mask]), attrs: scale, causal — softmax(q kᵀ·scale) v over the last
+    # two axes: q [..., s_q, d], k [..., s_k, d], v [..., s_k, d_v] → [..., s_q, d_v]; the optional bool
+    # mask [s_q, s_k] is True where a query may attend; causal masks keys after the query (s_q = s_k)
 
 
 UNARY = {Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.ABS, Op.RELU, Op.GELU}
@@ -82,6 +87,7 @@ for _op in UNARY | {Op.NOT, Op.CAST, Op.TRANSPOSE, Op.UNSQUEEZE, Op.SQUEEZE, Op.
     ARITY[_op] = 1
 for _op in ARITH | COMPARE | LOGICAL | {Op.MATMUL, Op.GATHER, Op.INDEX_MASK}:
     ARITY[_op] = 2
+ARITY[Op.LAYER_NORM] = 3
 
 
 class IRTypeError(Exception):
@@ -210,4 +216,22 @@ def infer_type(op: Op, src: Sequence[TensorType], attrs: Mapping[str, Any]) -> T
         if attrs["rel"] not in RELATIONS:
             raise IRTypeError(f"unknown relation {attrs['rel']!r}")
         return TensorType(DType.bool, tuple(attrs["dims"]))
+    if op is Op.LAYER_NORM:
+        x, g, b = src
+        ax = _axis(attrs["axis"], x.rank)
+        if g.shape != (x.shape[ax],) or b.shape != (x.shape[ax],):
+            raise IRTypeError(f"layer_norm over axis {ax} of {x} needs γ, β of [{x.shape[ax]}], got {g}, {b}")
+        return x
+    if op is Op.ATTENTION:
+        if len(src) not in (3, 4):
+            raise IRTypeError(f"attention takes 3 or 4 operands, got {len(src)}")
+        q, k, v = src[:3]
+        if min(q.rank, k.rank, v.rank) < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+            raise IRTypeError(f"attention of q {q}, k {k}, v {v}")
+        if len(src) == 4 and (src[3].dtype is not DType.bool or src[3].shape != (q.shape[-2], k.shape[-2])):
+            raise IRTypeError(f"attention mask must be bool[{q.shape[-2]}, {k.shape[-2]}], got {src[3]}")
+        lead = broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        if lead is None:
+            raise IRTypeError(f"attention batch dims do not broadcast: {q}, {k}")
+        return TensorType(q.dtype, (*lead, q.shape[-2], v.shape[-1]))
     raise IRTypeError(f"no typing rule for {op}")

@@ -49,6 +49,8 @@ REQUIRED_ATTRS: dict[Op, tuple[str, ...]] = {
     Op.ARANGE: ("dim",),
     Op.SLICE: ("axis", "dim"),
     Op.INDEX_MASK: ("rel", "dims"),
+    Op.LAYER_NORM: ("axis", "eps"),
+    Op.ATTENTION: ("scale", "causal"),
 }
 
 GELU_APPROXIMATIONS = ("none", "tanh")
@@ -121,7 +123,8 @@ def _node_problems(n: Node) -> list[str]:
     if missing:
         return [f"missing attribute(s) {', '.join(missing)}"]
     want = ARITY.get(n.op, -1)
-    if (want >= 0 and len(n.src) != want) or (n.op is Op.CONCAT and not n.src):
+    if (want >= 0 and len(n.src) != want) or (n.op is Op.CONCAT and not n.src) \
+            or (n.op is Op.ATTENTION and len(n.src) not in (3, 4)):
         return [f"takes {want if want >= 0 else 'at least 1'} operand(s), has {len(n.src)}"]
     problems: list[str] = []
     try:

@@ -311,7 +311,61 @@ class _Lowering:
                 eq = self._emit("Equal", [rows, cols])
                 return self._emit("Not", [eq], out=self.out), TensorProto.BOOL
             return self._emit(_RELATION[rel], [rows, cols], out=self.out), TensorProto.BOOL
+        if op is Op.LAYER_NORM:
+            return self._lower_layer_norm(n)
+        if op is Op.ATTENTION:
+            return self._lower_attention(n)
         raise BackendError(f"the ONNX backend cannot lower {op.value} (at {n.span or n.scope or '?'})")
+
+    def _lower_layer_norm(self, n: Node) -> tuple[str, int]:
+        x, g, b = n.src
+        rank = x.type.rank
+        axis = n.attrs["axis"] % rank
+        elem = self._compute_elem(n)
+        xv = self._get(x, elem)
+        # LayerNormalization normalises the trailing axes: move ours last and back if it is not.
+        perm = [i for i in range(rank) if i != axis] + [axis]
+        if axis != rank - 1:
+            xv = self._emit("Transpose", [xv], perm=perm)
+        y = self._emit("LayerNormalization", [xv, self._get(g, elem), self._get(b, elem)],
+                       out=None if axis != rank - 1 else self.out, axis=-1, epsilon=float(n.attrs["eps"]))
+        if axis != rank - 1:
+            inverse = [perm.index(i) for i in range(rank)]
+            y = self._emit("Transpose", [y], out=self.out, perm=inverse)
+        return y, elem
+
+    def _lower_attention(self, n: Node) -> tuple[str, int]:
+        elem = self._compute_elem(n)
+        q, k, v = (self._get(s, elem) for s in n.src[:3])
+        rank = n.src[0].type.rank
+        if self.opset < 23 or rank not in (3, 4):
+            return self._attention_by_parts(n, q, k, v, elem)
+        if rank == 3:  # one head: the op's 4-D form is [batch, heads, seq, dim]
+            q, k, v = (self._emit("Unsqueeze", [t, self._ints([1])]) for t in (q, k, v))
+        inputs = [q, k, v] + ([self._get(n.src[3])] if len(n.src) > 3 else [])
+        attrs = {"scale": float(n.attrs["scale"]), "is_causal": int(bool(n.attrs["causal"]))}
+        out = self._emit("Attention", inputs, out=None if rank == 3 else self.out, **attrs)
+        if rank == 3:
+            out = self._emit("Squeeze", [out, self._ints([1])], out=self.out)
+        return out, elem
+
+    def _attention_by_parts(self, n: Node, q: str, k: str, v: str, elem: int) -> tuple[str, int]:
+        """softmax(q kᵀ·scale + mask) v with plain ops, for opsets before Attention (23)."""
+        rank = n.src[0].type.rank
+        perm = list(range(rank - 2)) + [rank - 1, rank - 2]
+        s = self._emit("MatMul", [q, self._emit("Transpose", [k], perm=perm)])
+        s = self._emit("Mul", [s, self._const(n.attrs["scale"], elem)])
+        keep = self._get(n.src[3]) if len(n.src) > 3 else None
+        if n.attrs["causal"]:
+            sq = self._emit("Squeeze", [self._shape_dim(q, rank - 2), self._ints([0])])
+            sk = self._emit("Squeeze", [self._shape_dim(k, rank - 2), self._ints([0])])
+            rows = self._emit("Unsqueeze", [self._range(sq), self._ints([1])])
+            causal = self._emit("GreaterOrEqual", [rows, self._range(sk)])
+            keep = causal if keep is None else self._emit("And", [keep, causal])
+        if keep is not None:
+            s = self._emit("Where", [keep, s, self._const(-np.inf, elem)])
+        p = self._emit("Softmax", [s], axis=-1)
+        return self._emit("MatMul", [p, v], out=self.out), elem
 
     def _range(self, n: str, out: str | None = None) -> str:
         zero, one = self._const(0, TensorProto.INT64), self._const(1, TensorProto.INT64)

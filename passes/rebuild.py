@@ -1,0 +1,33 @@
+"""Rebuild a graph node by node, in topological order, letting a function replace nodes.
+
+Nodes are immutable in spirit: a pass never edits a node another graph may share; it makes new
+ones. `rebuild` hands each node, with its operands already rebuilt, to `fn`, which returns a
+replacement or None to keep it (cloned only when an operand changed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pseudoformer.ir import Graph, Node, Op
+
+
+def clone(n: Node, src: tuple[Node, ...]) -> Node:
+    return Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
+
+
+def rebuild(graph: Graph, fn: Callable[[Node, tuple[Node, ...]], Node | None]) -> tuple[Graph, bool]:
+    mapping: dict[int, Node] = {}
+    changed = False
+    for n in graph.nodes():
+        src = tuple(mapping[id(s)] for s in n.src)
+        if n.op is Op.INPUT:
+            mapping[id(n)] = n
+            continue
+        new = fn(n, src)
+        if new is None:
+            new = n if all(a is b for a, b in zip(src, n.src, strict=True)) else clone(n, src)
+        changed = changed or new is not n
+        mapping[id(n)] = new
+    outputs = [(name, mapping[id(n)]) for name, n in graph.outputs]
+    return Graph(inputs=list(graph.inputs), outputs=outputs, meta=dict(graph.meta)), changed
