@@ -6,7 +6,7 @@ layer_norm, the same causal mask for every head — and CSE shares it.
 
 from __future__ import annotations
 
-from pseudoformer.ir import Graph, Node, Op
+from pseudoformer.ir import Graph, Node
 from pseudoformer.passes.rebuild import clone, rebuild
 
 

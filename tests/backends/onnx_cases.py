@@ -141,6 +141,33 @@ def structure_inputs(batch: int, seq: int, seed: int = 2) -> dict[str, np.ndarra
     }
 
 
+def fused() -> Graph:
+    """The ops passes make: layer_norm over a middle axis, and attention with and without masks."""
+    x = inp("x", F32, "batch", 6, "seq")
+    ln = op(Op.LAYER_NORM, x, param("ln_g", 6), param("ln_b", 6), axis=1, eps=1e-5)
+    q, k, v = (inp(n, F32, "batch", 2, "seq", d) for n, d in (("q", 4), ("k", 4), ("v", 3)))
+    mask = inp("mask", BOOL, "seq", "seq")
+    causal = op(Op.ATTENTION, q, k, v, mask, scale=0.5, causal=True)
+    q3 = op(Op.TRANSPOSE, x, perm=(0, 2, 1))  # one head: [batch, seq, 6]
+    plain = op(Op.ATTENTION, q3, q3, q3, scale=0.25, causal=False)
+    return Graph([x, q, k, v, mask], [("ln", ln), ("causal", causal), ("plain", plain)], {"entry": "Fused"})
+
+
+def fused_params(seed: int = 3) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"ln_g": rng.standard_normal(6).astype(np.float32), "ln_b": rng.standard_normal(6).astype(np.float32)}
+
+
+def fused_inputs(batch: int, seq: int, seed: int = 4) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    mask = rng.random((seq, seq)) < 0.7
+    mask[:, 0] = True  # every query attends somewhere, or its softmax is nan by definition
+    out = {"x": rng.standard_normal((batch, 6, seq)).astype(np.float32), "mask": mask}
+    for n, d in (("q", 4), ("k", 4), ("v", 3)):
+        out[n] = rng.standard_normal((batch, 2, seq, d)).astype(np.float32)
+    return out
+
+
 def assert_matches(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *, tol: float = 1e-5) -> None:
     assert list(got) == list(want)
     for name, w in want.items():

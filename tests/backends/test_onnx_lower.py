@@ -15,6 +15,9 @@ from onnx_cases import (
     block_params,
     check_against_oracle,
     const,
+    fused,
+    fused_inputs,
+    fused_params,
     inp,
     lower_checked,
     op,
@@ -32,9 +35,10 @@ from pseudoformer.ir.verify import verify
 
 
 def test_the_cases_cover_every_op_and_are_well_formed():
-    assert ops_used(block(), structure()) == set(Op)
+    assert ops_used(block(), structure(), fused()) == set(Op)
     verify(block())
     verify(structure())
+    verify(fused())
 
 
 def test_block_matches_the_interpreter_at_every_size():
@@ -43,6 +47,17 @@ def test_block_matches_the_interpreter_at_every_size():
 
 def test_structure_ops_match_the_interpreter_at_every_size():
     check_against_oracle(structure(), {}, [structure_inputs(b, s) for b, s in SIZES])
+
+
+def test_fused_ops_match_the_interpreter_at_every_size():
+    model = check_against_oracle(fused(), fused_params(), [fused_inputs(b, s) for b, s in SIZES])
+    kinds = {n.op_type for n in model.graph.node}
+    assert {"LayerNormalization", "Attention"} <= kinds
+
+
+def test_fused_attention_by_parts_before_opset_23():
+    model = check_against_oracle(fused(), fused_params(), [fused_inputs(2, 5)], opset=21)
+    assert "Attention" not in {n.op_type for n in model.graph.node}
 
 
 @pytest.mark.parametrize("opset", [MIN_OPSET, 18, 19, 20, 21, DEFAULT_OPSET])
