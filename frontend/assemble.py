@@ -5,7 +5,7 @@ from __future__ import annotations
 from lark import Tree
 
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Module, Stmt, Type, Use
-from pseudoformer.frontend.errors import AlgError, AlgSyntaxError, Diagnostics, LayoutError, Pos
+from pseudoformer.frontend.errors import AlgError, AlgSyntaxError, BadTypeError, Diagnostics, LayoutError, Pos
 from pseudoformer.frontend.layout import Kind, Line, split_lines
 from pseudoformer.frontend.parser import parse_line
 
@@ -29,22 +29,30 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
     section: str | None = None
     # Open declaration containers of the current section, by indentation: (indent, members list).
     decl_stack: list[tuple[int, list[Decl]]] = []
-    body_lines: list[tuple[Line, Tree]] = []
+    body_lines: list[tuple[Line, Tree | None]] = []
 
     def close_algorithm() -> None:
         if current is not None:
             current.body = _blocks(body_lines, fail)
             body_lines.clear()
+            for d in current.inputs:
+                if d.kind != "typed":  # the elaborator builds an input from its type, so it must have one
+                    fail(BadTypeError(f"the input {d.name} needs a type, as in {d.name} ∈ ℝ^{{d_e × ℓ}} or "
+                                      f"{d.name} ∈ V*", d.pos))
 
     for line in lines:
         try:
             tree = parse_line(line, path)
         except AlgError as e:
             fail(e)
+            if line.kind is Kind.BODY and current is not None:
+                body_lines.append((line, None))  # keeps the line numbering, so no follow-on error
             continue
         if line.kind is Kind.USE:
-            names = [str(t) for t in tree.children[0].children] if tree.children[0] is not None else None
-            module.uses.append(Use(names, str(tree.children[1])[1:-1], line.pos))
+            # The tokens keep their positions, so a missing name or file is reported where it is written.
+            names = list(tree.children[0].children) if tree.children[0] is not None else None
+            file_tok = tree.children[1]
+            module.uses.append(Use(names, str(file_tok)[1:-1], file_tok.pos))
         elif line.kind is Kind.HEADER:
             close_algorithm()
             current = _header(tree, line.pos)
@@ -201,7 +209,7 @@ def _stmt(tree: Tree | Expr, line: Line) -> Stmt:
     raise AlgSyntaxError(f"unsupported statement ({k})", pos)
 
 
-def _blocks(lines: list[tuple[Line, Tree]], fail) -> list[Stmt]:  # noqa: ANN001
+def _blocks(lines: list[tuple[Line, Tree | None]], fail) -> list[Stmt]:  # noqa: ANN001
     """Nest body lines: `for … do` runs to `end`; a `For h ∈ [H]:` header takes the deeper-indented lines."""
     root: list[Stmt] = []
     # (statement whose body is open, indent of its line or None for do/end blocks)
@@ -215,6 +223,10 @@ def _blocks(lines: list[tuple[Line, Tree]], fail) -> list[Stmt]:  # noqa: ANN001
         # Close indentation blocks this line is not inside.
         while stack[-1][1] is not None and line.indent <= stack[-1][1]:
             stack.pop()
+        if tree is None:  # a line that did not parse, already reported
+            if line.text.rstrip().endswith(" do"):  # still opens a block, so its `end` is no second error
+                stack.append((Stmt("for_range", line.pos, line.number), None, []))
+            continue
         try:
             stmt = _stmt(tree, line)
         except AlgError as e:

@@ -36,7 +36,9 @@ class Line:
 _BLOCK_COMMENT = re.compile(r"/\*.*?\*/")
 _SECTION = re.compile(r"(Input|Output|Parameter|Hyperparameter)s?\s*:")
 _NUMBERED = re.compile(r"(\d+)([ \t]+)(?=\S)")
-_REMARK = re.compile(r"(\[\[|⟦)\s*([^\[\]⟦⟧]*?(∈|\\in\b)[^\[\]⟦⟧]*?)\s*(\]\]|⟧)\s*$")
+# Brackets and ∈ in any of their spellings; a condition in an Iverson bracket never holds ∈.
+_DECLARES = re.compile(r"∈|\\in\b|\bin\b|consisting")
+_REMARK = re.compile(r"(\[\[|⟦|\[\\!\[)\s*([^\[\]⟦⟧]*?(∈|\\in\b|\bin\b)[^\[\]⟦⟧]*?)\s*(\]\]|⟧|\]\\!\])\s*$")
 
 
 def _strip_comments(raw: str) -> str:
@@ -49,6 +51,7 @@ def _strip_comments(raw: str) -> str:
 def split_lines(source: str, file: str, diags: Diagnostics) -> list[Line]:
     lines: list[Line] = []
     in_algorithm = False
+    section_indent = 0
     for lineno, raw in enumerate(source.splitlines(), start=1):
         text = _strip_comments(raw).rstrip()
         if not text.strip():
@@ -68,6 +71,7 @@ def split_lines(source: str, file: str, diags: Diagnostics) -> list[Line]:
                                   pos, raw))
         elif _SECTION.match(body):
             lines.append(Line(Kind.SECTION, body, pos, lead))
+            section_indent = lead
         elif m := _NUMBERED.match(body):
             start = lead + m.end()
             stmt = text[start:]
@@ -77,9 +81,14 @@ def split_lines(source: str, file: str, diags: Diagnostics) -> list[Line]:
                 stmt = stmt[: r.start()].rstrip()
             lines.append(Line(Kind.BODY, stmt, Pos(file, lineno, start + 1), len(m.group(2)),
                               number=int(m.group(1)), remark=remark))
-        elif lines and lines[-1].kind in (Kind.SECTION, Kind.CONTINUATION):
+        elif lines and lines[-1].kind in (Kind.SECTION, Kind.CONTINUATION) and lead > section_indent:
             lines.append(Line(Kind.CONTINUATION, body, pos, lead))
         else:
+            # Without the indentation rule, a body line that lost its number would parse as a
+            # declaration and fail with a puzzling "expected ∈".
+            looks_declared = lines and lines[-1].kind in (Kind.SECTION, Kind.CONTINUATION) and _DECLARES.search(body)
+            notes = ("a declaration continuing the section above is indented deeper than the section",) \
+                if looks_declared else ()
             diags.add(LayoutError("a body line needs the paper's line number in front of it",
-                                  pos, raw))
+                                  pos, raw, notes))
     return lines

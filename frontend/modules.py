@@ -101,12 +101,14 @@ def _build_scope(prog: Program, mod: Module, diags: Diagnostics) -> None:
         if sub is None:
             continue
         wanted = use.names if use.names is not None else [a.name for a in sub.algorithms]
-        for name in dict.fromkeys(wanted):
+        for tok in dict.fromkeys(wanted):
+            name = str(tok)
             found = sub.overloads(name)
             if not found:
                 have = ", ".join(dict.fromkeys(a.name for a in sub.algorithms)) or "nothing"
+                pos = getattr(tok, "pos", use.pos)  # the name's own position when the parser gave one
                 diags.add(UnknownNameError(f"{use.path} has no algorithm {name} (it defines {have})",
-                                           use.pos, _line(mod, use.pos)))
+                                           pos, _line(mod, pos)))
             elif name not in scope:  # a file's own definitions shadow imported ones
                 scope[name] = list(found)
     prog.scopes[mod.path] = scope

@@ -8,6 +8,7 @@ from importlib import resources
 
 from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.lexer import PatternStr
 
 from pseudoformer.frontend.ast import Expr, Type
 from pseudoformer.frontend.errors import AlgSyntaxError, Pos
@@ -282,7 +283,8 @@ def _syntax_error(e: UnexpectedInput, line: Line) -> AlgSyntaxError:
         msg = f"unexpected {e.token.value!r}"
     else:
         msg = "syntax error"
-    expected = sorted(_describe(t) for t in (getattr(e, "expected", None) or ()))
+    # Words ("a name") before symbols, so the cut at 8 keeps the most telling ones.
+    expected = sorted((_describe(t) for t in (getattr(e, "expected", None) or ())), key=lambda x: (x[:1] == "'", x))
     expected = [x for x in dict.fromkeys(expected) if x][:8]
     if expected:
         msg += "; expected " + ", ".join(expected)
@@ -292,7 +294,13 @@ def _syntax_error(e: UnexpectedInput, line: Line) -> AlgSyntaxError:
 _NAMES = {"NAME": "a name", "CALLEE": "a function", "NUMBER": "a number", "INT": "an integer",
           "ARROW": "'←'", "IN": "'∈'", "COLON": "':'", "COMMA": "','", "RPAR": "')'", "LPAR": "'('",
           "RSQB": "']'", "LSQB": "'['", "RBRACE": "'}'", "VBAR": "'|'", "EQUAL": "'='", "PLUS": "'+'",
-          "MINUS": "'−'", "TIMES": "'×'", "IVERSON_CLOSE": "']]'", "TRANSPOSE": "'ᵀ'", "STRING": "a \"file\""}
+          "MINUS": "'−'", "TIMES": "'×'", "IVERSON_CLOSE": "']]'", "TRANSPOSE": "'ᵀ'", "STRING": "a \"file\"",
+          "IVERSON_OPEN": "'[['", "INF": "'∞'", "REL": "a comparison", "EQUALS": "'='", "EQUIV": "'≡'",
+          "SUM": "'Σ'", "SQRT": "'√'", "SQRT_BRACE": "", "ELLIPSIS": "'…'", "CDOT": "'·'", "ODOT": "'⊙'",
+          "STAR": "'*'", "SUPER_OPEN": "'^{'", "SUB_OPEN": "'_{'", "SUB_SIMPLE": "", "REALS": "'ℝ'",
+          "NATURALS": "'ℕ'", "FORALL": "'∀'", "NOT": "'¬'", "AND": "'∧'", "OR": "'∨'", "POWER": "a power",
+          "LABEL": "an algorithm number", "DELTA": "'Δ'", "CONG": "'≅'", "DIMDOT": "", "SEMICOLON": "';'",
+          "SLASH": "'/'", "LBRACE": "'{'", "CIRCUMFLEX": "'^'", "R": "", "N": ""}
 
 
 def _describe(terminal: str) -> str:
@@ -300,4 +308,8 @@ def _describe(terminal: str) -> str:
         return _NAMES[terminal]
     if terminal.startswith("__ANON") or terminal in ("DESC", "$END"):
         return ""
-    return terminal.lower()
+    try:  # a keyword (`do`, `then`, `Algorithm`): quote it as written
+        pattern = grammar().get_terminal(terminal).pattern
+    except KeyError:
+        return terminal.lower()
+    return f"'{pattern.value}'" if isinstance(pattern, PatternStr) else terminal.lower()
