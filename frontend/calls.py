@@ -7,7 +7,7 @@ from typing import Any
 
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt
 from pseudoformer.frontend.errors import ArityError, BadTypeError, HyperparameterError, ShapeError
-from pseudoformer.frontend.exprs import ev, ev_val
+from pseudoformer.frontend.exprs import describe, ev, ev_val
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import GroupVal, collection, top_entries
@@ -74,7 +74,7 @@ def call_algorithm(f: Frame, e: Expr) -> Any:
         lhs, _, rhs = bd.args
         target = lhs.args[0] if lhs.op == "index" else lhs
         if target.op != "name" or target.text not in hyper_names:
-            raise f.error(HyperparameterError, f"{callee.name} has no hyperparameter {target.text or target.op}",
+            raise f.error(HyperparameterError, f"{callee.name} has no hyperparameter {describe(target)}",
                           lhs.pos)
         vars_ = tuple(i.text for i in lhs.args[1]) if lhs.op == "index" else ()
         if any(not i.op == "name" for i in (lhs.args[1] if lhs.op == "index" else ())):
@@ -108,7 +108,7 @@ def _bind_input(g: Frame, name: str, v: Any, a: Expr) -> list[str]:
         g.vars[key] = v
         return []
     if not isinstance(v, Val):
-        raise g.error(BadTypeError, f"{a.text or a.op} is not a value", a.pos)
+        raise g.error(BadTypeError, f"{describe(a)} is not a value", a.pos)
     t = decl.type
     if t.kind == "vocab" or t.kind == "index":
         want = 1 if t.star else 0
@@ -118,6 +118,16 @@ def _bind_input(g: Frame, name: str, v: Any, a: Expr) -> list[str]:
         g.vars[key] = v
         return []
     rank = len(t.dims)
+    if decl.var is not None:  # e_{1:T}: the caller passes the family as the columns of a matrix
+        if len(v.dims) != rank + 1:
+            raise g.caller.error(ShapeError, f"{g.alg.name}'s {name} is a family of {rank}-dim values, passed as "
+                                 f"the columns of a matrix; {describe(a)} is {show(v)}", a.pos)
+        if decl.range is not None and decl.range.kind == "index":
+            g.bind_dims(decl.range, v.dims[-1:], f"the length of {name} in {g.alg.name}", a.pos)
+        g.bind_dims(t, v.dims[:-1], f"argument {name} of {g.alg.name}", a.pos)
+        internal = g.b.fresh(decl.var)
+        g.vars[key] = (dim_to_free(g.b, v, rank, internal), (internal,))
+        return []
     mapped: list[str] = []
     while len(v.dims) > rank:  # a vector algorithm applied to a matrix: map it over the columns
         internal = g.b.fresh("col")
@@ -125,7 +135,7 @@ def _bind_input(g: Frame, name: str, v: Any, a: Expr) -> list[str]:
         mapped.insert(0, internal)
     if len(v.dims) < rank:
         raise g.caller.error(ShapeError, f"{g.alg.name}'s {name} is declared with {rank} dims; "
-                             f"{a.text or 'this'} is {show(v)}", a.pos)
+                             f"{describe(a)} is {show(v)}", a.pos)
     g.bind_dims(t, v.dims, f"argument {name} of {g.alg.name}", a.pos)
     g.vars[key] = v
     return mapped
@@ -138,14 +148,14 @@ def _bind_param(f: Frame, g: Frame, pname: str, expr: Expr, top: dict[str, Decl]
         if d.kind in ("group", "alg_group"):
             if not isinstance(v, GroupVal):
                 raise f.error(BadTypeError, f"{g.alg.name}'s {pname} is a group of parameters; "
-                              f"{expr.text or 'this'} is not", expr.pos)
+                              f"{describe(expr)} is not", expr.pos)
             if v.abstract and v.alg != g.alg.name:
-                raise f.error(BadTypeError, f"{expr.text} holds the parameters of {v.alg}, not of {g.alg.name}",
+                raise f.error(BadTypeError, f"{describe(expr)} holds the parameters of {v.alg}, not of {g.alg.name}",
                               expr.pos)
         elif isinstance(v, Val):
             g.bind_dims(d.type, v.dims, f"parameter {pname} of {g.alg.name}", expr.pos)
         else:
-            raise f.error(BadTypeError, f"{g.alg.name}'s {pname} is a matrix or vector; {expr.text} is not", expr.pos)
+            raise f.error(BadTypeError, f"{g.alg.name}'s {pname} is a matrix or vector; {describe(expr)} is not", expr.pos)
         g.bound[pname] = v
     elif pname in hyper:
         if expr.op == "name" and expr.text in f.hyper:
@@ -159,8 +169,7 @@ def _bind_param(f: Frame, g: Frame, pname: str, expr: Expr, top: dict[str, Decl]
 def _check_output(g: Frame, v: Val, e: Expr) -> None:
     for d in g.alg.output_decls:
         if d.type is not None and d.type.kind in ("real", "prob", "bool") and d.type.dims:
-            if len(d.type.dims) == len(v.dims):
-                g.bind_dims(d.type, v.dims, f"the output {d.name} of {g.alg.name}", g.alg.pos)
+            g.bind_dims(d.type, v.dims, f"the output {d.name} of {g.alg.name}", g.alg.pos)
 
 
 # ---------------------------------------------------------------------- statements
@@ -191,11 +200,10 @@ def _exec(f: Frame, s: Stmt) -> None:
     if k == "assign":
         value = ev(f, s.value)
         assign(f, s.target, value, None, s)
-        if s.remark is not None and isinstance(value, Val):
-            _, typ, rpos = s.remark
-            f.bind_dims(typ, value.dims, "the value", rpos)
+        _check_remark(f, s, value)
     elif k == "return":
         v = ev(f, s.value)
+        _check_remark(f, s, v)
         raise _Return(v)
     elif k == "for_map":
         n = ev(f, s.bounds[0])
@@ -239,6 +247,13 @@ def _exec(f: Frame, s: Stmt) -> None:
         assign(f, inner.target, ev(f, inner.value), cond, inner)
     else:
         raise f.error(BadTypeError, f"unexpected {k}", s.pos)
+
+
+def _check_remark(f: Frame, s: Stmt, value: Any) -> None:
+    """[[Query ∈ ℝ^{d_attn × ℓ_x}]] after a line is a claim about its value's shape: hold the source to it."""
+    if s.remark is not None and isinstance(value, Val):
+        name, typ, rpos = s.remark
+        f.bind_dims(typ, value.dims, f"the remark [[{name} ∈ …]]", rpos)
 
 
 class _mapvars:
@@ -292,12 +307,19 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
         raise f.error(BadTypeError, "only values can be assigned entry-wise", s.pos)
     if any(not (it.op == "all" or (it.op == "name" and it.text in f.maps)) for it in items):
         raise f.error(BadTypeError, "assign to whole rows and columns: use `:` and loop indices", s.pos)
-    existing = f.vars.get(key)
+    # Sʰ[t, t'] ← … inside `For h ∈ [H]:` updates this head's member of the family Sʰ.
+    fam = f.vars.get(key) if loop_idx else None
+    if loop_idx and not isinstance(fam, Family):
+        fam = Family()
+    existing = fam.members.get(loop_idx) if fam is not None else f.vars.get(key)
     if existing is not None and isinstance(existing, Val) and len(existing.dims) != len(items):
         raise f.error(ShapeError, f"{tok} is {show(existing)}; it takes {len(existing.dims)} indices", s.pos)
     if cond is not None:
         if existing is None:
             raise f.error(BadTypeError, f"{tok} is not defined yet", s.pos)
+        if not isinstance(existing, Val):
+            raise f.error(BadTypeError, f"{tok} is not a vector or a matrix, so it cannot be updated entry-wise",
+                          s.pos)
         view = existing
         for i in reversed(range(len(items))):
             if items[i].op == "name":
@@ -313,7 +335,11 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
             raise f.error(ShapeError, f"{tok} is {show(existing)}, the new value {show(result)}", s.pos)
         for old, new in zip(existing.dims, result.dims, strict=True):
             unify(f.b, old, new, f"assigning to {tok}")
-    f.vars[key] = result
+    if fam is not None:
+        fam.members[loop_idx] = result
+        f.vars[key] = fam
+    else:
+        f.vars[key] = result
 
 
 def _place(f: Frame, value: Val, items: list, s: Stmt) -> Val:

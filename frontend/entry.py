@@ -187,7 +187,7 @@ def _output(f: Frame, result: Any) -> Any:
     if result.free:
         raise f.error(BadTypeError, f"the result still depends on a loop index ({show(result)})", f.alg.pos)
     for d in f.alg.output_decls:
-        if d.type is not None and d.type.dims and len(d.type.dims) == len(result.dims):
+        if d.type is not None and d.type.kind in ("real", "prob", "bool") and d.type.dims:
             f.bind_dims(d.type, result.dims, f"the output {d.name}", d.pos)
     node = result.node
     if len(result.dims) == 2:

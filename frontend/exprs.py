@@ -76,11 +76,18 @@ def ev_val(f: Frame, e: Expr) -> Val:
     if isinstance(v, Val):
         return v
     what = "a parameter group" if isinstance(v, GroupVal) else "a family of values"
-    raise f.error(BadTypeError, f"{_describe(e)} is {what}, not a value", e.pos)
+    raise f.error(BadTypeError, f"{describe(e)} is {what}, not a value", e.pos)
 
 
-def _describe(e: Expr) -> str:
-    return e.text or e.op
+def describe(e: Expr) -> str:
+    """An expression as a message names it: `x`, `exp(…)`, `x[…]`; the tag alone (`index`) reads as nonsense."""
+    if e.op == "call":
+        return f"{e.text}(…)"
+    if e.op == "index":
+        return f"{describe(e.args[0])}[…]"
+    if e.op == "transpose":
+        return f"{describe(e.args[0])}ᵀ"
+    return e.text or "this expression"
 
 
 def _ev(f: Frame, e: Expr) -> Any:
@@ -167,7 +174,7 @@ def _bool(f: Frame, value: bool) -> Val:
 def _to_bool(f: Frame, v: Val, e: Expr) -> Val:
     if v.kind == "bool":
         return v
-    raise f.error(BadTypeError, f"{_describe(e)} is {show(v)}, not a truth value", e.pos)
+    raise f.error(BadTypeError, f"{describe(e)} is {show(v)}, not a truth value", e.pos)
 
 
 def _power(f: Frame, x: Val, k: int) -> Val:
@@ -290,12 +297,12 @@ def index(f: Frame, base: Any, items: tuple, e: Expr) -> Val:
     if isinstance(base, MaskDef):
         raise f.error(BadTypeError, "internal: unevaluated mask", e.pos)
     if not isinstance(base, Val):
-        raise f.error(BadTypeError, f"{_describe(e.args[0])} cannot be indexed", e.pos)
+        raise f.error(BadTypeError, f"{describe(e.args[0])} cannot be indexed", e.pos)
     v = base
     if len(items) != len(v.dims):
         if v.const is not None and not v.dims:
             return v  # Mask ≡ 1 indexed entry-wise is still 1
-        raise f.error(ShapeError, f"{_describe(e.args[0])} is {show(v)}: it takes {len(v.dims)} indices, "
+        raise f.error(ShapeError, f"{describe(e.args[0])} is {show(v)}: it takes {len(v.dims)} indices, "
                       f"not {len(items)}", e.pos)
     for i in reversed(range(len(items))):
         it = items[i]
@@ -322,7 +329,8 @@ def index(f: Frame, base: Any, items: tuple, e: Expr) -> Val:
                 raise f.error(BadTypeError, f"index {idx.const} is not a position (they count from 1)", it.pos)
             idx = Val(f.b.const(k - 1, DType.int64), "index")
         if not isinstance(idx, Val) or idx.kind not in ("token", "index") or idx.dims:
-            raise f.error(BadTypeError, f"{_describe(it)} is not an index (a position or a token id)", it.pos)
+            raise f.error(BadTypeError, f"{describe(it)} is {_shown(idx)}, not an index (a position or a token id)",
+                          it.pos)
         v = _gather(f, v, i, idx, it)
     return v
 
@@ -405,6 +413,8 @@ def _column_list(f: Frame, e: Expr) -> Val:
     items = e.args
     if not any(it.op == "ellipsis" for it in items):
         cols = [ev_val(f, it) for it in items]
+        for it, c in zip(items, cols, strict=True):
+            _check_column(f, c, it)
         return _stack(f, [replace(c, node=f.b.node(Op.UNSQUEEZE, c.node, axes=[c.paper_axis0 + 1]),
                                   dims=c.dims + (ONE,)) for c in cols], axis=1, e=e)
     fam, scripts = _family_of(f, items, e)
@@ -417,9 +427,24 @@ def _column_list(f: Frame, e: Expr) -> Val:
         unify(f.b, n, val.free_size(own[0]), "the list's length")
         return free_to_dim(f.b, val, own[0])
     count = _script_int(f, last, e.pos)
+    missing = [k for k in range(1, count + 1) if (k,) not in fam.members]
+    if missing:
+        raise f.error(UnknownNameError, f"members {missing} of the list have not been assigned", e.pos)
     cols = [fam.members[(k,)] for k in range(1, count + 1)]
+    for c in cols:
+        _check_column(f, c, e)
     return _stack(f, [replace(c, node=f.b.node(Op.UNSQUEEZE, c.node, axes=[c.paper_axis0 + 1]),
                               dims=c.dims + (ONE,)) for c in cols], axis=1, e=e)
+
+
+def _shown(v: Any) -> str:
+    return show(v) if isinstance(v, Val) else "not a value"
+
+
+def _check_column(f: Frame, c: Any, it: Expr) -> None:
+    if not isinstance(c, Val) or len(c.dims) != 1:
+        raise f.error(ShapeError, f"a list [a, b, …] puts vectors side by side as columns; {describe(it)} is "
+                      f"{_shown(c)}", it.pos)
 
 
 def _row_stack(f: Frame, e: Expr) -> Val:
@@ -434,6 +459,8 @@ def _row_stack(f: Frame, e: Expr) -> Val:
     if s is not None and not f.b.resolve(s).is_int:
         # checking without a config: one member stands for all
         m = next(iter(fam.members.values()))
+        if not isinstance(m, Val) or not m.dims:
+            raise f.error(ShapeError, f"only vectors and matrices can be stacked, not {_shown(m)}", e.pos)
         dims = (m.dims[0] * f.b.resolve(s),) + m.dims[1:]
         shape = list(m.node.type.shape)
         shape[m.paper_axis0] = dims[0].dim()
@@ -447,9 +474,13 @@ def _row_stack(f: Frame, e: Expr) -> Val:
 
 
 def _stack(f: Frame, vals: list[Val], axis: int, e: Expr) -> Val:
+    if not all(isinstance(v, Val) for v in vals):
+        raise f.error(BadTypeError, "only vectors and matrices can be stacked", e.pos)
     if len({len(v.dims) for v in vals}) != 1 or len({v.free_vars for v in vals}) != 1:
-        raise f.error(ShapeError, "the stacked values differ in shape", e.pos)
+        raise f.error(ShapeError, f"the stacked values differ in shape: {', '.join(show(v) for v in vals)}", e.pos)
     rank = len(vals[0].dims)
+    if rank <= axis:
+        raise f.error(ShapeError, f"only vectors and matrices can be stacked, not {show(vals[0])}", e.pos)
     for k in range(rank):
         if k != axis:
             for v in vals[1:]:
@@ -514,6 +545,8 @@ def call_expr(f: Frame, e: Expr) -> Any:
         if not isinstance(v, Val) or len(v.dims) != 1:
             raise f.error(BadTypeError, "length() needs a sequence", args[0].pos)
         return SizeVal(v.dims[0])
+    if name == "sqrt":  # the ASCII spelling of √, which folds constants: same IR as √d_attn
+        return _ev(f, Expr("sqrt", (args[0],), e.pos))
     x = ev_val(f, args[0])
     if name == "softmax":
         return softmax_columns(f.b, cast_real(f.b, x))

@@ -6,7 +6,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from pseudoformer.frontend.ast import Algorithm, Expr, Type
+from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Type
 from pseudoformer.frontend.errors import (
     AlgError,
     BadTypeError,
@@ -58,6 +58,7 @@ class Frame:
 
     def __post_init__(self) -> None:
         self.params: dict[str, Entry] = entries(self.alg.params)
+        self._declared: set[str] | None = None
 
     # ------------------------------------------------------------------ diagnostics
     def error(self, cls: type[AlgError], msg: str, pos: Any, notes: tuple[str, ...] = ()) -> AlgError:
@@ -94,9 +95,11 @@ class Frame:
                 raise self.error(HyperparameterError, f"{text} is a size, so it must be a whole number (got {v!r})", pos)
             self.sizes[key] = Size.of(v)
             return self.sizes[key]
-        if root.symbolic and self is root:
+        if root.symbolic and self is root and (create or key in self.declared_sizes()):
             # checking without a config: the entry's own sizes stay symbols; a callee's implicit
-            # sizes (MHAttention's d_out) are unknowns that unification fixes, as with a config
+            # sizes (MHAttention's d_out) are unknowns that unification fixes, as with a config.
+            # A name in an expression is a size only if a declaration mentions it, else a typo
+            # would pass `check` as a size of its own.
             self.sizes[key] = Size.of(key)
             return self.sizes[key]
         if not create:
@@ -104,6 +107,35 @@ class Frame:
         unknown = Size.of(self.b.fresh("?" + key))
         self.sizes[key] = unknown
         return unknown
+
+    def declared_sizes(self) -> set[str]:
+        """ASCII names of the sizes the algorithm's declarations mention: hyperparameters and type dims."""
+        if self._declared is None:
+            names: set[str] = set()
+
+            def walk_expr(e: Any) -> None:
+                if isinstance(e, Expr):
+                    if e.op == "name":
+                        names.add(parse_name(e.text).ascii())
+                    for a in e.args:
+                        walk_expr(a)
+                elif isinstance(e, tuple):
+                    for a in e:
+                        walk_expr(a)
+
+            def walk(decls: list[Decl]) -> None:
+                for d in decls:
+                    for t in (d.type, d.range):
+                        if t is not None:
+                            walk_expr(t.dims)
+                    walk_expr(d.value)
+                    walk(d.members)
+
+            alg = self.alg
+            walk(alg.inputs + alg.output_decls + alg.params + alg.hyper)
+            names |= {parse_name(d.name).ascii() for d in alg.hyper}
+            self._declared = names
+        return self._declared
 
     def root(self) -> Frame:
         f = self
@@ -146,7 +178,10 @@ class Frame:
     def bind_dims(self, typ: Type, actual: tuple[Size, ...], what: str, pos: Any) -> None:
         """Unify a declared type's dims with actual sizes, binding names seen for the first time."""
         if len(typ.dims) != len(actual):
-            raise self.error(ShapeError, f"{what} should have {len(typ.dims)} dims, but has {len(actual)}", pos)
+            n = len(typ.dims)
+            shape = " × ".join(_show(self.b.resolve(a)) for a in actual) or "a scalar"
+            raise self.error(ShapeError, f"{what} should have {n} dim{'s' if n != 1 else ''}, but has "
+                             f"{len(actual)} ({shape})", pos)
         for d, a in zip(typ.dims, actual, strict=True):
             if d.op == "name" and parse_name(d.text).ascii() not in self.sizes and not self._in_callers(d.text):
                 self.sizes[parse_name(d.text).ascii()] = a
@@ -155,8 +190,10 @@ class Frame:
             try:
                 unify(self.b, want, a, what)
             except ShapeMismatch:
-                raise self.error(ShapeError, f"{what}: expected size {_show(self.b.resolve(want))} for {_text(d)}, "
-                                 f"got {_show(self.b.resolve(a))}", pos) from None
+                want_s = _show(self.b.resolve(want))
+                expect = _text(d) if want_s == _text(d) else f"{_text(d)} = {want_s}"
+                raise self.error(ShapeError, f"{what}: expected size {expect}, got {_show(self.b.resolve(a))}",
+                                 pos) from None
 
     def _in_callers(self, text: str) -> bool:
         return False
@@ -235,4 +272,12 @@ def _show(s: Size) -> str:
 
 
 def _text(e: Expr) -> str:
-    return e.text or e.op
+    """A size expression as the source writes it, near enough for a message: `H d_mid`, `length(x)`."""
+    if e.op == "call":
+        return f"{e.text}({', '.join(_text(a) for a in e.args[0])})"
+    if e.text or e.op == "number":
+        return e.text or str(e.args[0])
+    sep = {"add": " + ", "sub": " − ", "juxt": " ", "div": " / "}.get(e.op)
+    if sep is None:
+        return e.op
+    return sep.join(f"({_text(a)})" if a.op in ("add", "sub") else _text(a) for a in e.args)

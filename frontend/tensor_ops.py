@@ -105,7 +105,7 @@ def elementwise(b: Builder, op: Op, vals: list[Val], what: str, kind: str | None
 
 
 def unary(b: Builder, op: Op, v: Val, **attrs: object) -> Val:
-    node = v.node if v.node.dtype is DType.float32 or op is Op.NOT else b.node(Op.CAST, v.node, dtype=DType.float32)
+    node = v.node if op is Op.NOT else cast_real(b, v).node
     return replace(v, node=b.node(op, node, **attrs), const=None,
                    kind="bool" if op is Op.NOT else "real")
 
@@ -135,7 +135,7 @@ def product(b: Builder, x: Val, y: Val) -> Val:
     if len(x.dims) != 2:
         raise ShapeMismatch(f"cannot multiply {show(x)} by {show(y)}")
     unify(b, x.dims[1], y.dims[0], f"matrix product {show(x)} · {show(y)}")
-    if x.dims[0] == ONE and not x.free and len(y.dims) == 1:
+    if x.dims[0] == ONE and len(y.dims) == 1:
         # a row times a column: a dot product, which may carry y's free variables
         xs = replace(x, node=b.node(Op.SQUEEZE, x.node, axes=[x.paper_axis0]), dims=(x.dims[1],))
         prod = elementwise(b, Op.MUL, [xs, y], "multiply")
@@ -197,4 +197,7 @@ def softmax_columns(b: Builder, v: Val) -> Val:
 def cast_real(b: Builder, v: Val) -> Val:
     if v.node.dtype is DType.float32:
         return v
-    return replace(v, node=b.node(Op.CAST, v.node, dtype=DType.float32), kind="real", const=None)
+    node = b.node(Op.CAST, v.node, dtype=DType.float32)
+    if v.kind == "index":  # positions are 0-based in the graph, but count from 1 in the paper: [[t = 1]]
+        node = b.node(Op.ADD, node, b.const(1.0))
+    return replace(v, node=node, kind="real", const=None)
