@@ -16,7 +16,9 @@ def clone(n: Node, src: tuple[Node, ...]) -> Node:
     return Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
 
 
-def rebuild(graph: Graph, fn: Callable[[Node, tuple[Node, ...]], Node | None]) -> tuple[Graph, bool]:
+def rebuild(graph: Graph, fn: Callable[[Node, tuple[Node, ...]], Node | None],
+            origins: dict[int, Node] | None = None) -> tuple[Graph, bool]:
+    """`origins`, if given, is filled with id(new node) → the input-graph node it replaces."""
     mapping: dict[int, Node] = {}
     changed = False
     for n in graph.nodes():
@@ -29,5 +31,7 @@ def rebuild(graph: Graph, fn: Callable[[Node, tuple[Node, ...]], Node | None]) -
             new = n if all(a is b for a, b in zip(src, n.src, strict=True)) else clone(n, src)
         changed = changed or new is not n
         mapping[id(n)] = new
+        if origins is not None:
+            origins.setdefault(id(new), n)
     outputs = [(name, mapping[id(n)]) for name, n in graph.outputs]
     return Graph(inputs=list(graph.inputs), outputs=outputs, meta=dict(graph.meta)), changed

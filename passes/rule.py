@@ -1,0 +1,70 @@
+"""Rewrite rules: each matches a formula in the graph, checks it may rewrite it, and builds the replacement.
+
+As in onnxscript's rewriter, a rule lives in its own module (passes/rules/), opens with the formula it
+matches, and says why it refused when the check fails — `pseudoformer inspect --explain` shows those
+reasons. A rule sees each node with its operands already rewritten and the graph's use counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pseudoformer.ir import Graph, Node
+from pseudoformer.passes.rebuild import rebuild
+
+
+@dataclass
+class Context:
+    """What a rule may ask about the graph being rewritten."""
+
+    uses: dict[int, int]  # id(node in the input graph) → number of operand slots that read it
+    origins: dict[int, Node] = field(default_factory=dict)  # id(rebuilt node) → its input-graph node
+    refusals: list[tuple[str, str, Any]] = field(default_factory=list)  # (rule, reason, span)
+
+    def used_once(self, n: Node) -> bool:
+        """Whether only one operand slot reads `n` (a rebuilt node or one of the input graph)."""
+        old = self.origins.get(id(n), n)
+        # A node a rule just created is not in the input graph: nothing else can use it yet.
+        return self.uses.get(id(old), 1) <= 1
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    # match(node, src, ctx) → a match object or None; check(match, ctx) → None or why not; rewrite → new node
+    match: Callable[[Node, tuple[Node, ...], Context], Any]
+    rewrite: Callable[[Any, Node], Node]
+    check: Callable[[Any, Context], str | None] = lambda m, ctx: None
+
+
+def use_counts(graph: Graph) -> dict[int, int]:
+    uses: dict[int, int] = {}
+    for n in graph.nodes():
+        for s in n.src:
+            uses[id(s)] = uses.get(id(s), 0) + 1
+    for _, n in graph.outputs:
+        uses[id(n)] = uses.get(id(n), 0) + 1
+    return uses
+
+
+def apply_rules(graph: Graph, rules: list[Rule], refusals: list | None = None) -> tuple[Graph, bool]:
+    ctx = Context(use_counts(graph))
+
+    def visit(n: Node, src: tuple[Node, ...]) -> Node | None:
+        for r in rules:
+            m = r.match(n, src, ctx)
+            if m is None:
+                continue
+            why = r.check(m, ctx)
+            if why is not None:
+                ctx.refusals.append((r.name, why, n.span))
+                continue
+            return r.rewrite(m, n)
+        return None
+
+    out = rebuild(graph, visit, ctx.origins)
+    if refusals is not None:
+        refusals.extend(ctx.refusals)
+    return out

@@ -1,0 +1,1 @@
+"""One module per rewrite rule, each opening with the formula it matches."""
