@@ -35,6 +35,11 @@ def _model_args(p: argparse.ArgumentParser) -> None:
                    help="set a hyperparameter, e.g. -D L=2 or -D ℓ_max=128")
 
 
+def _opt_arg(p: argparse.ArgumentParser, default: int, what: str) -> None:
+    p.add_argument("-O", dest="opt", type=int, default=default, metavar="LEVEL",
+                   help=f"optimisation level: -O0 literal, -O1 cleanup, -O2 all passes (default -O{default} {what})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="pseudoformer", description="Compile transformers written as in Formal Algorithms for "
                  "Transformers (Phuong & Hutter, 2022).")
@@ -46,8 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(c)
 
     i = sub.add_parser("inspect", help="print the IR graph of an algorithm")
-    i.add_argument("file", metavar="FILE")
+    i.add_argument("file", metavar="FILE", nargs="?")
     _model_args(i)
+    _opt_arg(i, 0, "here, so you see the paper's dataflow")
+    i.add_argument("--after", metavar="PASS", help="show the IR after this pass")
+    i.add_argument("--diff", metavar="PASS", help="show what this pass changed")
+    i.add_argument("--passes", action="store_true", help="list the passes and their levels")
     i.add_argument("--format", choices=["text", "dot", "json"], default="text")
     i.add_argument("--locations", action="store_true", help="show each node's source line and scope")
     i.add_argument("-o", "--output", help="write to this file instead of stdout")
@@ -60,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--backend", default="onnx", help="onnx (the default)")
     k.add_argument("--dtype", default="float32", help="float32 (default) or float16")
     k.add_argument("--opset", type=int, help="ONNX opset (default: the newest onnxruntime 1.31 runs)")
+    _opt_arg(k, 2, "for deployment")
     k.add_argument("-o", "--output", required=True, help="the file to write, e.g. model.onnx")
 
     r = sub.add_parser("run", help="run a model on inputs saved as .npy files")
@@ -71,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "numpy for a .alg file and onnx for a .onnx file")
     r.add_argument("--provider", default="cpu", help="ONNX Runtime provider: cpu or cuda")
     r.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads")
+    r.add_argument("-O", dest="opt", type=int, metavar="LEVEL",
+                   help="optimisation level (default: -O0 on numpy, the reference; -O2 on onnx)")
     r.add_argument("--input", dest="inputs", action="append", default=[], metavar="NAME=FILE.npy", required=True,
                    help="an input from a .npy file, or written inline as a JSON list: x='[[464, 2068]]'")
     r.add_argument("-o", "--output", required=True, help="the .npz file to write the outputs to")
@@ -117,16 +129,25 @@ def _check(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from pseudoformer.ir.printer import format_graph
     from pseudoformer.ir.view import to_dot, to_json
+    from pseudoformer.optimize import after_pass, describe_passes, diff_pass, optimize
     from pseudoformer.pipeline import load
 
+    if args.passes:
+        print(describe_passes())
+        return 0
+    if args.file is None:
+        raise UsageError("inspect needs a FILE (or --passes)")
     model = load(args.file, entry=args.entry, config=args.config, defines=args.defines)
-    g = model.graph
-    if args.format == "text":
-        text = format_graph(g, with_locations=args.locations)
-    elif args.format == "dot":
-        text = to_dot(g)
+    if args.diff:
+        text = diff_pass(model.graph, args.diff, max(args.opt, 2))
     else:
-        text = json.dumps(to_json(g), indent=1, ensure_ascii=False)
+        g = after_pass(model.graph, args.after, max(args.opt, 2)) if args.after else optimize(model.graph, args.opt)
+        if args.format == "text":
+            text = format_graph(g, with_locations=args.locations)
+        elif args.format == "dot":
+            text = to_dot(g)
+        else:
+            text = json.dumps(to_json(g), indent=1, ensure_ascii=False)
     if args.output:
         write_atomic(Path(args.output), lambda fh: fh.write(text.encode("utf-8")))
     else:
@@ -162,7 +183,8 @@ def _compile(args: argparse.Namespace) -> int:
     if not out.parent.is_dir() and str(out.parent):
         raise UsageError(f"cannot write {out}: no directory {out.parent}")
     compiled = compile(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
-                       seed=args.seed, backend=args.backend, dtype=args.dtype, opset=args.opset)
+                       seed=args.seed, backend=args.backend, dtype=args.dtype, opset=args.opset,
+                       opt_level=args.opt)
     compiled.save(out)
     n = sum(w.size for w in compiled.model.weights.values())
     print(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {args.dtype}, inputs "
@@ -194,10 +216,14 @@ def _run(args: argparse.Namespace) -> int:
         if backend == "onnx":
             from pseudoformer.deploy import lower, run_onnx
 
-            outputs = run_onnx(lower(model), feed, provider=args.provider, threads=args.threads)
+            level = 2 if args.opt is None else args.opt
+            outputs = run_onnx(lower(model, opt_level=level), feed, provider=args.provider, threads=args.threads)
         else:
+            from pseudoformer.ir.interpreter import run
+            from pseudoformer.optimize import optimize
+
             try:
-                outputs = model.run(feed)
+                outputs = run(optimize(model.graph, args.opt or 0), feed, model.weights)
             except IndexError as e:
                 raise UsageError(f"an input index is out of range: {e}") from None
     write_atomic(Path(args.output), lambda fh: np.savez(fh, **outputs))

@@ -45,18 +45,20 @@ class CompiledModel:
 
 def compile(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,  # noqa: A001
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
-            backend: str = "onnx", dtype: str = "float32", opset: int | None = None) -> CompiledModel:
-    """Compile a .alg model (with its config and weights) to ONNX."""
+            backend: str = "onnx", dtype: str = "float32", opset: int | None = None,
+            opt_level: int = 2) -> CompiledModel:
+    """Compile a .alg model (with its config and weights) to ONNX, optimised at `opt_level` (0, 1, 2)."""
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r} (choose {', '.join(DTYPES)})")
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed)
-    return CompiledModel(lower(model, dtype=dtype, opset=opset), model, dtype)
+    return CompiledModel(lower(model, dtype=dtype, opset=opset, opt_level=opt_level), model, dtype)
 
 
-def lower(model: Model, *, dtype: str = "float32", opset: int | None = None) -> Any:
+def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2) -> Any:
     from pseudoformer.backends.onnx import BackendError, to_onnx
+    from pseudoformer.optimize import optimize
 
     source = model.source.read_bytes()
     metadata = {
@@ -66,9 +68,11 @@ def lower(model: Model, *, dtype: str = "float32", opset: int | None = None) -> 
         "hyperparameters": json.dumps(model.graph.meta.get("hyperparameters", {}), sort_keys=True),
         "weights": model.weights_source or f"random (seed {model.meta.get('seed', 0)})",
         "pseudoformer_version": __version__,
+        "opt_level": str(opt_level),
     }
+    graph = optimize(model.graph, opt_level)
     try:
-        return to_onnx(model.graph, model.weights, dtype=dtype, opset=opset, metadata=metadata)
+        return to_onnx(graph, model.weights, dtype=dtype, opset=opset, metadata=metadata)
     except BackendError as e:
         raise UsageError(str(e)) from None
 

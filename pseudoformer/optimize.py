@@ -1,0 +1,65 @@
+"""Optimisation levels for the API and the CLI: -O0 literal, -O1 cleanup, -O2 (default) everything."""
+
+from __future__ import annotations
+
+import difflib
+import os
+
+from pseudoformer.frontend.errors import UsageError
+from pseudoformer.ir import Graph
+from pseudoformer.ir.printer import format_graph
+from pseudoformer.passes.manager import LEVELS, Pass, passes, pipeline, run_passes
+
+DEFAULT_LEVEL = 2
+
+
+def _check_level(level: int) -> None:
+    if level not in LEVELS:
+        raise UsageError(f"no optimisation level -O{level} (choose {', '.join(f'-O{k}' for k in LEVELS)})")
+
+
+def optimize(graph: Graph, level: int = DEFAULT_LEVEL, *, debug: bool | None = None) -> Graph:
+    """Run the level's passes; with debug (or PSEUDOFORMER_DEBUG=1) verify the IR after each one."""
+    _check_level(level)
+    check = bool(os.environ.get("PSEUDOFORMER_DEBUG")) if debug is None else debug
+    return run_passes(graph, pipeline(level), check=check)
+
+
+def describe_passes() -> str:
+    lines = []
+    for name, p in passes().items():
+        levels = [f"-O{k}" for k, names in LEVELS.items() if name in names]
+        lines.append(f"{name:20s} {' '.join(levels) or '(not in a level)':12s} {p.doc}")
+    return "\n".join(lines)
+
+
+def trace(graph: Graph, level: int) -> list[tuple[Pass, Graph]]:
+    """The graph after each pass application of the level's pipeline, in order."""
+    _check_level(level)
+    out: list[tuple[Pass, Graph]] = []
+    run_passes(graph, pipeline(level), check=True, after=lambda p, g, changed: out.append((p, g)))
+    return out
+
+
+def after_pass(graph: Graph, name: str, level: int) -> Graph:
+    steps = trace(graph, max(level, 1) if name not in _names(level) else level)
+    hits = [g for p, g in steps if p.name == name]
+    if not hits:
+        raise UsageError(f"no pass {name!r} at -O{level}; the passes are {', '.join(passes())}")
+    return hits[-1]
+
+
+def diff_pass(graph: Graph, name: str, level: int) -> str:
+    steps = trace(graph, level)
+    before = graph
+    for p, g in steps:
+        if p.name == name:
+            a = format_graph(before, with_locations=False).splitlines(keepends=True)
+            b = format_graph(g, with_locations=False).splitlines(keepends=True)
+            return "".join(difflib.unified_diff(a, b, f"before {name}", f"after {name}")) or f"{name}: no change\n"
+        before = g
+    raise UsageError(f"no pass {name!r} at -O{level}; the passes are {', '.join(passes())}")
+
+
+def _names(level: int) -> list[str]:
+    return LEVELS.get(level, [])
