@@ -15,7 +15,18 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from transformers import BertConfig, BertForMaskedLM, BertModel, GPT2Config, GPT2LMHeadModel
+from hf_cases import (
+    BERT,
+    BERT_SMALL,
+    GPT2,
+    GPT2_SMALL,
+    SIZES,
+    perturbed,
+    small_bert_mlm,
+    small_bert_model,
+    small_gpt2,
+)
+from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
 import pseudoformer
 from pseudoformer.backends.onnx import OnnxRunner
@@ -23,24 +34,7 @@ from pseudoformer.cli import main
 from pseudoformer.deploy import CompiledModel, compile
 from tests.models.hf_util import log_softmax, save_hf, tokens
 
-MODELS = Path(__file__).resolve().parents[2] / "models"
-GPT2, BERT = MODELS / "gpt2.alg", MODELS / "bert.alg"
-SIZES = [(2, 16), (1, 7), (3, 33)]
 TOL = 1e-4
-
-GPT2_SMALL = dict(n_embd=32, n_head=4, n_layer=2, n_positions=64, vocab_size=101)
-BERT_SMALL = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
-                  vocab_size=101, max_position_embeddings=64)
-
-
-def _perturbed(m: torch.nn.Module, seed: int) -> torch.nn.Module:
-    """HF initialises biases to 0 and layer norms to (1, 0); shift them so a dropped or swapped one shows."""
-    torch.manual_seed(seed)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if name.endswith("bias") or "ln_" in name or "LayerNorm" in name or "token_type" in name:
-                p.add_(torch.randn_like(p) * 0.1)
-    return m.eval()
 
 
 def _hf_logits(hf: torch.nn.Module, x: np.ndarray) -> np.ndarray:
@@ -56,8 +50,7 @@ def _assert_log_probs_match(got: np.ndarray, want: np.ndarray) -> None:
 
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory: pytest.TempPathFactory) -> tuple[GPT2LMHeadModel, CompiledModel]:
-    torch.manual_seed(0)
-    hf = _perturbed(GPT2LMHeadModel(GPT2Config(**GPT2_SMALL)), seed=1)
+    hf = small_gpt2()
     d = save_hf(hf, tmp_path_factory.mktemp("gpt2-hf"))
     return hf, compile(GPT2, weights=d)
 
@@ -65,8 +58,7 @@ def gpt2(tmp_path_factory: pytest.TempPathFactory) -> tuple[GPT2LMHeadModel, Com
 @pytest.fixture(scope="module")
 def bert_mlm(tmp_path_factory: pytest.TempPathFactory) -> tuple[BertForMaskedLM, CompiledModel, CompiledModel]:
     """One checkpoint, compiled once per entry: the MLM logits and the encoder's hidden states."""
-    torch.manual_seed(2)
-    hf = _perturbed(BertForMaskedLM(BertConfig(**BERT_SMALL)), seed=3)
+    hf = small_bert_mlm()
     d = save_hf(hf, tmp_path_factory.mktemp("bert-mlm-hf"))
     return hf, compile(BERT, weights=d), compile(BERT, weights=d, entry="BERTEncoder")
 
@@ -100,8 +92,7 @@ def test_bert_encoder_of_an_mlm_checkpoint_matches_hf_hidden_states(bert_mlm: tu
 
 
 def test_bert_model_checkpoint_hidden_states_match_hf(tmp_path: Path) -> None:
-    torch.manual_seed(4)
-    hf = _perturbed(BertModel(BertConfig(**BERT_SMALL)), seed=5)
+    hf = small_bert_model()
     compiled = compile(BERT, weights=save_hf(hf, tmp_path), entry="BERTEncoder")
     runner = OnnxRunner(compiled.onnx)
     for shape in SIZES:
@@ -177,7 +168,7 @@ def test_acceptance_gpt2_small_size_compiled_by_the_cli_matches_hf(tmp_path: Pat
                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """GPT2Config() defaults (124M parameters, random weights): compile once, run at three sizes."""
     torch.manual_seed(7)
-    hf = _perturbed(GPT2LMHeadModel(GPT2Config()), seed=8)
+    hf = perturbed(GPT2LMHeadModel(GPT2Config()), seed=8)
     _compile_and_compare(hf, GPT2, "gpt2.onnx", tmp_path, hf.config.vocab_size, capsys)
 
 
@@ -186,5 +177,5 @@ def test_acceptance_bert_base_size_compiled_by_the_cli_matches_hf(tmp_path: Path
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     """BertConfig() defaults (110M parameters, random weights) with the MLM head."""
     torch.manual_seed(9)
-    hf = _perturbed(BertForMaskedLM(BertConfig()), seed=10)
+    hf = perturbed(BertForMaskedLM(BertConfig()), seed=10)
     _compile_and_compare(hf, BERT, "bert.onnx", tmp_path, hf.config.vocab_size, capsys)
