@@ -1,0 +1,212 @@
+"""Attention fusion: one head of Algorithm 4, in the paper's layout, becomes one ATTENTION op.
+
+    S  = Kᵀ Q                                          [.., s_z, s_x]   keys × queries
+    S' = S under mask and scale layers, in any order:
+           where(¬M, −∞, ·)   where(M, ·, −∞)   · + where(M, 0, −∞)   ·/c   ·×c
+    Ṽ  = V · softmax(S', axis=keys)                     [.., d_v, s_x]
+  →
+    Ṽ  = transpose(ATTENTION(transpose(Q), Kᵀ, transpose(V)[, transpose(M)]; scale=1/c, causal))
+
+ATTENTION is row-major (q [.., s_q, d], k [.., s_k, d], v [.., s_k, d_v]), so the paper's column
+layout is transposed in and out; those transposes cancel against the frontend's own in `simplify`.
+M [s_z, s_x] = INDEX_MASK(seq, seq, rel="<=") — key t_z ≤ query t_x, the paper's [[t ≤ t']] — is
+`causal` with no mask operand; any other bool [s_z, s_x] mask becomes the operand, transposed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from pseudoformer.ir import Node, Op
+from pseudoformer.ir.types import DType
+from pseudoformer.passes.rule import Context, Rule
+from pseudoformer.passes.rules.matching import const_value, describe, escaping
+
+# What a relation i rel j becomes under ¬ and under swapping i and j (a transposed mask).
+_NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+_SWAP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def swap_last(rank: int) -> list[int]:
+    """The permutation that exchanges the last two axes: the paper's ᵀ on a batched matrix."""
+    return [*range(rank - 2), rank - 1, rank - 2]
+
+
+def transposed(x: Node, like: Node) -> Node:
+    """xᵀ over the last two axes, looking through an existing ᵀ rather than stacking another."""
+    perm = swap_last(x.type.rank)
+    if x.op is Op.TRANSPOSE and list(x.attrs["perm"]) == perm:
+        return x.src[0]
+    return Node(Op.TRANSPOSE, (x,), {"perm": perm}, span=like.span, scope=like.scope)
+
+
+@dataclass
+class _Keep:
+    """A keep-mask over keys × queries: `node` (or its negation) is True where a score survives."""
+
+    node: Node
+    negated: bool
+    inside_scale: bool  # applied before the scale, so −∞ goes through the scaling
+
+
+@dataclass
+class AttentionMatch:
+    src: tuple[Node, ...]  # the final matmul's operands, rebuilt
+    kt: Node
+    q: Node
+    v: Node
+    scale: float = 1.0
+    keeps: list[_Keep] = field(default_factory=list)
+    interior: list[Node] = field(default_factory=list)
+    problem: str | None = None
+
+
+def _is_neg_inf(n: Node) -> bool:
+    v = const_value(n)
+    return v is not None and v == -math.inf
+
+
+def _is_zero(n: Node) -> bool:
+    return const_value(n) == 0.0
+
+
+def _mask_bias(b: Node) -> tuple[Node, bool] | None:
+    """B = where(M, 0, −∞) → (M, False); where(N, −∞, 0) → (N, True): the additive mask form."""
+    if b.op is not Op.WHERE:
+        return None
+    c, yes, no = b.src
+    if _is_zero(yes) and _is_neg_inf(no):
+        return c, False
+    if _is_neg_inf(yes) and _is_zero(no):
+        return c, True
+    return None
+
+
+def _peel(m: AttentionMatch, x: Node) -> Node | str:
+    """Strip mask and scale layers off the softmax operand down to S; or say what stands in the way."""
+    scaled = False
+    while x.op is not Op.MATMUL:
+        m.interior.append(x)
+        if x.op in (Op.DIV, Op.MUL):
+            k = next((i for i, s in enumerate(x.src) if const_value(s) is not None), None)
+            if k is None or (x.op is Op.DIV and k == 0):
+                return f"the scores are scaled by a non-constant ({describe(x)})"
+            if scaled:
+                return "the scores are scaled twice"
+            c = const_value(x.src[k])
+            assert c is not None
+            if not math.isfinite(c) or c == 0:
+                return f"the scale constant {c} is not a finite nonzero number"
+            m.scale, scaled = (1.0 / c if x.op is Op.DIV else c), True
+            x = x.src[1 - k]
+        elif x.op is Op.WHERE:
+            c, yes, no = x.src
+            if _is_neg_inf(yes):
+                m.keeps.append(_Keep(c, True, scaled))
+                x = no
+            elif _is_neg_inf(no):
+                m.keeps.append(_Keep(c, False, scaled))
+                x = yes
+            else:
+                return f"a where sets scores to something other than −∞ ({describe(x)})"
+        elif x.op is Op.ADD:
+            bias = [(i, mb) for i, s in enumerate(x.src) if (mb := _mask_bias(s)) is not None]
+            if not bias:
+                return f"the scores get an additive term that is not a 0/−∞ mask ({describe(x)})"
+            i, (c, negated) = bias[-1]
+            m.keeps.append(_Keep(c, negated, scaled))
+            x = x.src[1 - i]
+        else:
+            return f"the scores pass through {describe(x)} before the softmax"
+    return x
+
+
+def _match(n: Node, src: tuple[Node, ...], ctx: Context) -> AttentionMatch | None:
+    if n.op is not Op.MATMUL or src[1].op is not Op.SOFTMAX:
+        return None
+    v, a = src
+    s = a.src[0]
+    m = AttentionMatch(src=src, kt=s, q=s, v=v, interior=[a])
+    found = _peel(m, s)
+    if isinstance(found, str):
+        m.problem = found
+        return m
+    m.interior.append(found)
+    m.kt, m.q = found.src
+    rank = found.type.rank
+    if not (m.kt.type.rank == m.q.type.rank == v.type.rank == a.type.rank == rank) \
+            or not (m.kt.shape[:-2] == m.q.shape[:-2] == v.shape[:-2]):
+        m.problem = f"Kᵀ {m.kt.type}, Q {m.q.type} and V {v.type} do not share their batch dims"
+    elif a.attrs["axis"] % rank != rank - 2:
+        m.problem = f"the softmax is over axis {a.attrs['axis']} of {a.type}, not over the keys (axis {rank - 2})"
+    elif s.type != found.type:
+        m.problem = f"the masks broadcast the scores {found.type} to {s.type}"
+    return m
+
+
+def _relation(n: Node, negated: bool) -> str | None:
+    """r such that keep[t_z, t_x] = t_z r t_x, when the mask is an index comparison over one length."""
+    flip = negated
+    swap = False
+    while n.op in (Op.NOT, Op.TRANSPOSE):
+        if n.op is Op.NOT:
+            flip = not flip
+        else:
+            swap = not swap
+        n = n.src[0]
+    if n.op is not Op.INDEX_MASK:
+        return None
+    rows, cols = n.attrs["dims"]
+    if not (n.src[0] is n.src[1] or (isinstance(rows, str) and rows == cols)):
+        return None  # a comparison of positions over two different lengths is a general mask
+    rel = _SWAP[n.attrs["rel"]] if swap else n.attrs["rel"]
+    return _NEGATE[rel] if flip else rel
+
+
+def _check(m: AttentionMatch, ctx: Context) -> str | None:
+    if m.problem is not None:
+        return m.problem
+    keys_queries = m.interior[-1].shape[-2:]
+    for k in m.keeps:
+        value = const_value(k.node)
+        if value is not None:
+            if bool(value) == k.negated:
+                return "the mask hides every score, so there is nothing to attend to"
+            continue  # keeps everything: the rewrite drops it
+        if k.node.dtype is not DType.bool or k.node.shape != keys_queries:
+            return f"the mask {k.node.type} is not a bool matrix over keys × queries {list(keys_queries)}"
+        if k.inside_scale and not m.scale > 0:
+            return f"−∞ scaled by {m.scale} is not −∞: the mask is applied before a non-positive scale"
+    leak = escaping(ctx, m.src, m.interior)
+    if leak is not None:
+        return f"an intermediate of the attention is used elsewhere: {describe(leak)}"
+    return None
+
+
+def _rewrite(m: AttentionMatch, n: Node) -> Node:
+    causal = False
+    general: list[Node] = []
+    for k in m.keeps:
+        if k.node.op is Op.CONST:
+            continue  # a mask that keeps everything
+        if _relation(k.node, k.negated) == "<=":
+            causal = True
+            continue
+        keep = k.node
+        if k.negated:
+            keep = keep.src[0] if keep.op is Op.NOT else Node(Op.NOT, (keep,), span=n.span, scope=n.scope)
+        general.append(transposed(keep, n))  # [s_z, s_x] → ATTENTION's [s_q, s_k]
+    operands = [transposed(m.q, n), m.kt, transposed(m.v, n)]
+    if general:
+        mask = general[0]
+        for g in general[1:]:
+            mask = Node(Op.AND, (mask, g), span=n.span, scope=n.scope)
+        operands.append(mask)
+    att = Node(Op.ATTENTION, tuple(operands), {"scale": m.scale, "causal": causal}, span=n.span, scope=n.scope)
+    out = transposed(att, n)
+    assert out.type == n.type, f"attention fusion changed the type {n.type} to {out.type}"
+    return out
+
+
+RULE = Rule("attention", _match, _rewrite, _check)
