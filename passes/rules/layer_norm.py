@@ -229,8 +229,25 @@ def check(m: Match, ctx: Context) -> str | None:
         return f"the result {m.root.type} does not have the type of the input {m.x.type}"
     shared = escaping(ctx, m.src, m.interior)
     if shared is not None:
-        return f"an intermediate ({describe(shared)}) is also used outside the layer norm"
+        return f"{_role(shared)} ({describe(shared)}) is also used outside the layer norm"
     return None
+
+
+def _role(n: Node) -> str:
+    """What an intermediate is in the paper's formula, for a refusal reason a user can act on."""
+    if n.op is Op.SUB:
+        return "the centred value e − m"
+    if n.op in (Op.REDUCE_SUM, Op.REDUCE_MEAN, Op.UNSQUEEZE):
+        return "the mean m or the variance v"
+    if n.op is Op.POW or (n.op is Op.MUL and n.src[0].op is Op.SUB):
+        return "the square (e − m)²"
+    if n.op in (Op.SQRT, Op.ADD):
+        return "the deviation √(v + ε)"
+    if n.op is Op.DIV and const_value(n.src[1]) is None:
+        return "the normalised value (e − m)/√(v + ε)"
+    if n.op is Op.MUL and any(s.op is Op.DIV and const_value(s.src[1]) is None for s in n.src):
+        return "the scaled value (e − m)/√(v + ε) ⊙ γ"
+    return "an intermediate"
 
 
 def rewrite(m: Match, root: Node) -> Node:
