@@ -1,0 +1,180 @@
+"""Head batching: the H fused heads of Algorithm 5 become one projection per input and one 4-D ATTENTION.
+
+    for h ∈ [H]:  Yʰ = ATTENTION(P(W^h_q, b^h_q, X)ᵀ, P(W^h_k, b^h_k, Z)ᵀ, P(W^h_v, b^h_v, Z)ᵀ[, M])ᵀ
+    Y = [Y¹; …; Y^H]                                     CONCAT on the feature axis
+  →
+    Q = P([W¹_q; …; W^H_q], [b¹_q; …; b^H_q], X)         [.., H·d_attn, s_x], likewise K, V from Z
+    Y = heads_to_rows(ATTENTION(rows_to_heads(Q), rows_to_heads(K), rows_to_heads(V)[, M]))
+
+with P(W, b, X) = W X + b 1ᵀ (bias optional), rows_to_heads = reshape [.., H·d, s] → [.., H, d, s] then
+transpose to [.., H, s, d], and heads_to_rows its inverse, so head 1's rows come first as in the
+paper's row stack. Projections that read the same input (Q, K, V of self-attention; K, V of
+cross-attention) share one matmul over their stacked weights and are sliced apart after it.
+
+The weights are stacked with CONCAT of the per-head PARAMs rather than replaced by new PARAMs, so
+checkpoint names stay as they are; ONNX Runtime folds a Concat of initializers into a constant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pseudoformer.ir import Graph, Node, Op
+from pseudoformer.ir.types import DType
+from pseudoformer.passes.rule import Context, Rule, apply_rules
+from pseudoformer.passes.rules.attention import swap_last
+from pseudoformer.passes.rules.matching import describe, escaping, same
+
+KINDS = ("q", "k", "v")
+
+
+@dataclass
+class _Proj:
+    """W X + B for one head and one of q, k, v; B is [d, 1] or absent."""
+
+    w: Node
+    b: Node | None
+    x: Node
+
+
+@dataclass
+class HeadsMatch:
+    src: tuple[Node, ...]  # the row stack's operands, rebuilt
+    heads: list[Node] = field(default_factory=list)  # the ATTENTION nodes, in row-stack order
+    projs: list[dict[str, _Proj]] = field(default_factory=list)
+    interior: list[Node] = field(default_factory=list)
+    problem: str | None = None
+
+
+def _is_swap(n: Node) -> bool:
+    return n.op is Op.TRANSPOSE and list(n.attrs["perm"]) == swap_last(n.type.rank)
+
+
+def _projection(t: Node, interior: list[Node]) -> _Proj | None:
+    """t = (W X + B)ᵀ with W a matrix and B a [d, 1] column (or no B)."""
+    if not _is_swap(t):
+        return None
+    p = t.src[0]
+    found = [t, p]
+    b = None
+    if p.op is Op.ADD:
+        mm = [i for i, s in enumerate(p.src) if s.op is Op.MATMUL]
+        if not mm:
+            return None
+        b, p = p.src[1 - mm[-1]], p.src[mm[-1]]
+        found.append(p)
+        if b.shape != (p.shape[-2], 1):
+            return None
+    if p.op is not Op.MATMUL:
+        return None
+    w, x = p.src
+    if w.type.rank != 2 or x.type.rank != p.type.rank:
+        return None
+    interior += found
+    return _Proj(w, b, x)
+
+
+def _match(n: Node, src: tuple[Node, ...], ctx: Context) -> HeadsMatch | None:
+    if n.op is not Op.CONCAT or n.type.rank < 2 or n.attrs["axis"] % n.type.rank != n.type.rank - 2:
+        return None
+    if not all(_is_swap(y) and y.src[0].op is Op.ATTENTION and y.src[0].type.rank == y.type.rank for y in src):
+        return None  # not a row stack of fused heads (yet): nothing to say
+    m = HeadsMatch(src=src)
+    for h, y in enumerate(src):
+        att = y.src[0]
+        m.heads.append(att)
+        m.interior += [y, att]
+        projs = {kind: _projection(t, m.interior) for kind, t in zip(KINDS, att.src[:3], strict=True)}
+        missing = [kind for kind, p in projs.items() if p is None]
+        if missing:
+            m.problem = f"head {h + 1}'s {', '.join(missing)} is not a projection (W X + b 1ᵀ)ᵀ"
+            return m
+        m.projs.append(projs)  # type: ignore[arg-type]
+    return m
+
+
+def _check(m: HeadsMatch, ctx: Context) -> str | None:
+    if m.problem is not None:
+        return m.problem
+    if len(m.heads) < 2:
+        return "one head: there is nothing to batch"
+    first, p0 = m.heads[0], m.projs[0]
+    for h, (att, projs) in enumerate(zip(m.heads, m.projs, strict=True)):
+        if att.attrs["scale"] != first.attrs["scale"] or att.attrs["causal"] != first.attrs["causal"]:
+            return f"head {h + 1} has scale/causal {att.attrs['scale']}/{att.attrs['causal']}, head 1 " \
+                   f"{first.attrs['scale']}/{first.attrs['causal']}"
+        if len(att.src) != len(first.src) or (len(att.src) == 4 and not same(att.src[3], first.src[3])):
+            return f"head {h + 1} is masked differently from head 1"
+        for kind in KINDS:
+            a, b = projs[kind], p0[kind]
+            if a.x is not b.x:
+                return f"head {h + 1}'s {kind} reads another input than head 1's"
+            if a.w.type != b.w.type or (a.b is None) != (b.b is None):
+                return f"head {h + 1}'s {kind} projection {a.w.type} differs in size or bias from head 1's {b.w.type}"
+    leak = escaping(ctx, m.src, m.interior)
+    if leak is not None:
+        return f"a per-head value is used outside the heads' row stack: {describe(leak)}"
+    return None
+
+
+def _node(like: Node, op: Op, src: tuple[Node, ...], **attrs: object) -> Node:
+    return Node(op, src, attrs, span=like.span, scope=like.scope)
+
+
+def _stack(like: Node, parts: list[Node]) -> Node:
+    """The rows of `parts` stacked; a stack of unsqueezed vectors is the unsqueeze of their stack."""
+    if all(p.op is Op.UNSQUEEZE and list(p.attrs["axes"]) == [1] and p.src[0].type.rank == 1 for p in parts):
+        return _node(like, Op.UNSQUEEZE, (_stack(like, [p.src[0] for p in parts]),), axes=[1])
+    return parts[0] if len(parts) == 1 else _node(like, Op.CONCAT, tuple(parts), axis=0)
+
+
+def _project(m: HeadsMatch, n: Node) -> dict[str, Node]:
+    """Each of q, k, v for all heads as [.., H·d, s], with one matmul per distinct (input, has-bias)."""
+    groups: dict[tuple[int, bool], list[str]] = {}
+    for kind in KINDS:
+        p = m.projs[0][kind]
+        groups.setdefault((id(p.x), p.b is not None), []).append(kind)
+    out: dict[str, Node] = {}
+    for kinds in groups.values():
+        p0 = m.projs[0][kinds[0]]
+        w = _stack(n, [projs[k].w for k in kinds for projs in m.projs])
+        y = _node(n, Op.MATMUL, (w, p0.x))
+        if p0.b is not None:
+            y = _node(n, Op.ADD, (y, _stack(n, [projs[k].b for k in kinds for projs in m.projs])))
+        if len(kinds) == 1:
+            out[kinds[0]] = y
+            continue
+        axis, start = y.type.rank - 2, 0
+        for k in kinds:
+            rows = len(m.projs) * m.projs[0][k].w.shape[0]
+            bounds = (_node(n, Op.CONST, (), value=start, dtype=DType.int64),
+                      _node(n, Op.CONST, (), value=start + rows, dtype=DType.int64))
+            out[k] = _node(n, Op.SLICE, (y, *bounds), axis=axis, dim=rows)
+            start += rows
+    return out
+
+
+def _rewrite(m: HeadsMatch, n: Node) -> Node:
+    heads = len(m.heads)
+    stacked = _project(m, n)
+    operands = []
+    for kind in KINDS:
+        y = stacked[kind]
+        *lead, rows, s = y.shape
+        split = _node(n, Op.RESHAPE, (y,), shape=[*lead, heads, rows // heads, s])
+        operands.append(_node(n, Op.TRANSPOSE, (split,), perm=swap_last(split.type.rank)))
+    operands += list(m.heads[0].src[3:])
+    att = _node(n, Op.ATTENTION, tuple(operands), **m.heads[0].attrs)
+    back = _node(n, Op.TRANSPOSE, (att,), perm=swap_last(att.type.rank))  # [.., H, d_v, s_x]
+    *lead, _, d_v, s_x = back.shape
+    out = _node(n, Op.RESHAPE, (back,), shape=[*lead, heads * d_v, s_x])
+    assert out.type == n.type, f"head batching changed the type {n.type} to {out.type}"
+    return out
+
+
+RULE = Rule("head_batching", _match, _rewrite, _check)
+
+
+def batch_heads(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Batch every row stack of fused heads; `refusals`, if given, collects (rule, reason, span)."""
+    return apply_rules(graph, [RULE], refusals)

@@ -1,0 +1,206 @@
+"""Head batching: the fused heads of Algorithm 5 become one projection per input and one 4-D ATTENTION,
+in the interpreter and through ONNX Runtime, and it refuses heads that do not form one batch."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from pseudoformer.backends.onnx import to_onnx
+from pseudoformer.backends.onnx.runner import OnnxRunner
+from pseudoformer.config import resolve
+from pseudoformer.frontend.entry import elaborate
+from pseudoformer.frontend.modules import load_program
+from pseudoformer.ir import DType, Op
+from pseudoformer.ir.interpreter import run
+from pseudoformer.ir.verify import verify
+from pseudoformer.passes.fuse_attention import fuse_attention
+from pseudoformer.passes.head_batching import batch_heads
+from pseudoformer.pipeline import resolve_source
+from tests.passes.attention_graphs import (
+    SIZES,
+    TINY,
+    assert_same,
+    attention_nodes,
+    causal,
+    cleaned,
+    feeds,
+    graph,
+    head,
+    inp,
+    load_small,
+    masked,
+    node,
+    ops,
+    proj,
+    random_params,
+    scaled,
+    self_input,
+)
+
+ED = {k: v for k, v in TINY.items() if k != "L"} | {"L_enc": 1, "L_dec": 2}
+
+
+def batched(g, refusals: list | None = None):
+    fused, _ = fuse_attention(cleaned(g))
+    out, changed = batch_heads(fused, refusals)
+    verify(out)
+    return cleaned(out), changed
+
+
+def test_gpt2_small_has_one_attention_per_layer() -> None:
+    src = resolve_source("models/gpt2.alg")
+    cfg = resolve(src, None, None)  # GPT-2 small: L = H = 12
+    g = elaborate(load_program(src), cfg.entry, cfg.hyperparameters, optional=cfg.optional)
+    refusals: list = []
+    out, changed = batched(g, refusals)
+    atts = attention_nodes(out)
+    assert changed and not refusals
+    assert len(atts) == cfg.hyperparameters["L"] == 12
+    assert all(a.type.rank == 4 and all(s.type.rank == 4 for s in a.src[:3]) for a in atts)
+    assert all(a.shape == ("batch", 12, "seq", 64) and a.attrs["causal"] and len(a.src) == 3 for a in atts)
+
+
+def test_gpt2_packs_q_k_v_into_one_projection_with_the_checkpoint_names() -> None:
+    m = load_small("models/gpt2.alg", **TINY, eps=1e-5)
+    out, _ = batched(m.graph)
+    stacks = [n for n in out.nodes() if n.op is Op.CONCAT and n.src[0].op is Op.PARAM and n.type.rank == 2]
+    assert len(stacks) == TINY["L"]
+    names = [p.attrs["name"] for p in stacks[0].src]
+    heads = range(TINY["H"])
+    assert names == [f"layers.0.W.heads.{h}.W_{k}" for k in "qkv" for h in heads]
+    assert {p.attrs["name"] for p in out.params()} == set(m.weights)  # no new weights to store or load
+    # one projection matmul per layer for all of Q, K, V, then W_o, the two MLP matmuls; the unembedding
+    assert ops(out)[Op.MATMUL] == 4 * TINY["L"] + 1
+
+
+@pytest.mark.parametrize("batch,seq", SIZES)
+def test_gpt2_batched_means_the_same(batch: int, seq: int) -> None:
+    m = load_small("models/gpt2.alg", **TINY, eps=1e-5)
+    out, _ = batched(m.graph)
+    assert_same(m.graph, out, feeds(m.graph, batch, seq), m.weights)
+
+
+def test_bert_batches_without_a_mask() -> None:
+    m = load_small("models/bert.alg", "BERT", **TINY, eps=1e-12, d_f=TINY["d_e"])
+    out, _ = batched(m.graph)
+    atts = attention_nodes(out)
+    assert len(atts) == TINY["L"] and all(a.type.rank == 4 and not a.attrs["causal"] and len(a.src) == 3
+                                          for a in atts)
+    for batch, seq in SIZES:
+        assert_same(m.graph, out, feeds(m.graph, batch, seq), m.weights)
+
+
+def test_edtransformer_batches_self_and_cross_attention() -> None:
+    m = load_small("models/paper/edtransformer.alg", **ED)
+    out, _ = batched(m.graph)
+    atts = attention_nodes(out)
+    assert len(atts) == ED["L_enc"] + 2 * ED["L_dec"]
+    kinds = Counter((a.src[0].shape[-2], a.src[1].shape[-2], a.attrs["causal"]) for a in atts)
+    assert kinds == {("seq_z", "seq_z", False): 1, ("seq_x", "seq_x", True): 2, ("seq_x", "seq_z", False): 2}
+    for batch, lx, lz in [(1, 1, 1), (2, 3, 6), (2, 7, 2)]:
+        assert_same(m.graph, out, feeds(m.graph, batch, 0, seq_x=lx, seq_z=lz), m.weights)
+
+
+def test_alg5_heads_share_the_mask_operand() -> None:
+    m = load_small("models/paper/primitives.alg", "MHAttention", d_x=3, d_z=4, d_attn=2, d_mid=2, d_out=3, H=3)
+    out, _ = batched(m.graph)
+    (att,) = attention_nodes(out)
+    assert att.type.rank == 4 and att.src[3] is out.input("Mask")
+    for lx, lz in [(1, 1), (4, 4), (2, 5)]:
+        assert_same(m.graph, out, feeds(m.graph, 2, 0, ell_x=lx, ell_z=lz), m.weights)
+
+
+ONNX_CASES = {
+    "gpt2": ("models/gpt2.alg", None, TINY | {"eps": 1e-5}, {}),
+    "edtransformer": ("models/paper/edtransformer.alg", None, ED, {"seq_z": 6}),
+    "alg5": ("models/paper/primitives.alg", "MHAttention",
+             dict(d_x=3, d_z=4, d_attn=2, d_mid=2, d_out=3, H=3), {"ell_z": 3}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ONNX_CASES))
+def test_onnx_of_the_batched_graph(name: str) -> None:
+    pytest.importorskip("onnxruntime")
+    source, entry, hyper, lengths = ONNX_CASES[name]
+    m = load_small(source, entry, **hyper)
+    out, _ = batched(m.graph)
+    model = to_onnx(out, m.weights)
+    types = Counter(n.op_type for n in model.graph.node)
+    assert types["Attention"] == len(attention_nodes(out)) > 0
+    assert types["Softmax"] == ops(out)[Op.SOFTMAX]  # only the models' own output softmaxes are left
+    runner = OnnxRunner(model)
+    for batch, seq in SIZES:
+        feed = feeds(m.graph, batch, seq, seed=batch + seq, **lengths)
+        want, got = run(m.graph, feed, m.weights), runner.run(feed)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5, err_msg=f"{name} {k}")
+
+
+# --- refusals -----------------------------------------------------------------------------------------
+
+
+def _refused(g, why: str) -> None:
+    fused, _ = fuse_attention(g)
+    assert len(attention_nodes(fused)) > 0
+    refusals: list = []
+    out, changed = batch_heads(fused, refusals)
+    assert not changed and out.outputs[0][1] is fused.outputs[0][1]
+    assert [r[0] for r in refusals] == ["head_batching"]
+    assert why in refusals[0][1], refusals[0][1]
+
+
+def _stack(*heads):
+    return node(Op.CONCAT, *heads, axis=1)
+
+
+X = self_input()
+
+
+def test_refuses_one_head() -> None:
+    m = load_small("models/gpt2.alg", **TINY | {"L": 1, "H": 1, "d_mid": 4}, eps=1e-5)
+    _refused(cleaned(m.graph), "one head")
+
+
+def test_refuses_heads_masked_differently() -> None:
+    causal_head = head("h0", X, X, lambda s: scaled(masked(causal(X), s)))
+    _refused(graph([X], _stack(causal_head, head("h1", X, X))), "scale/causal")
+    other = head("h1", X, X, lambda s: scaled(masked(causal(X, "<"), s)))
+    g = graph([X], _stack(head("h0", X, X, lambda s: scaled(masked(causal(X, ">="), s))), other))
+    _refused(g, "masked differently")
+
+
+def test_refuses_heads_reading_different_inputs() -> None:
+    z = inp("Z", ("batch", 4, "seq"))
+    _refused(graph([X, z], _stack(head("h0", X, X), head("h1", X, z))), "reads another input")
+
+
+def test_refuses_heads_of_different_sizes() -> None:
+    _refused(graph([X], _stack(head("h0", X, X), head("h1", X, X, d_attn=3))), "differs in size")
+
+
+def test_refuses_a_head_used_outside_the_stack() -> None:
+    h0 = head("h0", X, X)
+    fused, _ = fuse_attention(graph([X], _stack(h0, head("h1", X, X)), h0))
+    refusals: list = []
+    out, changed = batch_heads(fused, refusals)
+    assert not changed and "outside the heads' row stack" in refusals[0][1]
+
+
+def test_refuses_a_query_that_is_not_a_projection() -> None:
+    k, v = proj("h1.k", X, 4), proj("h1.v", X, 3)
+    unprojected = node(Op.MATMUL, v, node(Op.SOFTMAX, scaled(node(Op.MATMUL, node(Op.TRANSPOSE, k, perm=[0, 2, 1]),
+                                                                    X)), axis=1))
+    _refused(graph([X], _stack(head("h0", X, X, d_attn=4), unprojected)), "not a projection")
+
+
+def test_batched_heads_keep_bool_masks_bool() -> None:
+    keep = inp("M", ("seq", "seq"), DType.bool)
+    heads = [head(f"h{i}", X, X, lambda s: scaled(masked(keep, s))) for i in range(2)]
+    g = graph([X, keep], _stack(*heads))
+    out, changed = batched(g)
+    (att,) = attention_nodes(out)
+    assert changed and att.src[3].dtype is DType.bool and att.type.rank == 4
+    assert_same(g, out, feeds(g, 2, 5), random_params(g))
