@@ -41,7 +41,15 @@ class Match:
     x: Node
     approximate: str  # "tanh" or "none"
     constants: list[tuple[str, float, float]]  # (what, value written, value wanted)
-    interior: list[Node] = field(default_factory=list)
+    parts: dict[int, tuple[Node, str]] = field(default_factory=dict)  # interior node → its role
+
+
+Parts = dict[int, tuple[Node, str]]
+
+
+def _add(parts: Parts, role: str, nodes: list[Node]) -> None:
+    for n in nodes:
+        parts.setdefault(id(n), (n, role))
 
 
 def _one_plus(n: Node) -> tuple[float, Node] | None:
@@ -55,28 +63,34 @@ def _one_plus(n: Node) -> tuple[float, Node] | None:
     return None
 
 
-def _tanh_argument(n: Node, interior: list[Node]) -> tuple[Node, list[tuple[str, float, float]]] | None:
+def _tanh_argument(n: Node, parts: Parts) -> tuple[Node, list[tuple[str, float, float]]] | None:
     """√(2/π) · (x + 0.044715 · x³): (x, its constants)."""
-    consts, rest = split_consts(factors(n, interior=interior))
+    scaling: list[Node] = []
+    consts, rest = split_consts(factors(n, interior=scaling))
     if len(consts) != 1 or len(rest) != 1 or rest[0].op is not Op.ADD:
         return None
     inner = rest[0]
     for i in (0, 1):
         x, cubic = inner.src[i], inner.src[1 - i]
-        sub: list[Node] = []
-        k, xs = split_consts(factors(cubic, stop=x, interior=sub))
+        powers: list[Node] = []
+        k, xs = split_consts(factors(cubic, stop=x, interior=powers))
         if len(k) == 1 and len(xs) == 3 and all(same(f, x) for f in xs) and x.type == n.type:
-            interior += [inner, *sub]
+            _add(parts, "the argument √(2/π)·(x + 0.044715·x³)", [n, *scaling])
+            _add(parts, "the sum x + 0.044715·x³", [inner])
+            _add(parts, "the power x² or x³ (or 0.044715·x³)", powers)
             return x, [("√(2/π)", consts[0], SQRT_2_OVER_PI), ("the cubic coefficient", k[0], CUBIC)]
     return None
 
 
-def _erf_argument(n: Node, interior: list[Node]) -> tuple[Node, list[tuple[str, float, float]]] | None:
+def _erf_argument(n: Node, parts: Parts) -> tuple[Node, list[tuple[str, float, float]]] | None:
     """x / √2, or x · (1/√2) in either order: (x, its constant as a divisor)."""
     if n.op is Op.DIV and (c := const_value(n.src[1])) is not None and const_value(n.src[0]) is None:
+        _add(parts, "the argument x/√2", [n])
         return n.src[0], [("the divisor √2", c, math.sqrt(2.0))]
-    consts, rest = split_consts(factors(n, interior=interior))
+    scaling: list[Node] = []
+    consts, rest = split_consts(factors(n, interior=scaling))
     if len(consts) == 1 and len(rest) == 1 and consts[0] != 0.0:
+        _add(parts, "the argument x/√2", scaling)
         return rest[0], [("the divisor √2", 1.0 / consts[0], math.sqrt(2.0))]
     return None
 
@@ -90,25 +104,25 @@ def match(n: Node, src: tuple[Node, ...], ctx: Context) -> Match | None:
         if found is None:
             continue
         one, act = found
-        interior: list[Node] = [f, act]
-        arg = act.src[0]
+        parts: Parts = {}
         if act.op is Op.TANH:
-            got, approximate = _tanh_argument(arg, interior), "tanh"
+            got, approximate = _tanh_argument(act.src[0], parts), "tanh"
         else:
-            got, approximate = _erf_argument(arg, interior), "none"
+            got, approximate = _erf_argument(act.src[0], parts), "none"
         if got is None:
             continue
         x, constants = got
-        if arg is not x:
-            interior.append(arg)
         # The root's product must be exactly 0.5 · x · (1 + …), with x kept whole even if it is a product.
         outer: list[Node] = []
         halves, rest = split_consts([g for s in src for g in factors(s, stop=x, interior=outer)])
         others = [r for r in rest if r is not f]
         if len(halves) != 1 or len(others) != 1 or not same(others[0], x) or len(rest) != 2:
             continue
+        _add(parts, f"the activation {act.op.value}(…)", [act])
+        _add(parts, f"the sum 1 + {act.op.value}(…)", [f])
+        _add(parts, "the product 0.5·x", outer)
         constants = [("the factor 0.5", halves[0], 0.5), ("the 1 in (1 + …)", one, 1.0), *constants]
-        return Match(n, src, x, approximate, constants, interior + outer)
+        return Match(n, src, x, approximate, constants, parts)
     return None
 
 
@@ -118,9 +132,9 @@ def check(m: Match, ctx: Context) -> str | None:
             return f"{what} is {value!r}, not {want!r}: this is not GELU"
     if m.root.type != m.x.type:
         return f"the result {m.root.type} does not have the type of x {m.x.type}"
-    shared = escaping(ctx, m.src, m.interior)
+    shared = escaping(ctx, m.src, [n for n, _ in m.parts.values()])
     if shared is not None:
-        return f"an intermediate ({describe(shared)}) is also used outside the GELU"
+        return f"{m.parts[id(shared)][1]} ({describe(shared)}) is also used outside the GELU"
     return None
 
 
