@@ -15,7 +15,7 @@ from pseudoformer.ir import Graph, Node, Op
 from pseudoformer.ir.interpreter import run
 from pseudoformer.ir.types import DType, TensorType
 from pseudoformer.ir.verify import verify
-from pseudoformer.passes.manager import pipeline, run_passes
+from pseudoformer.passes.manager import passes, run_passes
 from pseudoformer.pipeline import Model, load
 
 F32 = DType.float32
@@ -33,8 +33,12 @@ def small(name: str, **extra: int) -> Model:
 
 
 def prepared(graph: Graph, optimised: bool) -> Graph:
-    """The graph a fusion pass sees: after cse and simplify (-O1), or raw from the frontend."""
-    return run_passes(graph, pipeline(1), check=True) if optimised else graph
+    """The graph a fusion pass sees: after cse and simplify, or raw from the frontend.
+
+    Named passes, not a level: once a level includes the fusions, it would leave nothing to fuse.
+    """
+    reg = passes()
+    return run_passes(graph, [reg["cse"], reg["simplify"], reg["cse"]], check=True) if optimised else graph
 
 
 def spread_weights(model: Model, seed: int = 0) -> dict[str, np.ndarray]:
