@@ -24,16 +24,23 @@ class Pass:
 
 def _registry() -> dict[str, Pass]:
     from pseudoformer.passes.cse import cse
+    from pseudoformer.passes.fuse_activations import fuse_gelu, fuse_norms
     from pseudoformer.passes.simplify import simplify
 
     passes = [
         Pass("cse", cse, "common subexpression elimination: one node per distinct computation"),
         Pass("simplify", simplify, "algebraic simplification: transposes of transposes, identities", True),
+        Pass("layer_norm_fusion", fuse_norms, "Algorithm 6 (with or without ε) → one layer_norm op"),
+        Pass("gelu_fusion", fuse_gelu, "the tanh and erf GELU formulas → one gelu op"),
     ]
     return {p.name: p for p in passes}
 
 
-LEVELS: dict[int, list[str]] = {0: [], 1: ["cse", "simplify", "cse"], 2: ["cse", "simplify", "cse"]}
+LEVELS: dict[int, list[str]] = {
+    0: [],
+    1: ["cse", "simplify", "cse"],
+    2: ["cse", "simplify", "cse", "layer_norm_fusion", "gelu_fusion"],
+}
 
 
 def passes() -> dict[str, Pass]:
