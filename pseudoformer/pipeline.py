@@ -74,28 +74,51 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
     """Parse, check and elaborate `path`; bind weights from a checkpoint or a seeded random init."""
     src = resolve_source(path)
     hf = None
+    hf_note = ""
     wpath = Path(weights) if weights is not None else None
     if wpath is not None:
         if not wpath.exists():
             raise UsageError(f"no such weights file or directory: {wpath}")
         if wpath.is_dir():
             try:
-                hf = hf_hyperparameters(read_hf_config(wpath))
+                hf_config = read_hf_config(wpath)
+                hf = hf_hyperparameters(hf_config)
             except WeightsError as e:
                 raise UsageError(str(e)) from None
+            hf_note = f"{wpath} is a HuggingFace {hf_config.get('model_type')!r} checkpoint"
     cfg = resolve(src, config, defines, hf)
     prog = load_program(src)
-    graph = elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional)
+    try:
+        graph = elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional)
+    except CompileError as e:
+        # A checkpoint of another model (GPT-2's config.json under bert.alg) fills in some sizes
+        # and not others, and the mix fails to shape-check in the source. Blame the checkpoint,
+        # not the source, when the source elaborates without it.
+        if hf is None or not _elaborates(prog, src, entry, config, defines):
+            raise
+        raise UsageError(f"{hf_note}, and its config.json does not fit {src.name}: {e.errors[0].message}") from None
     expected = {p.attrs["name"]: (tuple(int(d) for d in p.type.shape), "float32") for p in graph.params()}
     if wpath is not None:
         try:
             params = load_weights(wpath, expected)
         except WeightsError as e:
+            if hf_note:  # name the checkpoint's kind: a misfit list alone reads like a corrupt file
+                e.summary += f" ({hf_note})"
             raise UsageError(str(e)) from None
     else:
         params = random_weights(expected, seed=seed)
     graph.meta["source_path"] = str(src)
     return Model(graph, params, src, cfg, str(wpath) if wpath else None, meta={"seed": seed})
+
+
+def _elaborates(prog: Any, src: Path, entry: str | None, config: str | Path | None,
+                defines: list[str] | None) -> bool:
+    cfg = resolve(src, config, defines)
+    try:
+        elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional)
+    except CompileError:
+        return False
+    return True
 
 
 def check(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,
