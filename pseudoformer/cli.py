@@ -219,13 +219,17 @@ def _run(args: argparse.Namespace) -> int:
             level = 2 if args.opt is None else args.opt
             outputs = run_onnx(lower(model, opt_level=level), feed, provider=args.provider, threads=args.threads)
         else:
-            from pseudoformer.ir.interpreter import run
+            from pseudoformer.ir.interpreter import InterpreterError, run
             from pseudoformer.optimize import optimize
 
             try:
                 outputs = run(optimize(model.graph, args.opt or 0), feed, model.weights)
-            except IndexError as e:
-                raise UsageError(f"an input index is out of range: {e}") from None
+            except InterpreterError as e:
+                # The interpreter wraps numpy's IndexError (a token id past the vocabulary): the
+                # user's input is at fault, not pseudoformer, as the onnx backend reports it too.
+                if isinstance(e.__cause__, IndexError):
+                    raise UsageError(f"an input index is out of range: {e.__cause__}") from None
+                raise
     write_atomic(Path(args.output), lambda fh: np.savez(fh, **outputs))
     shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in outputs.items())
     print(f"wrote {args.output}: {shapes}", file=sys.stderr)

@@ -75,6 +75,7 @@ class OnnxRunner:
             if not Path(model).is_file():
                 raise BackendError(f"no model file at {model}")
             source = str(model)
+        self._ort = ort
         self.provider = provider
         self.device = "cuda" if provider == "cuda" else "cpu"
         try:
@@ -89,8 +90,12 @@ class OnnxRunner:
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run on `inputs` (by input name); return every output by name, as numpy arrays."""
         feed = self._feed(inputs)
+        # A failed run raises, and callers turn that into their own one-line message; onnxruntime
+        # would also print it to stderr first, in colour, so its own log is silenced for runs.
+        quiet = self._ort.RunOptions()
+        quiet.log_severity_level = 4
         if self.device == "cpu":
-            values = self.session.run(self.output_names, feed)
+            values = self.session.run(self.output_names, feed, quiet)
         else:
             # IO binding keeps the outputs on the GPU until the one copy back, instead of
             # onnxruntime choosing where they live.
@@ -99,7 +104,7 @@ class OnnxRunner:
                 binding.bind_cpu_input(name, value)
             for name in self.output_names:
                 binding.bind_output(name, "cuda")
-            self.session.run_with_iobinding(binding)
+            self.session.run_with_iobinding(binding, quiet)
             values = binding.copy_outputs_to_cpu()
         return dict(zip(self.output_names, values, strict=True))
 
