@@ -25,6 +25,8 @@ class Pass:
 def _registry() -> dict[str, Pass]:
     from pseudoformer.passes.cse import cse
     from pseudoformer.passes.fuse_activations import fuse_gelu, fuse_norms
+    from pseudoformer.passes.fuse_attention import fuse_attention
+    from pseudoformer.passes.head_batching import batch_heads
     from pseudoformer.passes.simplify import simplify
 
     passes = [
@@ -32,6 +34,10 @@ def _registry() -> dict[str, Pass]:
         Pass("simplify", simplify, "algebraic simplification: transposes of transposes, identities", True),
         Pass("layer_norm_fusion", fuse_norms, "Algorithm 6 (with or without ε) → one layer_norm op"),
         Pass("gelu_fusion", fuse_gelu, "the tanh and erf GELU formulas → one gelu op"),
+        Pass("attention_fusion", fuse_attention,
+             "Algorithm 4's masked softmax(KᵀQ/√d) and V · A → one attention op; [[t ≤ t']] → causal"),
+        Pass("head_batching", batch_heads,
+             "Algorithm 5's H heads → one projection per Q/K/V (packed), one 4-D attention op"),
     ]
     return {p.name: p for p in passes}
 
@@ -39,7 +45,9 @@ def _registry() -> dict[str, Pass]:
 LEVELS: dict[int, list[str]] = {
     0: [],
     1: ["cse", "simplify", "cse"],
-    2: ["cse", "simplify", "cse", "layer_norm_fusion", "gelu_fusion"],
+    # Attention fusion reads the paper's layout, so it runs before any layout change.
+    2: ["cse", "simplify", "cse", "layer_norm_fusion", "gelu_fusion", "attention_fusion", "head_batching",
+        "cse", "simplify"],
 }
 
 
