@@ -46,7 +46,8 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, external_thre
                 _fsync(tmp)
                 os.replace(tmp, path)
     except OSError as e:
-        raise BackendError(f"cannot save the model to {path}: {e}") from e
+        # strerror, when there is one, because the exception's own text names our temporary file.
+        raise BackendError(f"cannot save the model to {path}: {e.strerror or e}") from e
     return path
 
 
