@@ -26,9 +26,11 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
         diags.add(err)
 
     current: Algorithm | None = None
+    broken_header = False  # the last header did not parse
     section: str | None = None
     # Open declaration containers of the current section, by indentation: (indent, members list).
     decl_stack: list[tuple[int, list[Decl]]] = []
+    member_indent: dict[int, int] = {}  # id of a container's members list → indentation of its first member
     body_lines: list[tuple[Line, Tree | None]] = []
 
     def close_algorithm() -> None:
@@ -47,6 +49,10 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
             fail(e)
             if line.kind is Kind.BODY and current is not None:
                 body_lines.append((line, None))  # keeps the line numbering, so no follow-on error
+            elif line.kind is Kind.HEADER:
+                # The algorithm's own lines follow; each being "outside any algorithm" says nothing new.
+                close_algorithm()
+                current, broken_header = None, True
             continue
         if line.kind is Kind.USE:
             # The tokens keep their positions, so a missing name or file is reported where it is written.
@@ -55,8 +61,14 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
             module.uses.append(Use(names, str(file_tok)[1:-1], file_tok.pos))
         elif line.kind is Kind.HEADER:
             close_algorithm()
+            broken_header = False
             current = _header(tree, line.pos)
             current.module = module
+            sig = current.data_args + current.param_args
+            twice = sorted({a for a in sig if sig.count(a) > 1})
+            if twice:  # the second binding would silently replace the first
+                fail(AlgSyntaxError(f"{', '.join(twice)} appear{'s' if len(twice) == 1 else ''} twice in the "
+                                    f"signature of {current.name}", line.pos))
             clash = [a for a in module.overloads(current.name)
                      if len(a.data_args) + len(a.param_args) == len(current.data_args) + len(current.param_args)]
             if clash:
@@ -65,7 +77,8 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
             module.add(current)
             section = None
         elif current is None:
-            fail(LayoutError("this line is outside any algorithm", line.pos))
+            if not broken_header:
+                fail(LayoutError("this line is outside any algorithm", line.pos))
         elif line.kind is Kind.SECTION:
             kw = str(tree.children[0].children[0])
             section = _SECTIONS[kw]
@@ -77,9 +90,17 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
         elif line.kind is Kind.CONTINUATION:
             while len(decl_stack) > 1 and line.indent <= decl_stack[-1][0]:
                 decl_stack.pop()
+            # As in Python, a dedent must come back to a level in use: a line between two levels
+            # would otherwise land in the block above and change what its names mean.
+            level = member_indent.setdefault(id(decl_stack[-1][1]), line.indent)
+            indent = line.indent
+            if indent < level:
+                fail(LayoutError(f"this line's indentation matches no enclosing block (the declarations "
+                                 f"before it are indented {level} spaces)", line.pos))
+                indent = level  # read on as if it were aligned, so the lines after it are no errors
             decls = _decls(tree.children[0])
             decl_stack[-1][1].extend(decls)
-            _open_container(decls, line.indent, decl_stack)
+            _open_container(decls, indent, decl_stack)
         else:
             stmt_remark = None
             if line.remark is not None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt
 from pseudoformer.frontend.errors import ArityError, BadTypeError, HyperparameterError, ShapeError
-from pseudoformer.frontend.exprs import describe, ev, ev_val
+from pseudoformer.frontend.exprs import as_size, describe, ev, ev_val
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import GroupVal, collection, top_entries
@@ -57,6 +57,12 @@ def call_algorithm(f: Frame, e: Expr) -> Any:
     positional = [bd for bd in binds if bd.args[1] is None]
     keyword = [bd for bd in binds if bd.args[1] is not None]
     callee = _pick(f, e, f.prog.lookup(f.alg.module, e.text), len(args), len(positional))
+    caller: Frame | None = f
+    while caller is not None:  # inlining a recursive call would never end
+        if caller.alg is callee:
+            raise f.error(BadTypeError, f"{callee.name} calls itself, and algorithms are inlined, so they cannot "
+                          "be recursive", e.pos)
+        caller = caller.caller
     if not args:
         raise f.error(ArityError, f"{callee.name} needs at least one data argument", e.pos)
     vals = [ev(f, a) for a in args]
@@ -206,10 +212,10 @@ def _exec(f: Frame, s: Stmt) -> None:
         _check_remark(f, s, v)
         raise _Return(v)
     elif k == "for_map":
-        n = ev(f, s.bounds[0])
-        if not isinstance(n, SizeVal):
+        n = as_size(ev(f, s.bounds[0]))
+        if n is None:
             raise f.error(BadTypeError, "a column map runs over [n] for a size n", s.bounds[0].pos)
-        with _mapvars(f, [(s.name, n.size)]):
+        with _mapvars(f, [(s.name, n)]):
             exec_block(f, s.body)
     elif k in ("for_in", "for_range"):
         if k == "for_range":
@@ -218,9 +224,10 @@ def _exec(f: Frame, s: Stmt) -> None:
                 raise f.error(BadTypeError, "write loops as for l = 1, 2, …, L do", s.pos)
         else:
             last = ev(f, s.bounds[0])
-        if not isinstance(last, SizeVal):
+        bound = as_size(last)
+        if bound is None:
             raise f.error(BadTypeError, "a loop's bound must be a size", s.pos)
-        size = f.b.resolve(last.size)
+        size = f.b.resolve(bound)
         count = size.value if size.is_int else 1  # checking without a config: one iteration stands for all
         saved_scope = f.scope
         for i in range(1, count + 1):

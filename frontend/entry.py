@@ -17,6 +17,7 @@ from pseudoformer.frontend.errors import (
     CompileError,
     Diagnostics,
     HyperparameterError,
+    Pos,
     UnknownNameError,
 )
 from pseudoformer.frontend.frame import Frame, Weights
@@ -30,8 +31,9 @@ from pseudoformer.ir import DType, Graph, Op, TensorType
 
 def find_entry(prog: Program, entry: str | None) -> Algorithm:
     algs = prog.entries()
-    if not algs:
-        raise CompileError([UnknownNameError(f"{prog.root.path} defines no algorithm")])
+    if not algs:  # a mistake in the file as a whole: reported at its start
+        raise CompileError([UnknownNameError(f"{prog.root.path} defines no algorithm",
+                                             Pos(prog.root.path, 1, 1), prog.root.line(1))])
     if entry is None:
         return algs[-1]
     hits = [a for a in algs if entry in (a.name, a.label, f"Algorithm {a.label}")]

@@ -117,7 +117,7 @@ class CompileError(Exception):
 
 def _read_line(pos: Pos) -> str | None:
     try:
-        lines = Path(pos.file).read_text(encoding="utf-8").splitlines()
+        lines = Path(pos.file).read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError):
         return None
     return lines[pos.line - 1] if 0 < pos.line <= len(lines) else None

@@ -363,6 +363,16 @@ def _gather(f: Frame, v: Val, i: int, idx: Val, it: Expr) -> Val:
     return Val(out, v.kind, tuple(v.dims[x] for x in dims_left), v.free + idx.free, batched)
 
 
+def as_size(v: Any) -> Size | None:
+    """A count: a size, or a whole number written out (`for l = 1, 2, …, 3 do`, `Σ_{i=1}^{2}`); else None."""
+    if isinstance(v, SizeVal):
+        return v.size
+    c = v.const if isinstance(v, Val) and not v.dims and not v.free else None
+    if isinstance(c, (int, float)) and not isinstance(c, bool) and math.isfinite(c) and c == int(c) and c >= 0:
+        return Size.of(int(c))
+    return None
+
+
 # ---------------------------------------------------------------------- sums and lists
 def _sum(f: Frame, e: Expr) -> Val:
     var, lo, hi, body = e.args
@@ -371,10 +381,9 @@ def _sum(f: Frame, e: Expr) -> Val:
         lo_v = ev(f, lo)
         if not (isinstance(lo_v, Val) and lo_v.const == 1):
             raise f.error(ShapeError, "a sum starts at 1 (partial sums are not supported)", lo.pos)
-        hv = ev(f, hi)
-        if not isinstance(hv, SizeVal):
+        size = as_size(ev(f, hi))
+        if size is None:
             raise f.error(BadTypeError, "a sum's upper bound must be a size", hi.pos)
-        size = hv.size
     internal = f.b.fresh(var)
     saved = f.maps.get(var)
     f.maps[var] = MapVar(internal, size)
@@ -543,7 +552,7 @@ def call_expr(f: Frame, e: Expr) -> Any:
     if name == "length":
         v = ev(f, args[0])
         if not isinstance(v, Val) or len(v.dims) != 1:
-            raise f.error(BadTypeError, "length() needs a sequence", args[0].pos)
+            raise f.error(BadTypeError, f"length() needs a sequence; {describe(args[0])} is {_shown(v)}", args[0].pos)
         return SizeVal(v.dims[0])
     if name == "sqrt":  # the ASCII spelling of √, which folds constants: same IR as √d_attn
         return _ev(f, Expr("sqrt", (args[0],), e.pos))

@@ -241,6 +241,12 @@ class Frame:
         return self.make_param(e, fam_idx, prefix, start, pos)
 
     def make_param(self, e: Entry, idx: dict[str, int], prefix: str, start: Entry | None, pos: Any) -> Any:
+        parts = e.parts[len(start.parts):] if start is not None else e.parts
+        missing = [v for kind, v in parts if kind == "fam" and v not in idx]
+        if missing:  # declared under `For l ∈ [L]:` but used where no l is given: which layer's?
+            v = missing[0]
+            raise self.error(BadTypeError, f"{e.decl.name} is declared for each {v} (under `For {v} ∈ …`); "
+                             f"use it inside a loop over {v}, with {v} in its name", pos)
         if e.decl.kind in ("group", "alg_group"):
             p = path(e, idx, prefix, start) if e.decl.kind == "alg_group" else path(e, idx, prefix, start)
             return GroupVal(e, p, self, dict(idx), alg=e.decl.alg, abstract=e.decl.kind == "alg_group")

@@ -50,13 +50,21 @@ def load_program(path: str | Path, source: str | None = None) -> Program:
 
 def _read(p: Path, display: str, diags: Diagnostics, pos: Pos | None) -> str | None:
     try:
-        return p.read_text(encoding="utf-8")
+        data = p.read_bytes()
+        # utf-8-sig: an editor's byte-order mark is not part of the first line
+        return data.decode("utf-8-sig")
     except FileNotFoundError:
         diags.add(ModuleError(f"no such file: {display}", pos))
     except IsADirectoryError:
         diags.add(ModuleError(f"{display} is a directory, not a .alg file", pos))
-    except UnicodeDecodeError:
-        diags.add(ModuleError(f"{display} is not UTF-8 text", pos))
+    except UnicodeDecodeError as e:
+        # Point at the offending byte in the file itself, as for any other mistake in it.
+        head = data[: e.start]
+        lineno = head.count(b"\n") + 1
+        before = head[head.rfind(b"\n") + 1:].decode("utf-8")  # valid: decoding failed only at e.start
+        line = data.split(b"\n")[lineno - 1].decode("utf-8", errors="replace")
+        diags.add(ModuleError(f"{display} is not UTF-8 text (byte 0x{data[e.start]:02x})",
+                              Pos(display, lineno, len(before) + 1), line))
     except OSError as e:
         diags.add(ModuleError(f"cannot read {display}: {e.strerror}", pos))
     return None
@@ -75,7 +83,8 @@ def _load_uses(prog: Program, mod: Module, path: Path, diags: Diagnostics, stack
             continue
         text = _read(target, display, diags, use.pos)
         if text is None:
-            diags.errors[-1].source_line = _line(mod, use.pos)
+            if diags.errors[-1].pos == use.pos:  # not when it points into the file itself
+                diags.errors[-1].source_line = _line(mod, use.pos)
             continue
         sub, d = parse_module(text, display)
         diags.errors.extend(d.errors)
