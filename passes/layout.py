@@ -95,37 +95,52 @@ def to_row_major(graph: Graph) -> tuple[Graph, bool]:
     return new, True
 
 
-def _wants(graph: Graph, nodes: list[Node], static: set[int]) -> dict[int, Perm | None]:
-    votes: dict[int, dict[Perm, int]] = {}
+def _wants(graph: Graph, nodes: list[Node], static: set[int]) -> dict[int, dict[Perm, float]]:
+    """How each non-static node's users would like it laid out, as shares of one vote, from the outputs back.
 
-    def vote(n: Node, p: Perm) -> None:
-        tally = votes.setdefault(id(n), {})
-        tally[p] = tally.get(p, 0) + 1
+    Each user casts one vote, split over layouts as its own users' votes were, so a node whose users
+    disagree passes the disagreement on upstream rather than a winner picked by chance.
+    """
+    tallies: dict[int, dict[Perm, float]] = {}
+
+    def vote(n: Node, p: Perm, weight: float) -> None:
+        tally = tallies.setdefault(id(n), {})
+        tally[p] = tally.get(p, 0.0) + weight
 
     for _, n in graph.outputs:
-        vote(n, ident(n.type.rank))
-    want: dict[int, Perm | None] = {}
+        vote(n, ident(n.type.rank), 1.0)
+    splits: dict[int, dict[Perm, float]] = {}
     for n in reversed(nodes):
         if id(n) in static:
             continue  # a static node is built in any layout asked of it, for free
-        tally = votes.get(id(n))
-        liked = max(tally, key=lambda p: tally[p]) if tally else None  # ties: the first vote
         r = rule(n.op)
-        w = ident(n.type.rank) if n.type.rank < 2 else r.prefer(n, liked)
-        want[id(n)] = w
-        plan = r.plan(n, w, None) if w is not None else None
-        for s, p in zip(n.src, plan or (), strict=False):
-            if p is not None and s.type.rank >= 2 and id(s) not in static:
-                vote(s, p)
-    return want
+        split: dict[Perm, float] = {}
+        tally = tallies.get(id(n), {})
+        if n.type.rank < 2:
+            split = {ident(n.type.rank): 1.0}
+        elif not tally:
+            own = r.prefer(n, None)
+            split = {own: 1.0} if own is not None else {}
+        else:
+            total = sum(tally.values())
+            for p, w in tally.items():
+                q = r.prefer(n, p)
+                if q is not None:
+                    split[q] = split.get(q, 0.0) + w / total
+        splits[id(n)] = split
+        for p, w in split.items():
+            for s, q in zip(n.src, r.plan(n, p, None) or (), strict=False):
+                if q is not None and s.type.rank >= 2 and id(s) not in static:
+                    vote(s, q, w)
+    return splits
 
 
 class _Builder:
     """The rebuilt graph: for each input-graph node, its versions by layout."""
 
-    def __init__(self, static: set[int], want: dict[int, Perm | None]) -> None:
+    def __init__(self, static: set[int], splits: dict[int, dict[Perm, float]]) -> None:
         self.static = static
-        self.want = want
+        self.splits = splits
         self.versions: dict[int, dict[Perm, Node]] = {}
         self.primary: dict[int, Perm] = {}  # the layout a non-static node was computed in
 
@@ -153,8 +168,8 @@ class _Builder:
         """Compute a non-static node in its cheapest layout (see the module docstring)."""
         r = rule(n.op)
         rank = n.type.rank
-        wanted = self.want.get(id(n))
-        cands: list[Perm] = [wanted] if wanted is not None else []
+        split = self.splits.get(id(n), {})
+        cands: list[Perm] = sorted(split, key=lambda p: -split[p])  # on equal cost, the earlier wins
         for i, s in enumerate(n.src):
             if id(s) not in self.static and s.type.rank >= 2:
                 for Q in self.versions.get(id(s), {}):
@@ -163,15 +178,15 @@ class _Builder:
                         cands.append(L)
         cands.append(ident(rank))
         avail = [list(self.versions.get(id(s), {})) if id(s) not in self.static else [] for s in n.src]
-        best: tuple[int, Perm, list[Perm | None]] | None = None
+        best: tuple[float, Perm, list[Perm | None]] | None = None
         for L in dict.fromkeys(cands):
             plan = r.plan(n, L, avail)
             if plan is None:
                 continue
-            cost = sum(1 for s, p in zip(n.src, plan, strict=True)
-                       if p is not None and id(s) not in self.static and p not in self.versions[id(s)])
-            cost += wanted is not None and L != wanted
-            if best is None or cost < best[0]:
+            cost = sum(self._cost(s, p) for s, p in zip(n.src, plan, strict=True))
+            # Users left without the layout they want will each need it transposed (once, shared).
+            cost += 1.0 - split.get(L, 0.0) if split else 0.0
+            if best is None or cost < best[0] - 1e-9:
                 best = (cost, L, plan)
         if best is None:
             raise LayoutError(f"{n.op.value} absorbs no layout, not even the identity")
@@ -181,6 +196,14 @@ class _Builder:
         _check(n, L, v)
         self.versions[id(n)] = {L: v}
         self.primary[id(n)] = L
+
+    def _cost(self, s: Node, p: Perm | None) -> float:
+        """What it costs to have operand s in layout p: a transpose, unless it exists or moves no data."""
+        have = self.versions.get(id(s), {})
+        if p is None or id(s) in self.static or p in have:
+            return 0.0
+        first = self.primary[id(s)]
+        return 0.0 if _moves_only_units(have[first], compose(inverse(first), p)) else 1.0
 
     def _operands(self, n: Node, plan: list[Perm | None]) -> tuple[list[Node], list[Perm]]:
         src: list[Node] = []
@@ -203,12 +226,34 @@ def _transpose(v: Node, have: Perm, want: Perm) -> Node:
         v = v.src[0]
         if perm == ident(len(perm)):
             return v
-    shape = tuple(v.shape[a] for a in perm)
-    moved = [a for a in perm if v.shape[a] != 1]
-    if moved == sorted(moved):
-        # Only unit axes move: the data is already in order, and a reshape moves none of it.
-        return Node(Op.RESHAPE, (v,), {"shape": shape}, span=v.span, scope=v.scope)
+    if _moves_only_units(v, perm):
+        return _view(v, perm)
     return Node(Op.TRANSPOSE, (v,), {"perm": list(perm)}, span=v.span, scope=v.scope)
+
+
+def _view(v: Node, perm: Perm) -> Node:
+    """v with only unit axes moved: the data is already in order, so a view of it, not a transpose,
+    and a view of what v views if v is one itself, so that views do not stack."""
+    shape = tuple(v.shape[a] for a in perm)
+    if shape == v.shape:
+        return v
+    if v.op is Op.UNSQUEEZE:
+        base = v.src[0]
+        ins = [a % v.type.rank for a in v.attrs["axes"]]
+        moved = Node(Op.UNSQUEEZE, (base,), {"axes": sorted(perm.index(a) for a in ins)}, span=v.span,
+                     scope=v.scope)
+        if moved.shape == shape:
+            return moved
+    if v.op in (Op.UNSQUEEZE, Op.RESHAPE):
+        v = v.src[0]
+        if v.shape == shape:
+            return v
+    return Node(Op.RESHAPE, (v,), {"shape": shape}, span=v.span, scope=v.scope)
+
+
+def _moves_only_units(v: Node, perm: Perm) -> bool:
+    moved = [a for a in perm if v.shape[a] != 1]
+    return moved == sorted(moved)
 
 
 def _check(n: Node, L: Perm, v: Node) -> None:

@@ -59,6 +59,14 @@ def new_node(n: Node, op: Op, src: Sequence[Node], attrs: dict) -> Node:
     return Node(op, tuple(src), attrs, span=n.span, scope=n.scope)
 
 
+def respell(old: object, new: int | list[int], rank: int) -> object:
+    """`new` (an axis or sorted axes), in the attribute's old spelling (-1, an unsorted list) when it
+    names the same axes: a node the layout leaves in place stays the very same node."""
+    if isinstance(new, int):
+        return old if isinstance(old, int) and old % rank == new else new
+    return old if sorted(a % rank for a in old) == new else new  # type: ignore[union-attr]
+
+
 def restrict(L: Perm, rank: int) -> tuple[Perm, list[int]]:
     """A right-aligned operand of `rank` under an output layout L: its own layout, and the axes at
     which to unsqueeze it so that it still broadcasts."""
@@ -252,7 +260,7 @@ class AxisOp(Rule):
 
     def build(self, n: Node, L: Perm, src: Sequence[Node], lay: Sequence[Perm]) -> Node:
         attrs = dict(n.attrs)
-        attrs["axis"] = L.index(n.attrs["axis"] % len(L))
+        attrs["axis"] = respell(n.attrs["axis"], L.index(n.attrs["axis"] % len(L)), len(L))
         return new_node(n, n.op, src, attrs)
 
     def induce(self, n: Node, i: int, Q: Perm) -> Perm | None:
@@ -287,7 +295,7 @@ class Reduce(Rule):
     def build(self, n: Node, L: Perm, src: Sequence[Node], lay: Sequence[Perm]) -> Node:
         axes, _ = self._dropped(n)
         attrs = dict(n.attrs)
-        attrs["axes"] = sorted(lay[0].index(a) for a in axes)
+        attrs["axes"] = respell(n.attrs["axes"], sorted(lay[0].index(a) for a in axes), len(lay[0]))
         return new_node(n, n.op, src, attrs)
 
     def induce(self, n: Node, i: int, Q: Perm) -> Perm | None:
@@ -325,4 +333,5 @@ class SizeOf(Rule):
 
     def build(self, n: Node, L: Perm, src: Sequence[Node], lay: Sequence[Perm]) -> Node:
         ax = n.attrs["axis"] % len(lay[0])
-        return new_node(n, Op.DIM, src, {**n.attrs, "axis": lay[0].index(ax)})
+        axis = respell(n.attrs["axis"], lay[0].index(ax), len(lay[0]))
+        return new_node(n, Op.DIM, src, {**n.attrs, "axis": axis})

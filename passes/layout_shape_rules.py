@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pseudoformer.ir import Dim, Node, Op
-from pseudoformer.passes.layout_rules import Avail, Perm, Rule, ident, new_node, norm_axes
+from pseudoformer.passes.layout_rules import Avail, Perm, Rule, ident, new_node, norm_axes, respell
 
 
 class Unsqueeze(Rule):
@@ -24,7 +24,8 @@ class Unsqueeze(Rule):
 
     def build(self, n: Node, L: Perm, src: Sequence[Node], lay: Sequence[Perm]) -> Node:
         ins, _ = self._split(n)
-        return new_node(n, Op.UNSQUEEZE, src, {**n.attrs, "axes": sorted(L.index(a) for a in ins)})
+        axes = respell(n.attrs["axes"], sorted(L.index(a) for a in ins), len(L))
+        return new_node(n, Op.UNSQUEEZE, src, {**n.attrs, "axes": axes})
 
     def induce(self, n: Node, i: int, Q: Perm) -> Perm | None:
         ins, keep = self._split(n)
@@ -56,7 +57,8 @@ class Squeeze(Rule):
 
     def build(self, n: Node, L: Perm, src: Sequence[Node], lay: Sequence[Perm]) -> Node:
         sq, _ = self._split(n)
-        return new_node(n, Op.SQUEEZE, src, {**n.attrs, "axes": sorted(lay[0].index(a) for a in sq)})
+        axes = respell(n.attrs["axes"], sorted(lay[0].index(a) for a in sq), len(lay[0]))
+        return new_node(n, Op.SQUEEZE, src, {**n.attrs, "axes": axes})
 
     def induce(self, n: Node, i: int, Q: Perm) -> Perm | None:
         sq, keep = self._split(n)
@@ -97,7 +99,8 @@ class Gather(Rule):
 
     def build(self, n: Node, L: Perm, src: Sequence[Node], lay: Sequence[Perm]) -> Node:
         ax, _ = self._block(n)
-        return new_node(n, Op.GATHER, src, {**n.attrs, "axis": lay[0].index(ax)})
+        axis = respell(n.attrs["axis"], lay[0].index(ax), len(lay[0]))
+        return new_node(n, Op.GATHER, src, {**n.attrs, "axis": axis})
 
     def induce(self, n: Node, i: int, Q: Perm) -> Perm | None:
         ax, ri = self._block(n)
@@ -177,7 +180,10 @@ class Reshape(Rule):
         return [tuple(src)]
 
     def build(self, n: Node, L: Perm, src: Sequence[Node], lay: Sequence[Perm]) -> Node:
-        return new_node(n, Op.RESHAPE, src, {**n.attrs, "shape": tuple(n.shape[a] for a in L)})
+        shape = tuple(n.shape[a] for a in L)
+        if tuple(n.attrs["shape"]) == shape:
+            shape = n.attrs["shape"]
+        return new_node(n, Op.RESHAPE, src, {**n.attrs, "shape": shape})
 
     def induce(self, n: Node, i: int, Q: Perm) -> Perm | None:
         groups = reshape_groups(n.src[0].shape, n.shape)
