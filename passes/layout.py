@@ -5,18 +5,21 @@ positions], weights multiply from the left, and reductions run over axis 1. This
 node a layout, a permutation L of its axes (its new value is np.transpose(old value, L)), and
 rebuilds the graph so that each op computes its result directly in the layout chosen for it. The
 per-op knowledge (which layouts an op absorbs, and how) is in layout_rules.py and
-layout_shape_rules.py; here are the
-choices, made in two sweeps over the graph:
+layout_shape_rules.py; here are the choices, made in two sweeps over the graph:
 
   1. Backward, from the outputs (which keep their interface layout) to the inputs, each node learns
-     the layout its users would like: the majority of their wishes, adjusted by the op itself
-     (SOFTMAX, LAYER_NORM and reductions want their axis last; a MATMUL or ATTENTION can only take
-     layouts that keep its last two axes last). What a node wants becomes its wish for its operands.
-  2. Forward, from the inputs, each node takes the layout, among what it wants, what its operands'
-     existing versions suggest (transpose sinking) and the identity, that costs the fewest new
-     transposes of activations, counting a layout other than the wanted one as one transpose to come.
-     A transpose is inserted only where an operand is needed in a layout it does not exist in yet,
-     once per node and layout, so every user of it shares the one copy.
+     how its users would like it laid out: each user casts one vote, split over layouts as its own
+     users' votes were, adjusted by the op itself (SOFTMAX and LAYER_NORM want their axis last, a
+     reduction wants the reduced axes last in its operand, a MATMUL or ATTENTION only takes layouts
+     that keep its last two axes last). A disagreement thus travels upstream as a split, not as a
+     winner picked by chance.
+  2. Forward, from the inputs, each node takes the layout, among those its users want, those its
+     operands' existing versions suggest (transpose sinking) and the identity, that costs least:
+     one per operand that must be transposed into a layout it does not exist in yet, plus the share
+     of users that will not get the layout they want (each will need a transpose), plus the op's own
+     price for the layout (2 for a softmax or layer norm off the last axis). Layouts that differ only
+     in where unit axes sit hold the same data, and moving between them is a free view.
+     A transpose is inserted once per node and layout, so every user of it shares the one copy.
 
 Values that depend on no input data, only on weights and sizes (PARAMs, slices of W_p, index masks),
 are "static": they are built in whatever layout is asked of them by pushing the layout into them, so
@@ -81,7 +84,18 @@ def activation_transposes(graph: Graph) -> int:
     return sum(1 for n in nodes if n.op is Op.TRANSPOSE and id(n.src[0]) not in static)
 
 
+def data_movement(graph: Graph) -> int:
+    """Transposes of activations a graph will run, counting the two ONNX Runtime's Softmax (and the
+    backend's LayerNormalization) hide inside each one over another axis than the last."""
+    hidden = sum(2 for n in graph.nodes()
+                 if n.op in (Op.SOFTMAX, Op.LAYER_NORM) and n.attrs["axis"] % n.type.rank != n.type.rank - 1)
+    return activation_transposes(graph) + hidden
+
+
 def to_row_major(graph: Graph) -> tuple[Graph, bool]:
+    """`graph` with activations row-major, and whether that changed it. The choices are greedy, so on
+    graphs unlike a transformer (outputs pinned to several odd layouts) they can cost more than they
+    save; then the graph comes back as it was: the pass never adds data movement."""
     nodes = graph.nodes()
     static = static_nodes(nodes)
     builder = _Builder(static, _wants(graph, nodes, static))
@@ -90,7 +104,7 @@ def to_row_major(graph: Graph) -> tuple[Graph, bool]:
             builder.place(n)
     outputs = [(name, builder.get(n, ident(n.type.rank))) for name, n in graph.outputs]
     new = Graph(inputs=list(graph.inputs), outputs=outputs, meta=dict(graph.meta))
-    if same_graph(graph, new):
+    if same_graph(graph, new) or data_movement(new) > data_movement(graph):
         return graph, False
     return new, True
 
@@ -135,6 +149,16 @@ def _wants(graph: Graph, nodes: list[Node], static: set[int]) -> dict[int, dict[
     return splits
 
 
+def canonical(n: Node, L: Perm) -> Perm:
+    """The representative of the layouts of n that hold its data in the same order: they differ only
+    in where its unit axes sit, and moving those is a free view. Unit axes stay put; the rest keep L's order."""
+    units = [a for a in L if n.shape[a] == 1]
+    if not units:
+        return L
+    rest = iter(a for a in L if n.shape[a] != 1)
+    return tuple(a if n.shape[a] == 1 else next(rest) for a in range(len(L)))
+
+
 class _Builder:
     """The rebuilt graph: for each input-graph node, its versions by layout."""
 
@@ -168,8 +192,10 @@ class _Builder:
         """Compute a non-static node in its cheapest layout (see the module docstring)."""
         r = rule(n.op)
         rank = n.type.rank
-        split = self.splits.get(id(n), {})
-        cands: list[Perm] = sorted(split, key=lambda p: -split[p])  # on equal cost, the earlier wins
+        share: dict[Perm, float] = {}
+        for p, w in self.splits.get(id(n), {}).items():
+            share[canonical(n, p)] = share.get(canonical(n, p), 0.0) + w
+        cands: list[Perm] = sorted(self.splits.get(id(n), {}), key=lambda p: -share[canonical(n, p)])
         for i, s in enumerate(n.src):
             if id(s) not in self.static and s.type.rank >= 2:
                 for Q in self.versions.get(id(s), {}):
@@ -183,9 +209,9 @@ class _Builder:
             plan = r.plan(n, L, avail)
             if plan is None:
                 continue
-            cost = sum(self._cost(s, p) for s, p in zip(n.src, plan, strict=True))
+            cost = r.cost(n, L) + sum(self._cost(s, p) for s, p in zip(n.src, plan, strict=True))
             # Users left without the layout they want will each need it transposed (once, shared).
-            cost += 1.0 - split.get(L, 0.0) if split else 0.0
+            cost += 1.0 - share.get(canonical(n, L), 0.0) if share else 0.0
             if best is None or cost < best[0] - 1e-9:
                 best = (cost, L, plan)
         if best is None:

@@ -14,6 +14,7 @@ transposing it. Each rule answers four questions:
   prefer(n, P)       the layout n should take when its users would like P (None: no opinion): P
                      itself if n can absorb it, the nearest layout it can absorb otherwise, and the
                      layout that puts its reduction axis last for ops whose speed depends on it.
+  cost(n, L)         what n itself costs in layout L beyond the best one, in transposes.
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ class Rule:
         if P is None or self.plan(n, P, None) is not None:
             return P
         return ident(len(P))
+
+    def cost(self, n: Node, L: Perm) -> float:
+        return 0.0
 
 
 class Elementwise(Rule):
@@ -268,9 +272,14 @@ class AxisOp(Rule):
 
     def prefer(self, n: Node, P: Perm | None) -> Perm | None:
         if n.op in (Op.SOFTMAX, Op.LAYER_NORM):
-            # Both run fastest (ONNX LayerNormalization only runs at all) over the last axis.
             return move_last(P if P is not None else ident(len(n.shape)), [n.attrs["axis"] % len(n.shape)])
         return P
+
+    def cost(self, n: Node, L: Perm) -> float:
+        # Over any other axis than the last, ONNX Runtime's Softmax transposes in and out, and so does
+        # the backend around LayerNormalization, which only normalises trailing axes.
+        last = L[-1] == n.attrs["axis"] % len(L)
+        return 0.0 if last or n.op not in (Op.SOFTMAX, Op.LAYER_NORM) else 2.0
 
 
 class Reduce(Rule):
@@ -305,8 +314,10 @@ class Reduce(Rule):
         return tuple(keep.index(a) for a in Q if a not in axes)
 
     def prefer(self, n: Node, P: Perm | None) -> Perm | None:
-        if P is None and n.attrs.get("keepdims", False):
-            return move_last(ident(len(n.shape)), self._dropped(n)[0])
+        if n.attrs.get("keepdims", False):
+            # The reduced axes are unit axes of the result, so putting them last is free for its users
+            # and makes the operand reduce over its last axes.
+            return move_last(P if P is not None else ident(len(n.shape)), self._dropped(n)[0])
         return P
 
 

@@ -183,7 +183,15 @@ class Reshape(Rule):
         shape = tuple(n.shape[a] for a in L)
         if tuple(n.attrs["shape"]) == shape:
             shape = n.attrs["shape"]
-        return new_node(n, Op.RESHAPE, src, {**n.attrs, "shape": shape})
+        x = src[0]
+        if x is not n.src[0]:
+            # The layout may have turned the operand into a view already: view its source instead,
+            # or nothing at all, so that views neither stack nor linger as no-ops.
+            if x.op is Op.RESHAPE:
+                x = x.src[0]
+            if x.shape == shape:
+                return x
+        return new_node(n, Op.RESHAPE, [x], {**n.attrs, "shape": shape})
 
     def induce(self, n: Node, i: int, Q: Perm) -> Perm | None:
         groups = reshape_groups(n.src[0].shape, n.shape)
