@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from pseudoformer.ir import Graph, Node, Op, TensorType
 from pseudoformer.ir.ops import ARITH, COMPARE, LOGICAL, UNARY
-from pseudoformer.passes.cse import _freeze
 from pseudoformer.passes.layout_rules import (
     Attention,
     AxisOp,
@@ -149,7 +148,7 @@ def _wants(graph: Graph, nodes: list[Node], static: set[int]) -> dict[int, dict[
     return splits
 
 
-def canonical(n: Node, L: Perm) -> Perm:
+def _canonical(n: Node, L: Perm) -> Perm:
     """The representative of the layouts of n that hold its data in the same order: they differ only
     in where its unit axes sit, and moving those is a free view. Unit axes stay put; the rest keep L's order."""
     units = [a for a in L if n.shape[a] == 1]
@@ -182,7 +181,7 @@ class _Builder:
                 src, lay = self._operands(n, plan)
                 v = r.build(n, L, src, lay)
         else:
-            first = self.primary[id(n)]
+            first = self._nearest(n, L)
             v = _transpose(have[first], first, L)
         _check(n, L, v)
         have[L] = v
@@ -194,8 +193,8 @@ class _Builder:
         rank = n.type.rank
         share: dict[Perm, float] = {}
         for p, w in self.splits.get(id(n), {}).items():
-            share[canonical(n, p)] = share.get(canonical(n, p), 0.0) + w
-        cands: list[Perm] = sorted(self.splits.get(id(n), {}), key=lambda p: -share[canonical(n, p)])
+            share[_canonical(n, p)] = share.get(_canonical(n, p), 0.0) + w
+        cands: list[Perm] = sorted(self.splits.get(id(n), {}), key=lambda p: -share[_canonical(n, p)])
         for i, s in enumerate(n.src):
             if id(s) not in self.static and s.type.rank >= 2:
                 for Q in self.versions.get(id(s), {}):
@@ -211,7 +210,7 @@ class _Builder:
                 continue
             cost = r.cost(n, L) + sum(self._cost(s, p) for s, p in zip(n.src, plan, strict=True))
             # Users left without the layout they want will each need it transposed (once, shared).
-            cost += 1.0 - share.get(canonical(n, L), 0.0) if share else 0.0
+            cost += 1.0 - share.get(_canonical(n, L), 0.0) if share else 0.0
             if best is None or cost < best[0] - 1e-9:
                 best = (cost, L, plan)
         if best is None:
@@ -223,13 +222,20 @@ class _Builder:
         self.versions[id(n)] = {L: v}
         self.primary[id(n)] = L
 
+    def _nearest(self, n: Node, L: Perm) -> Perm:
+        """The existing layout of n to derive layout L from: one only a view away if there is one."""
+        have = self.versions[id(n)]
+        for h, v in have.items():
+            if _moves_only_units(v, compose(inverse(h), L)):
+                return h
+        return self.primary[id(n)]
+
     def _cost(self, s: Node, p: Perm | None) -> float:
         """What it costs to have operand s in layout p: a transpose, unless it exists or moves no data."""
-        have = self.versions.get(id(s), {})
-        if p is None or id(s) in self.static or p in have:
+        if p is None or id(s) in self.static or p in self.versions[id(s)]:
             return 0.0
-        first = self.primary[id(s)]
-        return 0.0 if _moves_only_units(have[first], compose(inverse(first), p)) else 1.0
+        h = self._nearest(s, p)
+        return 0.0 if _moves_only_units(self.versions[id(s)][h], compose(inverse(h), p)) else 1.0
 
     def _operands(self, n: Node, plan: list[Perm | None]) -> tuple[list[Node], list[Perm]]:
         src: list[Node] = []
@@ -300,7 +306,18 @@ def same_graph(a: Graph, b: Graph) -> bool:
             continue
         seen.add((id(x), id(y)))
         if x.op is not y.op or x.type != y.type or len(x.src) != len(y.src) \
-                or _freeze(x.attrs) != _freeze(y.attrs):
+                or _frozen(x.attrs) != _frozen(y.attrs):
             return False
         stack.extend(zip(x.src, y.src, strict=True))
     return True
+
+
+def _frozen(v: object) -> object:
+    """Attributes compared by value: lists and tuples alike, NaN equal to itself."""
+    if isinstance(v, dict):
+        return tuple(sorted((k, _frozen(x)) for k, x in v.items()))
+    if isinstance(v, (list, tuple)):
+        return tuple(_frozen(x) for x in v)
+    if isinstance(v, float) and v != v:
+        return ("nan",)
+    return v
