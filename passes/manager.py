@@ -27,6 +27,7 @@ def _registry() -> dict[str, Pass]:
     from pseudoformer.passes.fuse_activations import fuse_gelu, fuse_norms
     from pseudoformer.passes.fuse_attention import fuse_attention
     from pseudoformer.passes.head_batching import batch_heads
+    from pseudoformer.passes.layout import to_row_major
     from pseudoformer.passes.simplify import simplify
 
     passes = [
@@ -38,6 +39,8 @@ def _registry() -> dict[str, Pass]:
              "Algorithm 4's masked softmax(KᵀQ/√d) and V · A → one attention op; [[t ≤ t']] → causal"),
         Pass("head_batching", batch_heads,
              "Algorithm 5's H heads → one projection per Q/K/V (packed), one 4-D attention op"),
+        Pass("layout", to_row_major,
+             "the paper's features × positions → row-major [batch, positions, features], X·Wᵀ matmuls"),
     ]
     return {p.name: p for p in passes}
 
@@ -47,7 +50,7 @@ LEVELS: dict[int, list[str]] = {
     1: ["cse", "simplify", "cse"],
     # Attention fusion reads the paper's layout, so it runs before any layout change.
     2: ["cse", "simplify", "cse", "layer_norm_fusion", "gelu_fusion", "attention_fusion", "head_batching",
-        "cse", "simplify"],
+        "cse", "simplify", "layout", "cse", "simplify"],
 }
 
 
