@@ -1,0 +1,252 @@
+"""Compiling a lowered graph with TVM, running it on the Relax VM, and saving it as a shared library.
+
+A compiled model is one `.so` (TVMModel.save) that loads in a fresh process (load_model): the Relax
+VM executable with its kernels, plus a `pseudoformer_meta` function that returns the names and
+types the positional arguments and results stand for. Weights are either bound into the library
+as constants (params="bind", the default: one file, and weight-only work such as the tied
+unembedding's transpose is folded at compile time) or passed at run time (params="args"): then
+LiftTransformParams moves the weight-only work into `main_transform_params`, run once at load,
+and the weights are saved beside the library as `<name>.params`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.backends.tvm.errors import BackendError, require_tvm
+from pseudoformer.backends.tvm.lower import Lowered, to_relax
+from pseudoformer.backends.tvm.schedule import schedule_passes
+from pseudoformer.ir.graph import Graph
+from pseudoformer.ir.types import TensorType
+
+tvm = require_tvm()
+from tvm import relax  # noqa: E402
+
+TARGETS = ("llvm", "cuda")
+PARAM_MODES = ("bind", "args")
+META = "pseudoformer_meta"
+
+
+def make_target(target: str = "llvm") -> Any:
+    """A tvm Target: "llvm" is this host's CPU as LLVM names it (AVX2 or AVX-512 as the CPU has them)."""
+    if target not in TARGETS:
+        raise BackendError(f"unknown TVM target {target!r} (choose {', '.join(TARGETS)})")
+    if target == "cuda":
+        if not tvm.cuda().exist:
+            raise BackendError("--target cuda needs an NVIDIA GPU, and this machine has none; use --target llvm")
+        return tvm.target.Target({"kind": "cuda", "arch": _cuda_arch()}, host=make_target("llvm"))
+    # The host's own CPU name: a fixed one (znver4) would use instructions a VM may hide (AVX-512
+    # here), and die on SIGILL; a .so is for machines like the one that built it.
+    cpu = str(tvm.get_global_func("tvm.codegen.llvm.GetHostCPUName")())
+    return tvm.target.Target({"kind": "llvm", "mcpu": cpu, "num-cores": os.cpu_count() or 1})
+
+
+def _cuda_arch() -> str:
+    major, minor = str(tvm.cuda().compute_version).split(".")
+    return f"sm_{major}{minor}"
+
+
+def pipeline(target: Any, *, lift_params: bool, schedule: bool = True) -> Any:
+    """The default Relax pipeline for CPU or GPU, with our schedules between fusion and memory planning."""
+    gpu = target.kind.name == "cuda"
+    pre = [relax.transform.LiftTransformParams()] if lift_params else []
+    legalize = [
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+        relax.transform.DeadCodeElimination(),
+    ]
+    lower = [
+        relax.transform.RewriteDataflowReshape(),
+        relax.transform.ToNonDataflow(),
+        relax.transform.RemovePurityChecking(),
+        relax.transform.CallTIRRewrite(),
+        relax.transform.StaticPlanBlockMemory(),
+        relax.transform.LowerAllocTensor(),
+        relax.transform.KillAfterLastUse(),
+        relax.transform.LowerRuntimeBuiltin(),
+        relax.transform.ComputePrimValue(),
+        relax.transform.VMShapeLower(),
+        relax.transform.AttachGlobalSymbol(),
+    ]
+    passes = pre + legalize + (schedule_passes(target) if schedule or gpu else []) + lower
+
+    @tvm.transform.module_pass(opt_level=0, name="PseudoformerPipeline")
+    def _run(mod: Any, _ctx: Any) -> Any:
+        with target:
+            return tvm.transform.Sequential(passes)(mod)
+
+    return _run
+
+
+@dataclass
+class TVMModel:
+    """A compiled model: its VM executable, what its arguments are, and (params="args") its weights."""
+
+    executable: Any  # tvm.runtime.Executable or a loaded library Module
+    meta: dict[str, Any]
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    _vm: Any = None
+    _params: list[Any] | None = None
+
+    @property
+    def input_names(self) -> list[str]:
+        return [name for name, _, _ in self.meta["inputs"]]
+
+    @property
+    def output_names(self) -> list[str]:
+        return list(self.meta["outputs"])
+
+    def _device(self) -> Any:
+        return tvm.cuda() if self.meta["target"] == "cuda" else tvm.cpu()
+
+    def vm(self) -> Any:
+        if self._vm is None:
+            self._vm = relax.VirtualMachine(self.executable, self._device())
+        return self._vm
+
+    def _param_args(self) -> list[Any]:
+        if self._params is None:
+            dev = self._device()
+            names = self.meta["params"] if self.meta["param_mode"] == "args" else []
+            missing = [n for n in names if n not in self.weights]
+            if missing:
+                raise BackendError(f"no weights for parameters: {', '.join(missing)}")
+            raw = [tvm.runtime.tensor(np.ascontiguousarray(self.weights[n], np.float32), dev) for n in names]
+            # The weight-only work (transposes of tied weights, …) runs once here, not on every call.
+            self._params = list(self.vm()["main_transform_params"](raw)) if raw else []
+        return self._params
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run on `inputs` by name (dtypes as the graph declares them); the outputs by name."""
+        missing = [n for n in self.input_names if n not in inputs]
+        extra = [n for n in inputs if n not in self.input_names]
+        if missing or extra:
+            raise BackendError(f"inputs do not match the model's ({', '.join(self.input_names)}): "
+                               f"missing {missing or 'none'}, unexpected {extra or 'none'}")
+        dev = self._device()
+        args = []
+        for name, dtype, rank in self.meta["inputs"]:
+            value = np.ascontiguousarray(inputs[name], dtype=np.dtype(dtype))
+            if value.ndim != rank:
+                raise BackendError(f"input {name} has rank {value.ndim}, the model wants {rank}")
+            args.append(tvm.runtime.tensor(value, dev))
+        params = self._param_args()
+        fn = self.vm()["main"]
+        try:
+            out = fn(*args, *params)
+        except Exception as e:  # a shape check of the VM: sizes that contradict the model's types
+            raise BackendError(f"the TVM model rejected the inputs: {str(e).strip().splitlines()[-1]}") from e
+        return {name: out[i].numpy() for i, name in enumerate(self.output_names)}
+
+    def save(self, path: str | Path) -> Path:
+        """Write the shared library (and, with params="args", `<path>.params` beside it)."""
+        path = Path(path)
+        if not path.parent.is_dir():
+            raise BackendError(f"cannot write {path}: no directory {path.parent}")
+        tmp = path.with_name(f".{path.name}.tmp.so")
+        try:
+            self.executable.export_library(str(tmp))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        if self.meta["param_mode"] == "args":
+            params = {n: tvm.runtime.tensor(np.asarray(self.weights[n], np.float32)) for n in self.meta["params"]}
+            tvm.runtime.save_param_dict_to_file(params, str(_params_path(path)))
+        return path
+
+
+def _params_path(path: Path) -> Path:
+    return path.with_name(path.name + ".params")
+
+
+def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: str = "llvm",
+                  params: str = "bind", schedule: bool = True,
+                  metadata: Mapping[str, str] | None = None) -> TVMModel:
+    """Lower `graph`, compile it for `target` ("llvm" or "cuda"), and return a runnable TVMModel."""
+    if params not in PARAM_MODES:
+        raise BackendError(f"params must be one of {', '.join(PARAM_MODES)}, got {params!r}")
+    tgt = make_target(target)
+    t0 = time.perf_counter()
+    lowered = to_relax(graph)
+    missing = [n for n, _ in lowered.params if n not in weights]
+    if missing:
+        raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
+    _check_shapes(lowered, weights)
+    meta = _meta(lowered, target, params, metadata)
+    mod = _with_meta(lowered, meta)
+    if params == "bind":
+        main = mod["main"]
+        n_in = len(lowered.inputs)
+        binding = {var: np.asarray(weights[name], np.float32)
+                   for var, (name, _) in zip(list(main.params)[n_in:], lowered.params, strict=True)}
+        mod = relax.transform.BindParams("main", binding)(mod)
+    t1 = time.perf_counter()
+    ex = tvm.compile(mod, target=tgt, relax_pipeline=pipeline(tgt, lift_params=params == "args",
+                                                                 schedule=schedule))
+    t2 = time.perf_counter()
+    kept = {n: np.asarray(weights[n]) for n, _ in lowered.params} if params == "args" else {}
+    return TVMModel(ex, meta, kept, timings={"lower_s": t1 - t0, "compile_s": t2 - t1})
+
+
+def _check_shapes(lowered: Lowered, weights: Mapping[str, np.ndarray]) -> None:
+    for name, t in lowered.params:
+        shape = tuple(np.shape(weights[name]))
+        if shape != tuple(t.shape):
+            raise BackendError(f"parameter {name} has shape {shape}, the graph wants {t}")
+
+
+def _meta(lowered: Lowered, target: str, params: str, extra: Mapping[str, str] | None) -> dict[str, Any]:
+    def entry(name: str, t: TensorType) -> list[Any]:
+        return [name, t.dtype.value, t.rank]
+
+    return {
+        "format": 1,
+        "target": target,
+        "param_mode": params,
+        "inputs": [entry(n, t) for n, t in lowered.inputs],
+        "outputs": [n for n, _ in lowered.outputs],
+        "params": [n for n, _ in lowered.params],
+        **{str(k): str(v) for k, v in (extra or {}).items()},
+    }
+
+
+def _with_meta(lowered: Lowered, meta: dict[str, Any]) -> Any:
+    """The module plus a function returning `meta` as JSON, so that the .so describes itself."""
+    bb = relax.BlockBuilder(lowered.mod)
+    with bb.function(META, []):
+        bb.emit_func_output(tvm.ir.StringImm(json.dumps(meta, sort_keys=True)))
+    return bb.get()
+
+
+def load_model(path: str | Path) -> TVMModel:
+    """Load a library written by TVMModel.save (in this process or any other)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BackendError(f"no compiled model at {path}")
+    try:
+        lib = tvm.runtime.load_module(str(path))
+    except Exception as e:
+        raise BackendError(f"{path} is not a TVM library this TVM can load: {e}") from e
+    try:
+        meta = json.loads(str(relax.VirtualMachine(lib, tvm.cpu())[META]()))
+    except Exception as e:
+        raise BackendError(f"{path} was not written by pseudoformer's TVM backend ({e})") from e
+    weights: dict[str, np.ndarray] = {}
+    if meta["param_mode"] == "args":
+        ppath = _params_path(path)
+        if not ppath.is_file():
+            raise BackendError(f"{path} takes its weights from {ppath}, which is missing")
+        weights = {k: v.numpy() for k, v in tvm.runtime.load_param_dict_from_file(str(ppath)).items()}
+    return TVMModel(lib, meta, weights)

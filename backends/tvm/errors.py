@@ -1,0 +1,33 @@
+"""The one exception the TVM backend raises for problems a user can act on, and the TVM import guard."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+INSTALL_HINT = "the TVM backend needs apache-tvm, which is not installed: install pseudoformer[tvm]"
+
+
+class BackendError(Exception):
+    """A model that cannot be lowered, compiled, saved or run as asked; the message says what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def require_tvm() -> ModuleType:
+    """The tvm module, or a BackendError that says how to install it.
+
+    `tvm.relax` is imported too: a folder named tvm on sys.path (tests/backends/tvm is one when
+    pytest puts tests/backends there) imports as an empty namespace package when TVM is missing.
+    """
+    try:
+        tvm = importlib.import_module("tvm")
+        importlib.import_module("tvm.relax")
+    except ImportError as e:
+        raise BackendError(f"{INSTALL_HINT} ({e})") from e
+    return tvm
