@@ -41,6 +41,8 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
                 if d.kind != "typed":  # the elaborator builds an input from its type, so it must have one
                     fail(BadTypeError(f"the input {d.name} needs a type, as in {d.name} ∈ ℝ^{{d_e × ℓ}} or "
                                       f"{d.name} ∈ V*", d.pos))
+            for d in _bare(current.params):  # likewise a parameter: its type is its shape
+                fail(BadTypeError(f"the parameter {d.name} needs a type, as in {d.name} ∈ ℝ^{{d_e × d_e}}", d.pos))
 
     for line in lines:
         try:
@@ -116,6 +118,11 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
                 body_lines[-1] = (line, Tree("remarked", [tree, stmt_remark]))
     close_algorithm()
     return module, diags
+
+
+def _bare(decls: list[Decl]) -> list[Decl]:
+    """Declarations without a type, in groups and families too."""
+    return [d for d in decls if d.kind == "bare"] + [b for d in decls for b in _bare(d.members)]
 
 
 def _open_container(decls: list[Decl], indent: int, stack: list[tuple[int, list[Decl]]]) -> None:

@@ -6,8 +6,8 @@ from dataclasses import replace
 from typing import Any
 
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt
-from pseudoformer.frontend.errors import ArityError, BadTypeError, HyperparameterError, ShapeError
-from pseudoformer.frontend.exprs import as_size, describe, ev, ev_val
+from pseudoformer.frontend.errors import AlgError, ArityError, BadTypeError, HyperparameterError, ShapeError
+from pseudoformer.frontend.exprs import as_size, describe, distinct_index_vars, ev, ev_val
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import GroupVal, collection, top_entries
@@ -240,6 +240,7 @@ def _exec(f: Frame, s: Stmt) -> None:
         with _mapvars(f, [(v, None) for v in s.vars]):
             exec_block(f, s.body)
     elif k == "if":
+        _ranges_from_target(f, s.body[0])
         cond = ev_val(f, s.value)
         if cond.kind != "bool":
             raise f.error(BadTypeError, f"the condition is {show(cond)}, not a truth value", s.value.pos)
@@ -254,6 +255,22 @@ def _exec(f: Frame, s: Stmt) -> None:
         assign(f, inner.target, ev(f, inner.value), cond, inner)
     else:
         raise f.error(BadTypeError, f"unexpected {k}", s.pos)
+
+
+def _ranges_from_target(f: Frame, inner: Stmt) -> None:
+    """In `∀t, t′ : if t < t′ then S[t, t′] ← −∞` the ranges of t and t′ are S's dims: read them off S
+    before the condition needs them (indexing an existing value binds a free variable's range)."""
+    if inner.kind != "assign" or len(inner.target.children) < 2:
+        return
+    items = inner.target.children[1]
+    if not any(it.op == "name" and it.text in f.maps and f.maps[it.text].size is None for it in items):
+        return
+    distinct_index_vars(f, items)
+    tok = inner.target.children[0]
+    try:
+        ev(f, Expr("index", (Expr("name", (), tok.pos, str(tok)), tuple(items)), inner.pos))
+    except AlgError:
+        pass  # not assigned yet, or not indexable: assign() reports it in its own words
 
 
 def _check_remark(f: Frame, s: Stmt, value: Any) -> None:
@@ -314,6 +331,7 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
         raise f.error(BadTypeError, "only values can be assigned entry-wise", s.pos)
     if any(not (it.op == "all" or (it.op == "name" and it.text in f.maps)) for it in items):
         raise f.error(BadTypeError, "assign to whole rows and columns: use `:` and loop indices", s.pos)
+    distinct_index_vars(f, items)
     # Sʰ[t, t'] ← … inside `For h ∈ [H]:` updates this head's member of the family Sʰ.
     fam = f.vars.get(key) if loop_idx else None
     if loop_idx and not isinstance(fam, Family):

@@ -105,7 +105,11 @@ class CompileError(Exception):
     """One or more user errors, rendered together."""
 
     def __init__(self, errors: list[AlgError]) -> None:
-        self.errors = sorted(errors, key=lambda e: (e.pos.file, e.pos.line, e.pos.col) if e.pos else ("", 0, 0))
+        # Checking every entry of a file meets a shared callee's mistake once per entry: report it once.
+        unique: dict[tuple[Pos | None, str], AlgError] = {}
+        for e in errors:
+            unique.setdefault((e.pos, e.message), e)
+        self.errors = sorted(unique.values(), key=lambda e: (e.pos.file, e.pos.line, e.pos.col) if e.pos else ("", 0, 0))
         super().__init__(self.render())
 
     def render(self) -> str:

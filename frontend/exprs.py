@@ -299,6 +299,7 @@ def index(f: Frame, base: Any, items: tuple, e: Expr) -> Val:
     if not isinstance(base, Val):
         raise f.error(BadTypeError, f"{describe(e.args[0])} cannot be indexed", e.pos)
     v = base
+    distinct_index_vars(f, items)
     if len(items) != len(v.dims):
         if v.const is not None and not v.dims:
             return v  # Mask ≡ 1 indexed entry-wise is still 1
@@ -333,6 +334,16 @@ def index(f: Frame, base: Any, items: tuple, e: Expr) -> Val:
                           it.pos)
         v = _gather(f, v, i, idx, it)
     return v
+
+
+def distinct_index_vars(f: Frame, items: Any) -> None:
+    """S[t, t] would be a diagonal, which the column-map vectorisation cannot express."""
+    seen: set[str] = set()
+    for it in items:
+        if it.op == "name" and it.text in f.maps:
+            if it.text in seen:
+                raise f.error(BadTypeError, f"the index {it.text} appears twice; diagonals are not supported", it.pos)
+            seen.add(it.text)
 
 
 def _slice_prefix(f: Frame, v: Val, i: int, size: Size, it: Expr) -> Val:
