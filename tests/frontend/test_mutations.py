@@ -1,7 +1,7 @@
 """Broken copies of the real models must fail as user errors: exit 1 with a positioned message, never a crash.
 
 Each model file gets seeded random mutations (a character deleted or inserted, the file cut short,
-a line duplicated or two swapped). `check` runs on a copy of the whole models tree, so the `use`d
+a line duplicated or two swapped, a word or symbol dropped, two neighbouring ones swapped). `check` runs on a copy of the whole models tree, so the `use`d
 files and the .toml configs beside the models are found as they would be. The configs keep their
 keys but get L = H = 2: the mutants exercise the same paths at a fraction of GPT-2's unrolled size.
 """
@@ -23,12 +23,21 @@ MUTANTS_PER_FILE = 40
 # Characters that matter to the grammar or the layout, and a few plain ones.
 TRICKY = [*"()[]{}←ᵀ,|:=∈×·⊙√Σ^_';…−+/*0123456789xXlWtε", "<-", "^T", "[[", "]]", " ", "\n", "\t", "end", "do"]
 _POSITIONED = re.compile(r"^\S+:\d+:\d+: error: ")
+_TOKEN = re.compile(r"\w+|\S")
 
 
 def mutate(text: str, rng: random.Random) -> tuple[str, str]:
     """One random edit; returns the new text and a description for the failure message."""
     lines = text.splitlines(keepends=True)
-    kind = rng.choice(["delete", "insert", "truncate", "duplicate", "swap"])
+    kind = rng.choice(["delete", "insert", "truncate", "duplicate", "swap", "drop_token", "swap_tokens"])
+    tokens = [m.span() for m in _TOKEN.finditer(text)]
+    if kind == "drop_token":  # a lost `∈` or `|` shifts the meaning of the rest of the line
+        a, b = rng.choice(tokens)
+        return text[:a] + text[b:], f"drop {text[a:b]!r} at offset {a}"
+    if kind == "swap_tokens":
+        i = rng.randrange(len(tokens) - 1)
+        (a, b), (c, d) = tokens[i], tokens[i + 1]
+        return text[:a] + text[c:d] + text[b:c] + text[a:b] + text[d:], f"swap {text[a:b]!r} and {text[c:d]!r}"
     if kind == "delete":
         i = rng.randrange(len(text))
         return text[:i] + text[i + 1:], f"delete {text[i]!r} at offset {i}"
