@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from functools import cache
 from importlib import resources
@@ -75,6 +76,9 @@ def _pos(base: Pos, meta_or_tok: object) -> Pos:
     return Pos(base.file, base.line + line - 1, base.col + col - 1 if line == 1 else col)
 
 
+_LATEX_CALLEE = re.compile(r"\\(?:(?:mathrm|operatorname|textrm|text)\{(\w+)\}|(\w+))")
+
+
 class _ToAst(Transformer):
     """Turn one line's parse tree into AST nodes; positions are offset to the file."""
 
@@ -86,7 +90,10 @@ class _ToAst(Transformer):
         return _pos(self.base, x)
 
     def __default_token__(self, tok: Token) -> Tok:
-        return Tok(str(tok), tok.type, _pos(self.base, tok))
+        text = str(tok)
+        if tok.type == "CALLEE" and (m := _LATEX_CALLEE.fullmatch(text)):
+            text = m.group(1) or m.group(2)
+        return Tok(text, tok.type, _pos(self.base, tok))
 
     def __default__(self, data: str, children: list, meta: object) -> object:
         return Tree(data, children, meta)
