@@ -2,8 +2,9 @@
 
 spellings/NAME.{unicode,ascii,latex}.alg are one program each, written three ways; together they use
 every spelling of the grammar (←, ∈, ℝ, ×, ᵀ, ⊙, √, Σ, ∀, ¬, ∧, ∨, ≤, ≥, ≠, −, ∞, …, ≡, ≅, Δ, ·, ²,
-Greek letters, accents, primes, superscripts, ⟦⟧, {0,1}, remarks). Their IR, printed without
-source locations, must be byte-identical.
+Greek letters, accents, primes, superscripts, ⟦⟧, {0,1}, remarks, and LaTeX's \exp(…),
+\mathrm{softmax}(…) and \operatorname{…}(…) calls). Their IR, printed without source locations, must
+be byte-identical.
 """
 
 from __future__ import annotations
