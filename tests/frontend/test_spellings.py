@@ -1,4 +1,4 @@
-"""Every symbol has a Unicode, an ASCII and a LaTeX spelling; they must mean exactly the same program.
+r"""Every symbol has a Unicode, an ASCII and a LaTeX spelling; they must mean exactly the same program.
 
 spellings/NAME.{unicode,ascii,latex}.alg are one program each, written three ways; together they use
 every spelling of the grammar (←, ∈, ℝ, ×, ᵀ, ⊙, √, Σ, ∀, ¬, ∧, ∨, ≤, ≥, ≠, −, ∞, …, ≡, ≅, Δ, ·, ²,
