@@ -119,8 +119,9 @@ def _bind_input(g: Frame, name: str, v: Any, a: Expr) -> list[str]:
     if t.kind == "vocab" or t.kind == "index":
         want = 1 if t.star else 0
         if len(v.dims) != want or v.kind not in ("token", "index"):
+            what = "token id" if t.kind == "vocab" else "position"
             raise g.caller.error(BadTypeError, f"{g.alg.name}'s {name} is a {'sequence of ' if t.star else ''}"
-                                 f"token id{'s' if t.star else ''}, not {show(v)}", a.pos)
+                                 f"{what}{'s' if t.star else ''}, not {show(v)}", a.pos)
         g.vars[key] = v
         return []
     rank = len(t.dims)

@@ -18,7 +18,7 @@ from pseudoformer.frontend.modules import Program
 from pseudoformer.frontend.names import Name, parse_name
 from pseudoformer.frontend.params import Entry, GroupVal, entries, path
 from pseudoformer.frontend.sizes import Size
-from pseudoformer.frontend.tensor_ops import ShapeMismatch, unify
+from pseudoformer.frontend.tensor_ops import ShapeMismatch, show_size, unify
 from pseudoformer.frontend.values import Builder, Val
 from pseudoformer.ir import DType, Op, TensorType
 
@@ -191,7 +191,9 @@ class Frame:
                 unify(self.b, want, a, what)
             except ShapeMismatch:
                 want_s = _show(self.b.resolve(want))
-                expect = _text(d) if want_s == _text(d) else f"{_text(d)} = {want_s}"
+                # ℓ written `ell` is still just ℓ, not `ell = ℓ`
+                named = d.op == "name" and _show(Size.of(parse_name(d.text).ascii())) == want_s
+                expect = _text(d) if named or want_s == _text(d) else f"{_text(d)} = {want_s}"
                 raise self.error(ShapeError, f"{what}: expected size {expect}, got {_show(self.b.resolve(a))}",
                                  pos) from None
 
@@ -274,7 +276,7 @@ def _index_order(name: Name, e: Entry, indices: dict[str, int]) -> list[str]:
 
 
 def _show(s: Size) -> str:
-    return str(s).replace("?", "").split("#")[0]
+    return show_size(s)
 
 
 def _text(e: Expr) -> str:

@@ -7,6 +7,7 @@ paper-level description; the elaborator turns it into a positioned ShapeError.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from pseudoformer.frontend.sizes import BROADCAST, ONE, Size
@@ -20,15 +21,17 @@ class ShapeMismatch(Exception):
 
 def show(v: Val) -> str:
     kind = {"real": "ℝ", "bool": "{0,1}", "token": "V", "index": "ℕ"}[v.kind]
-    body = kind if not v.dims else f"{kind}^{{{' × '.join(_show_size(d) for d in v.dims)}}}"
+    body = kind if not v.dims else f"{kind}^{{{' × '.join(show_size(d) for d in v.dims)}}}"
     if v.free:
-        body += " for " + ", ".join(f"{n.split('#')[0]} ∈ [{_show_size(s)}]" for n, s in v.free)
+        body += " for " + ", ".join(f"{n.split('#')[0]} ∈ [{show_size(s)}]" for n, s in v.free)
     return body
 
 
-def _show_size(s: Size) -> str:
-    text = str(s)
-    return "1" if s == BROADCAST else text.replace("?", "").split("#")[0]
+def show_size(s: Size) -> str:
+    """A size as the paper writes it: unknowns without their `?…#n` marks, ℓ for the ASCII key `ell`."""
+    if s == BROADCAST:
+        return "1"
+    return re.sub(r"\bell(?![A-Za-z0-9])", "ℓ", re.sub(r"#\d+", "", str(s).replace("?", "")))
 
 
 def unify(b: Builder, x: Size, y: Size, what: str) -> Size:
@@ -41,7 +44,7 @@ def unify(b: Builder, x: Size, y: Size, what: str) -> Size:
         if len(u.terms) == 1 and u.terms[0][1] == 1 and len(u.terms[0][0]) == 1 and u.terms[0][0][0].startswith("?"):
             b.solve(u.terms[0][0][0], other)
             return other
-    raise ShapeMismatch(f"{what}: sizes {_show_size(x)} and {_show_size(y)} differ")
+    raise ShapeMismatch(f"{what}: sizes {show_size(x)} and {show_size(y)} differ")
 
 
 def to_layout(b: Builder, v: Val, target: list[Label], own: list[Label] | None = None) -> Node:
