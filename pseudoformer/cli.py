@@ -203,6 +203,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown backend {backend!r} (choose numpy or onnx)")
     if args.provider not in ("cpu", "cuda"):
         raise UsageError(f"unknown provider {args.provider!r} (choose cpu or cuda)")
+    if backend == "numpy" and args.provider != "cpu":
+        raise UsageError(f"--provider {args.provider} is for the onnx backend; numpy runs on the CPU")
     if is_onnx:
         from pseudoformer.deploy import run_onnx
 

@@ -31,6 +31,8 @@ from pseudoformer.ir.types import DType, Span, TensorType
 DEFAULT_OPSET = 26
 # Shape(start, end) needs 15, single-axis Softmax 13, Min/Max on every dtype 17.
 MIN_OPSET = 17
+# onnxruntime 1.31, the version pyproject requires, loads opsets up to 26.
+MAX_OPSET = 26
 # Protobuf cannot serialise a message over 2 GiB; bigger models are checked when saved instead.
 _CHECKABLE_BYTES = 2**31 - 2**26
 
@@ -81,9 +83,10 @@ def to_onnx(
     outputs are float16.
     """
     opset = DEFAULT_OPSET if opset is None else opset
-    if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+    top = min(MAX_OPSET, onnx.defs.onnx_opset_version())
+    if not MIN_OPSET <= opset <= top:
         raise BackendError(
-            f"opset {opset} is not supported: pick one from {MIN_OPSET} to {onnx.defs.onnx_opset_version()}"
+            f"opset {opset} is not supported: pick one from {MIN_OPSET} to {top}"
         )
     if dtype not in ("float32", "float16"):
         raise BackendError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
@@ -344,6 +347,8 @@ class _Lowering:
             q, k, v = (self._emit("Unsqueeze", [t, self._ints([1])]) for t in (q, k, v))
         inputs = [q, k, v] + ([self._get(n.src[3])] if len(n.src) > 3 else [])
         attrs = {"scale": float(n.attrs["scale"]), "is_causal": int(bool(n.attrs["causal"]))}
+        if elem == TensorProto.FLOAT16:
+            attrs["softmax_precision"] = TensorProto.FLOAT  # the softmax is the sensitive part: fp32
         out = self._emit("Attention", inputs, out=None if rank == 3 else self.out, **attrs)
         if rank == 3:
             out = self._emit("Squeeze", [out, self._ints([1])], out=self.out)

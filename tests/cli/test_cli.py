@@ -224,18 +224,6 @@ def test_output_in_a_directory_nobody_can_write(cli: Cli, command: str) -> None:
     assert not Path("/proc/pseudoformer-test.out").exists()
 
 
-@pytest.mark.parametrize("command", ["compile", "run", "inspect"])
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only directories")
-def test_output_in_a_read_only_directory(cli: Cli, out_dir: Path, command: str) -> None:
-    extra = ["--input", "x=[[1]]"] if command == "run" else []
-    out_dir.chmod(0o555)
-    try:
-        assert_user_error(cli(command, GPT2, *SMALL_GPT2, *extra, "-o", out_dir / "out"), "cannot ",
-                          left_empty=out_dir)
-    finally:
-        out_dir.chmod(0o755)
-
-
 def _partial_write_then_fail(*args: object, **kwargs: object) -> None:
     """Stands in for a writer that dies half way (a full disk): some bytes land, then OSError."""
     target = next((a for a in args if isinstance(a, str | os.PathLike)), None)
