@@ -522,7 +522,8 @@ def _stack(f: Frame, vals: list[Val], axis: int, e: Expr) -> Val:
 def _compare(f: Frame, e: Expr) -> Val:
     operands, rels = e.args
     # [[t ≤ t']] over two index variables is a mask op, the form fusion passes look for
-    if len(rels) == 1 and all(o.op == "name" and o.text in f.maps for o in operands):
+    if len(rels) == 1 and all(o.op == "name" and o.text in f.maps for o in operands) \
+            and operands[0].text != operands[1].text:  # [[t ≤ t]] is no mask over two indices
         a, b = (f.maps[o.text] for o in operands)
         if a.size is not None and b.size is not None:
             node = f.b.node(Op.INDEX_MASK, size_node(f, a.size, e.pos), size_node(f, b.size, e.pos), rel=rels[0],
