@@ -71,6 +71,10 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
             if twice:  # the second binding would silently replace the first
                 fail(AlgSyntaxError(f"{', '.join(twice)} appear{'s' if len(twice) == 1 else ''} twice in the "
                                     f"signature of {current.name}", line.pos))
+            same_label = [a for a in module.algorithms if current.label is not None and a.label == current.label]
+            if same_label:  # the number is how `--entry` and `check` tell overloads apart
+                fail(LayoutError(f"Algorithm {current.label} is numbered twice in this file (first at line "
+                                 f"{same_label[0].pos.line})", line.pos))
             clash = [a for a in module.overloads(current.name)
                      if len(a.data_args) + len(a.param_args) == len(current.data_args) + len(current.param_args)]
             if clash:
