@@ -17,6 +17,7 @@ from pseudoformer.frontend.tensor_ops import (
     elementwise,
     free_to_dim,
     show,
+    show_size,
     to_layout,
     unify,
 )
@@ -229,6 +230,10 @@ def _exec(f: Frame, s: Stmt) -> None:
         if bound is None:
             raise f.error(BadTypeError, "a loop's bound must be a size", s.pos)
         size = f.b.resolve(bound)
+        if not size.is_int and not f.root().symbolic:
+            raise f.error(BadTypeError, f"a block loop is unrolled, so it needs a count known before run time, and "
+                          f"{show_size(size)} is only known when the model runs; map over positions on one line instead: "
+                          f"for {s.name} ∈ [n] : …", s.pos)
         count = size.value if size.is_int else 1  # checking without a config: one iteration stands for all
         saved_scope = f.scope
         for i in range(1, count + 1):

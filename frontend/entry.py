@@ -51,8 +51,11 @@ def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str
     """Build the graph of `entry` with the given hyperparameters (ASCII names); raise CompileError."""
     alg = find_entry(prog, entry)
     config = dict(hyperparameters or {})
-    f = Frame(alg=alg, prog=prog, b=Builder(), weights=Weights(), config=config, symbolic=symbolic,
-              scope=alg.name, runtime_dims=True)
+    try:
+        f = Frame(alg=alg, prog=prog, b=Builder(), weights=Weights(), config=config, symbolic=symbolic,
+                  scope=alg.name, runtime_dims=True)
+    except AlgError as e:
+        raise CompileError([e]) from None
     diags = Diagnostics()
     try:
         _bind_hyper(f, diags)
@@ -209,6 +212,12 @@ def _check_params(f: Frame) -> None:
             what = ", ".join(sorted({d.strip("?").split("#")[0] for d in bad}))
             raise f.error(HyperparameterError, f"cannot infer the size {what} of parameter {name}; declare it "
                           "among the entry's hyperparameters", f.alg.pos)
+        runtime = [d for d in node.type.shape if isinstance(d, str)]
+        if runtime and not f.symbolic:
+            # A weight's shape is fixed when the model is built: its sizes need values, not run-time dims.
+            what = ", ".join(sorted(set(runtime)))
+            raise f.error(HyperparameterError, f"parameter {name} has size {what}, which has no value; set it in "
+                          f"the config or with -D {runtime[0]}=…", f.alg.pos)
 
 
 def _check_config(f: Frame, optional: set[str] | frozenset[str]) -> None:

@@ -80,6 +80,10 @@ class BadTypeError(AlgError):
     """A value used as something it is not (a sequence as a matrix, a vector as a group…)."""
 
 
+class DuplicateError(AlgError):
+    """A name declared twice where it must be unique (two parameters that would share one weight)."""
+
+
 class ModuleError(AlgError):
     """A `use` that cannot be satisfied: a missing file or an import cycle."""
 

@@ -244,6 +244,15 @@ def _real_hyper(f: Frame, key: str) -> float | None:
         if key in g.reals:
             return g.reals[key]
         g = g.caller
+    # A callee's real hyperparameter (ε of layer_norm) that no caller declares: the config's value.
+    declared = any(d.type is not None and d.type.kind == "real" and parse_name(d.name).ascii() == key
+                   for d in f.alg.hyper)
+    root = f.root()
+    if declared and root.config is not None and key in root.config:
+        v = root.config[key]
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            root.config_used.add(key)
+            return float(v)
     return None
 
 
@@ -400,6 +409,8 @@ def _sum(f: Frame, e: Expr) -> Val:
     f.maps[var] = MapVar(internal, size)
     try:
         v = ev_val(f, body)
+        if v.kind == "index":  # positions summed as numbers count from 1, term by term
+            v = cast_real(f.b, v)
     finally:
         mv = f.maps.pop(var)
         if saved is not None:
@@ -510,11 +521,19 @@ def _stack(f: Frame, vals: list[Val], axis: int, e: Expr) -> Val:
     nodes = [to_layout(f.b, v, target) for v in vals]
     if batched and not all(v.batched for v in vals):
         raise f.error(ShapeError, "cannot stack per-example values with parameters", e.pos)
-    node = f.b.node(Op.CONCAT, *nodes, axis=(1 if batched else 0) + axis)
     total = vals[0].dims[axis]
     for v in vals[1:]:
         total = total + v.dims[axis]
     dims = vals[0].dims[:axis] + (total,) + vals[0].dims[axis + 1:]
+    concat_axis = (1 if batched else 0) + axis
+    explicit = None
+    if total.unknowns:
+        # Sizes not yet inferred: name the stacked size as the Size algebra does (2·?d_mid, not
+        # ?d_mid+?d_mid), so a parameter declared with H·d_mid meets the same dim.
+        shape = list(nodes[0].type.shape)
+        shape[concat_axis] = total.dim()
+        explicit = TensorType(nodes[0].dtype, tuple(shape))
+    node = f.b.node(Op.CONCAT, *nodes, axis=concat_axis, type=explicit)
     return Val(node, vals[0].kind, dims, vals[0].free, batched)
 
 

@@ -10,13 +10,14 @@ from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Type
 from pseudoformer.frontend.errors import (
     AlgError,
     BadTypeError,
+    DuplicateError,
     HyperparameterError,
     ShapeError,
     UnknownNameError,
 )
 from pseudoformer.frontend.modules import Program
 from pseudoformer.frontend.names import Name, parse_name
-from pseudoformer.frontend.params import Entry, GroupVal, entries, path
+from pseudoformer.frontend.params import DuplicateParameter, Entry, GroupVal, entries, path
 from pseudoformer.frontend.sizes import Size
 from pseudoformer.frontend.tensor_ops import ShapeMismatch, show_size, unify
 from pseudoformer.frontend.values import Builder, Val
@@ -57,7 +58,12 @@ class Frame:
     runtime_dims: bool = False  # the entry: unknown input sizes become run-time dims
 
     def __post_init__(self) -> None:
-        self.params: dict[str, Entry] = entries(self.alg.params)
+        try:
+            self.params: dict[str, Entry] = entries(self.alg.params)
+        except DuplicateParameter as d:
+            raise self.error(DuplicateError, f"parameter {d.second.decl.name} is declared twice in {self.alg.name} "
+                             f"(first at line {d.first.decl.pos.line}); the two would share one weight",
+                             d.second.decl.pos) from None
         self._declared: set[str] | None = None
 
     # ------------------------------------------------------------------ diagnostics
@@ -144,7 +150,7 @@ class Frame:
         return f
 
     def unknown_name(self, text: str, pos: Any) -> AlgError:
-        known = [k for k in self.vars] + [str(e.name) for e in self.params.values()] + list(self.sizes)
+        known = [_key_text(k) for k in self.vars] + [str(e.name) for e in self.params.values()] + list(self.sizes)
         close = difflib.get_close_matches(text, known, n=1)
         notes = (f"did you mean {close[0]}?",) if close else ()
         return self.error(UnknownNameError, f"unknown name {text}", pos, notes)
@@ -273,6 +279,13 @@ def _index_order(name: Name, e: Entry, indices: dict[str, int]) -> list[str]:
     """The body's index variables in the order the declaration's family variables appear in the name."""
     used = [s for _, s in name.scripts if s in indices]
     return used if len(used) == len(e.fam_vars) else list(indices)
+
+
+def _key_text(key: str) -> str:
+    """A variable key (base^sups_subs, index scripts as •) written as a name: γ^1_• → γ^1_•, m^_ → m."""
+    base, _, rest = key.partition("^")
+    sups, _, subs = rest.partition("_")
+    return base + (f"^{sups}" if sups else "") + (f"_{subs}" if subs else "")
 
 
 def _show(s: Size) -> str:

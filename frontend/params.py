@@ -23,6 +23,14 @@ def collection(var: str) -> str:
     return COLLECTIONS.get(parse_name(var).ascii(), parse_name(var).ascii())
 
 
+class DuplicateParameter(Exception):
+    """Two declarations with one name: they would silently share a weight."""
+
+    def __init__(self, first: Entry, second: Entry) -> None:
+        super().__init__(second.decl.name)
+        self.first, self.second = first, second
+
+
 @dataclass
 class Entry:
     decl: Decl
@@ -63,7 +71,9 @@ def entries(decls: list[Decl]) -> dict[str, Entry]:
                 e.parts = (*parts, ("leaf", name.ascii(fv)))
             if parent is not None:
                 parent.members.append(e)
-            out.setdefault(e.key, e)
+            if e.key in out:
+                raise DuplicateParameter(out[e.key], e)
+            out[e.key] = e
 
     walk(decls, (), (), None, None)
     return out

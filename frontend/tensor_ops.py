@@ -128,6 +128,13 @@ def product(b: Builder, x: Val, y: Val) -> Val:
     """Juxtaposition and `·`: scalar scaling, or a matrix product with the paper's column vectors."""
     if not x.dims or not y.dims:
         return elementwise(b, Op.MUL, [x, y], "multiply")
+    if x.const == "ones_row" and len(y.dims) in (1, 2):
+        # 1ᵀ v sums a column: 1ᵀ X is the row of X's column sums
+        summed = reduce_dims(b, y, [0])
+        if len(y.dims) == 1:
+            return summed
+        row = b.node(Op.UNSQUEEZE, summed.node, axes=[summed.paper_axis0])
+        return replace(summed, node=row, dims=(ONE, summed.dims[0]))
     if len(x.dims) == 1 and len(y.dims) == 2 and y.dims[0] == ONE:
         # the outer product v wᵀ; `b 1ᵀ`, a bias broadcast over positions, is the common case
         col = replace(x, node=b.node(Op.UNSQUEEZE, x.node, axes=[x.paper_axis0 + 1]), dims=(x.dims[0], BROADCAST),
