@@ -1,12 +1,11 @@
 """Compiling a lowered graph with TVM, running it on the Relax VM, and saving it as a shared library.
 
-A compiled model is one `.so` (TVMModel.save) that loads in a fresh process (load_model): the Relax
+A compiled model is a `.so` (TVMModel.save) that loads in a fresh process (load_model): the Relax
 VM executable with its kernels, plus a `pseudoformer_meta` function that returns the names and
-types the positional arguments and results stand for. Weights are either bound into the library
-as constants (params="bind", the default: one file, and weight-only work such as the tied
-unembedding's transpose is folded at compile time) or passed at run time (params="args"): then
-LiftTransformParams moves the weight-only work into `main_transform_params`, run once at load,
-and the weights are saved beside the library as `<name>.params`.
+types the positional arguments and results stand for. Weights are passed at run time
+(params="args", the default) and saved beside the library as `model.weights.safetensors`, in the
+form the compiled code takes them (folded and packed, see fold.py); or bound into the library as
+constants (params="bind"): one file, but slower to compile and to save.
 """
 
 from __future__ import annotations
@@ -22,10 +21,15 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.backends.tvm.errors import BackendError, require_tvm
+from pseudoformer.backends.tvm.fastmath import fast_math
+from pseudoformer.backends.tvm.fold import fold_weights
 from pseudoformer.backends.tvm.lower import Lowered, to_relax
+from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.types import TensorType
+from pseudoformer.weights import WeightsError
+from pseudoformer.weights.safetensors_io import read_safetensors, save_weights
 
 tvm = require_tvm()
 from tvm import relax  # noqa: E402
@@ -54,10 +58,10 @@ def _cuda_arch() -> str:
     return f"sm_{major}{minor}"
 
 
-def pipeline(target: Any, *, lift_params: bool, schedule: bool = True) -> Any:
+def pipeline(target: Any, *, schedule: bool = True) -> Any:
     """The default Relax pipeline for CPU or GPU, with our schedules between fusion and memory planning."""
     gpu = target.kind.name == "cuda"
-    pre = [relax.transform.LiftTransformParams()] if lift_params else []
+    pre = [fast_math] if schedule else []
     legalize = [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
@@ -119,13 +123,12 @@ class TVMModel:
     def _param_args(self) -> list[Any]:
         if self._params is None:
             dev = self._device()
-            names = self.meta["params"] if self.meta["param_mode"] == "args" else []
+            names = self.meta["params"]
             missing = [n for n in names if n not in self.weights]
             if missing:
                 raise BackendError(f"no weights for parameters: {', '.join(missing)}")
-            raw = [tvm.runtime.tensor(np.ascontiguousarray(self.weights[n], np.float32), dev) for n in names]
-            # The weight-only work (transposes of tied weights, …) runs once here, not on every call.
-            self._params = list(self.vm()["main_transform_params"](raw)) if raw else []
+            self._params = [tvm.runtime.tensor(np.ascontiguousarray(self.weights[n], np.float32), dev)
+                            for n in names]
         return self._params
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -150,8 +153,29 @@ class TVMModel:
             raise BackendError(f"the TVM model rejected the inputs: {str(e).strip().splitlines()[-1]}") from e
         return {name: out[i].numpy() for i, name in enumerate(self.output_names)}
 
+    def profile(self, inputs: Mapping[str, np.ndarray], reps: int = 3) -> dict[str, float]:
+        """Seconds per run spent in each kernel (and VM builtin) on `inputs`, summed over its calls."""
+        totals: dict[str, float] = {}
+        started: list[float] = []
+
+        def instrument(_func: Any, symbol: str, before: bool, _ret: Any, *_args: Any) -> int:
+            if before:
+                started.append(time.perf_counter())
+            else:
+                totals[symbol] = totals.get(symbol, 0.0) + time.perf_counter() - started.pop()
+            return 0  # VMInstrumentReturnKind.NO_OP
+
+        self.run(inputs)
+        self.vm().set_instrument(tvm.runtime.convert(instrument))
+        try:
+            for _ in range(reps):
+                self.run(inputs)
+        finally:
+            self.vm().set_instrument(None)
+        return {k: v / reps for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
+
     def save(self, path: str | Path) -> Path:
-        """Write the shared library (and, with params="args", `<path>.params` beside it)."""
+        """Write the shared library (and, with params="args", its weights beside it: weights_path)."""
         path = Path(path)
         if not path.parent.is_dir():
             raise BackendError(f"cannot write {path}: no directory {path.parent}")
@@ -162,52 +186,64 @@ class TVMModel:
         finally:
             tmp.unlink(missing_ok=True)
         if self.meta["param_mode"] == "args":
-            params = {n: tvm.runtime.tensor(np.asarray(self.weights[n], np.float32)) for n in self.meta["params"]}
-            tvm.runtime.save_param_dict_to_file(params, str(_params_path(path)))
+            save_weights({n: self.weights[n] for n in self.meta["params"]}, weights_path(path))
         return path
 
 
-def _params_path(path: Path) -> Path:
-    return path.with_name(path.name + ".params")
+def weights_path(path: Path) -> Path:
+    """Where a library compiled with params="args" keeps its weights: model.so → model.weights.safetensors."""
+    return path.with_name(f"{path.stem}.weights.safetensors")
 
 
 def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: str = "llvm",
-                  params: str = "bind", schedule: bool = True,
+                  params: str = "args", schedule: bool = True,
                   metadata: Mapping[str, str] | None = None) -> TVMModel:
-    """Lower `graph`, compile it for `target` ("llvm" or "cuda"), and return a runnable TVMModel."""
+    """Lower `graph`, compile it for `target` ("llvm" or "cuda"), and return a runnable TVMModel.
+
+    params="args" (the default) passes the weights at run time and saves them beside the
+    library; "bind" puts them into the library as constants, which for GPT-2 small doubles the
+    compile time and makes saving five times slower, for no gain at run time (benchmarks/TVM.md).
+    schedule=False leaves TVM's default code, for comparison.
+    """
     if params not in PARAM_MODES:
         raise BackendError(f"params must be one of {', '.join(PARAM_MODES)}, got {params!r}")
     tgt = make_target(target)
     t0 = time.perf_counter()
-    lowered = to_relax(graph)
-    missing = [n for n, _ in lowered.params if n not in weights]
+    missing = [p.attrs["name"] for p in graph.params() if p.attrs["name"] not in weights]
     if missing:
         raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
-    _check_shapes(lowered, weights)
-    meta = _meta(lowered, target, params, metadata)
-    mod = _with_meta(lowered, meta)
+    _check_shapes(graph, weights)
+    graph, folded = fold_weights(graph, weights)
+    lowered = to_relax(graph)
+    mod = lowered.mod
+    names = [n for n, _ in lowered.params]
+    if schedule and tgt.kind.name == "llvm":
+        mod, names, folded = pack_matmul_weights(mod, names, folded)
+    meta = _meta(lowered, target, params, names, metadata)
+    mod = _with_meta(mod, meta)
     if params == "bind":
         main = mod["main"]
         n_in = len(lowered.inputs)
-        binding = {var: np.asarray(weights[name], np.float32)
-                   for var, (name, _) in zip(list(main.params)[n_in:], lowered.params, strict=True)}
+        binding = {var: np.asarray(folded[name], np.float32)
+                   for var, name in zip(list(main.params)[n_in:], names, strict=True)}
         mod = relax.transform.BindParams("main", binding)(mod)
     t1 = time.perf_counter()
-    ex = tvm.compile(mod, target=tgt, relax_pipeline=pipeline(tgt, lift_params=params == "args",
-                                                                 schedule=schedule))
+    ex = tvm.compile(mod, target=tgt, relax_pipeline=pipeline(tgt, schedule=schedule))
     t2 = time.perf_counter()
-    kept = {n: np.asarray(weights[n]) for n, _ in lowered.params} if params == "args" else {}
+    kept = {n: folded[n] for n in names} if params == "args" else {}
     return TVMModel(ex, meta, kept, timings={"lower_s": t1 - t0, "compile_s": t2 - t1})
 
 
-def _check_shapes(lowered: Lowered, weights: Mapping[str, np.ndarray]) -> None:
-    for name, t in lowered.params:
+def _check_shapes(graph: Graph, weights: Mapping[str, np.ndarray]) -> None:
+    for p in graph.params():
+        name, t = p.attrs["name"], p.type
         shape = tuple(np.shape(weights[name]))
         if shape != tuple(t.shape):
             raise BackendError(f"parameter {name} has shape {shape}, the graph wants {t}")
 
 
-def _meta(lowered: Lowered, target: str, params: str, extra: Mapping[str, str] | None) -> dict[str, Any]:
+def _meta(lowered: Lowered, target: str, params: str, names: list[str],
+          extra: Mapping[str, str] | None) -> dict[str, Any]:
     def entry(name: str, t: TensorType) -> list[Any]:
         return [name, t.dtype.value, t.rank]
 
@@ -217,14 +253,14 @@ def _meta(lowered: Lowered, target: str, params: str, extra: Mapping[str, str] |
         "param_mode": params,
         "inputs": [entry(n, t) for n, t in lowered.inputs],
         "outputs": [n for n, _ in lowered.outputs],
-        "params": [n for n, _ in lowered.params],
+        "params": names if params == "args" else [],
         **{str(k): str(v) for k, v in (extra or {}).items()},
     }
 
 
-def _with_meta(lowered: Lowered, meta: dict[str, Any]) -> Any:
+def _with_meta(mod: Any, meta: dict[str, Any]) -> Any:
     """The module plus a function returning `meta` as JSON, so that the .so describes itself."""
-    bb = relax.BlockBuilder(lowered.mod)
+    bb = relax.BlockBuilder(mod)
     with bb.function(META, []):
         bb.emit_func_output(tvm.ir.StringImm(json.dumps(meta, sort_keys=True)))
     return bb.get()
@@ -245,8 +281,11 @@ def load_model(path: str | Path) -> TVMModel:
         raise BackendError(f"{path} was not written by pseudoformer's TVM backend ({e})") from e
     weights: dict[str, np.ndarray] = {}
     if meta["param_mode"] == "args":
-        ppath = _params_path(path)
-        if not ppath.is_file():
-            raise BackendError(f"{path} takes its weights from {ppath}, which is missing")
-        weights = {k: v.numpy() for k, v in tvm.runtime.load_param_dict_from_file(str(ppath)).items()}
+        wpath = weights_path(path)
+        if not wpath.is_file():
+            raise BackendError(f"{path} takes its weights from {wpath}, which is missing")
+        try:
+            weights = read_safetensors(wpath)
+        except WeightsError as e:
+            raise BackendError(str(e)) from None
     return TVMModel(lib, meta, weights)

@@ -1,15 +1,173 @@
-"""Schedules for the PrimFuncs that legalization and fusion leave: dlight's rules on GPUs."""
+"""CPU schedules for the PrimFuncs that legalization and fusion leave (dlight's rules on GPUs).
+
+TVM 0.27's default CPU pipeline leaves matrix products unscheduled (dlight has no CPU matmul rule)
+and meta_schedule crashes in this wheel, so every PrimFunc gets one of these hand-written rules:
+
+* Matmul: one multiply-accumulate reduction, S…S R, with injective prologue and epilogue blocks
+  (bias, GELU, residual, the mask of causal attention). The register-blocked kernel of BLAS
+  libraries: a tile of MR rows × 16 columns of C lives in registers (12 AVX2 registers for MR=6)
+  while k runs, each step one broadcast of A and two vector loads of B per six FMAs. Rows and,
+  where needed, columns are padded (pad_einsum) so that the kernel has no bounds checks, which
+  would otherwise keep the accumulators in memory. Tiles are taken column panel by column panel,
+  so one panel of B stays in cache across all rows, and panels (or heads, for attention's batched
+  products) run in parallel. The epilogue runs on each tile as it is written back.
+* Reduction: softmax and layer norm (dlight's CPU rule), parallel over rows, vectorised inside.
+* Everything else: parallel over the outer loops, vectorised innermost where its extent is known.
+"""
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+from pseudoformer.backends.tvm.errors import require_tvm
+from pseudoformer.backends.tvm.packing import PANEL
+
+tvm = require_tvm()
+from tvm import s_tir, tirx  # noqa: E402
+from tvm.s_tir import dlight as dl  # noqa: E402
+from tvm.s_tir.dlight.analysis import normalize_prim_func  # noqa: E402
+from tvm.s_tir.dlight.base import try_inline  # noqa: E402
+
+_DEBUG = bool(os.environ.get("PSEUDOFORMER_TVM_DEBUG"))
+MR = 6  # rows of the register tile: 6 × 2 vectors of accumulators + 2 of B + 1 broadcast ≤ 16 ymm
+VEC = 8  # float32 lanes of the narrowest vector the CPU targets have (AVX2)
+
+
+def _extent(sch: Any, loop: Any) -> int | None:
+    ext = sch.get(loop).extent
+    return int(ext) if isinstance(ext, tirx.IntImm) else None
+
+
+def _try(f: Any, *args: Any) -> bool:
+    try:
+        f(*args)
+    except Exception as e:  # a schedule primitive refusing: the block keeps its default code, still correct
+        if _DEBUG:
+            print(f"schedule: {getattr(f, '__name__', f)} refused: {str(e).splitlines()[-1][:300]}")
+        return False
+    return True
+
+
+def _matmul(func: Any, target: Any, _tunable: bool) -> Any:
+    if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+        return None
+    sch = s_tir.Schedule(func)
+    blocks = normalize_prim_func(sch)
+    if blocks is None:
+        return None
+    reductions = [b for b in blocks if not b.is_injective()]
+    kinds = reductions[0].dom_kind() if len(reductions) == 1 else ""
+    if not kinds.endswith("SSR") or kinds.count("R") != 1:
+        return None
+    main = reductions[0]
+    stmt = sch.get(main.block_rv)
+    if len(stmt.reads) != 2 or len(stmt.writes) != 1 or not isinstance(stmt.body, tirx.BufferStore):
+        return None  # not C += A·B
+    # Prologue blocks (masks, transposes) fold into their consumers; what cannot stays as it is.
+    try_inline(sch, [b for b in blocks if b is not main])
+    loops = sch.get_loops(main.block_rv)
+    packed = stmt.name_hint == "packed_matmul" and _extent(sch, loops[-2]) == PANEL
+    # Cp[..., i, n, c] (packed) or C[..., i, j]: pad i to whole tiles, and j to whole panels.
+    n_lead = len(loops) - (4 if packed else 3)
+    j_ext = _extent(sch, loops[-2])
+    pads = [1] * n_lead + [MR] + ([1, 1] if packed else [1 if j_ext and j_ext % PANEL == 0 else PANEL]) + [1]
+    if any(p > 1 for p in pads):
+        sch.pad_einsum(main.block_rv, pads)
+    for producer in sch.get_producers(main.block_rv):
+        _vectorize_inner(sch, producer)
+    # The copy out of the padded C and the epilogue become one block.
+    pad_producers = {sch.get(b).name_hint for b in sch.get_producers(main.block_rv)}
+    others = [b for b in normalize_prim_func(sch) or []
+              if b.name != stmt.name_hint and b.name not in pad_producers]
+    try_inline(sch, others)
+    loops = sch.get_loops(main.block_rv)
+    if packed:
+        *lead, i, jo, ji, k = loops
+    else:
+        *lead, i, j, k = loops
+        jo, ji = sch.split(j, [None, PANEL])
+    io, ii = sch.split(i, [None, MR])
+    static = [lp for lp in lead if _extent(sch, lp) is not None]
+    outer = static[:1] if static else ([jo] if _extent(sch, jo) is not None else [])
+    sch.reorder(*outer, *[lp for lp in [*lead, jo] if lp not in outer], io, k, ii, ji)
+    if outer:
+        sch.parallel(outer[0])
+    # "global", not "local": TVM puts small constant-size global buffers on the stack, where LLVM keeps
+    # them in registers; a "local" one comes from TVMBackendAllocWorkspace, which LLVM must assume
+    # may alias the inputs, and every FMA then stores its accumulator.
+    local = sch.cache_write(main.block_rv, 0, "global")
+    sch.reverse_compute_at(local, io, preserve_unit_loops=True)
+    placed: set[str] = set()
+    while pending := [b for b in sch.get_consumers(local) if sch.get(b).name_hint not in placed]:
+        b = pending[0]
+        if _try(sch.reverse_compute_inline, b):
+            continue  # its consumers are the write-back's now
+        placed.add(sch.get(b).name_hint)
+        # Split C's columns into panels first: then the epilogue's reads of Cp[.., j/16, j%16]
+        # are affine in the panel loops, and it can run on each tile as the tile is written.
+        last = sch.get_loops(b)[-1]
+        if packed and _extent(sch, last) is not None and _extent(sch, last) % PANEL == 0:
+            _try(sch.transform_block_layout, b, lambda *v: (*v[:-1], v[-1] // PANEL, v[-1] % PANEL))
+        if not _try(sch.reverse_compute_at, b, io, True):
+            _parallel_outer(sch, b)
+    for b in [local, *sch.get_consumers(local)]:
+        _vectorize_inner(sch, b)
+    sch.vectorize(ji)
+    sch.unroll(ii)
+    sch.decompose_reduction(main.block_rv, k)
+    return sch
+
+
+def _vectorize_inner(sch: Any, block: Any) -> None:
+    """Vectorise a block's innermost loop when its extent is a known multiple of the vector width."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    ext = _extent(sch, loops[-1])
+    if ext is None or ext < VEC:
+        return
+    if ext % (2 * VEC) == 0:
+        _, inner = sch.split(loops[-1], [None, 2 * VEC])
+        _try(sch.vectorize, inner)
+    elif ext % VEC == 0:
+        _, inner = sch.split(loops[-1], [None, VEC])
+        _try(sch.vectorize, inner)
+
+
+def _parallel_outer(sch: Any, block: Any) -> None:
+    """Parallel over a block's leading loops, fused when there are several (batch and seq, say)."""
+    loops = sch.get_loops(block)
+    if len(loops) > 2:
+        _try(sch.parallel, sch.fuse(*loops[:2]))
+    elif loops:
+        _try(sch.parallel, loops[0])
+
+
+def _fallback(func: Any, target: Any, _tunable: bool) -> Any:
+    """Any other PrimFunc: inline what can be, then parallel outer loops and vector inner ones."""
+    if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+        return None
+    sch = s_tir.Schedule(func)
+    blocks = normalize_prim_func(sch)
+    if blocks is None:
+        return None
+    blocks = try_inline(sch, list(blocks))
+    for b in blocks:
+        loops = sch.get_loops(b.block_rv)
+        spatial = [lp for lp, it in zip(loops, b.iters, strict=False) if it.kind == "S"]
+        if b.is_injective():
+            _vectorize_inner(sch, b.block_rv)
+        if spatial and loops and spatial[0] == loops[0]:
+            _try(sch.parallel, loops[0])
+    return sch
 
 
 def schedule_passes(target: Any) -> list[Any]:
-    """Passes that schedule every PrimFunc of a module for `target`; CPU kernels stay unscheduled for now."""
+    """Passes that schedule every PrimFunc of a module for `target`."""
     if target.kind.name == "cuda":
-        from tvm.s_tir import dlight as dl
-
         return [dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
                                         dl.gpu.GeneralReduction(), dl.gpu.Fallback())]
-    return []
+    matmul = dl.ScheduleRule.from_callable("Matmul")(_matmul)
+    fallback = dl.ScheduleRule.from_callable("Fallback")(_fallback)
+    return [dl.ApplyDefaultSchedule(matmul, dl.cpu.Reduction(), fallback)]
