@@ -1,15 +1,26 @@
 """The TVM backend: lower an IR graph to Relax, compile it with TVM, run it on the Relax VM, save a .so.
 
-Importing this package needs apache-tvm (pip install pseudoformer[tvm]); without it the import
-raises BackendError with that advice, which the API and the CLI turn into a one-line error.
+It needs apache-tvm (pip install pseudoformer[tvm]). Importing this package does not: its names
+load on first use, and without TVM that raises BackendError with the install advice, which the
+API and the CLI (api.py) turn into a one-line error.
 """
 
-from pseudoformer.backends.tvm.errors import BackendError, require_tvm
+from __future__ import annotations
 
-require_tvm()
+import importlib
+from typing import Any
 
-from pseudoformer.backends.tvm.build import TVMModel, compile_graph, load_model, make_target  # noqa: E402
-from pseudoformer.backends.tvm.lower import Lowered, to_relax  # noqa: E402
+from pseudoformer.backends.tvm.errors import INSTALL_HINT, BackendError, require_tvm
 
-__all__ = ["BackendError", "Lowered", "TVMModel", "compile_graph", "load_model", "make_target", "require_tvm",
-           "to_relax"]
+_LAZY = {
+    "TVMModel": "build", "compile_graph": "build", "load_model": "build", "make_target": "build",
+    "Lowered": "lower", "to_relax": "lower",
+}
+
+__all__ = ["INSTALL_HINT", "BackendError", "require_tvm", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)

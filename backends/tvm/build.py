@@ -10,10 +10,12 @@ constants (params="bind"): one file, but slower to compile and to save.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from pseudoformer.backends.tvm.lower import Lowered, to_relax
 from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
 from pseudoformer.ir.graph import Graph
+from pseudoformer.ir.ops import Op
 from pseudoformer.ir.types import TensorType
 from pseudoformer.weights import WeightsError
 from pseudoformer.weights.safetensors_io import read_safetensors, save_weights
@@ -144,6 +147,10 @@ class TVMModel:
             value = np.ascontiguousarray(inputs[name], dtype=np.dtype(dtype))
             if value.ndim != rank:
                 raise BackendError(f"input {name} has rank {value.ndim}, the model wants {rank}")
+            bound = self.meta.get("index_bounds", {}).get(name)
+            if bound is not None and value.size and not (-bound <= value.min() and value.max() < bound):
+                bad = value[(value < -bound) | (value >= bound)].flat[0]
+                raise BackendError(f"input {name} holds index {bad}, out of range for a table of {bound}")
             args.append(tvm.runtime.tensor(value, dev))
         params = self._param_args()
         fn = self.vm()["main"]
@@ -181,13 +188,33 @@ class TVMModel:
             raise BackendError(f"cannot write {path}: no directory {path.parent}")
         tmp = path.with_name(f".{path.name}.tmp.so")
         try:
-            self.executable.export_library(str(tmp))
+            with _quiet_stderr():
+                self.executable.export_library(str(tmp))
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
         if self.meta["param_mode"] == "args":
-            save_weights({n: self.weights[n] for n in self.meta["params"]}, weights_path(path))
+            wpath = weights_path(path)
+            save_weights({n: self.weights[n] for n in self.meta["params"]}, wpath)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(wpath, 0o666 & ~umask)  # save_weights' temporary file is private; a model is not
         return path
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence TVM 0.27's C++ "Scope Saving/Loaded" warnings, printed for every VM function saved or
+    loaded; errors still arrive as Python exceptions."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def weights_path(path: Path) -> Path:
@@ -220,6 +247,7 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     if schedule and tgt.kind.name == "llvm":
         mod, names, folded = pack_matmul_weights(mod, names, folded)
     meta = _meta(lowered, target, params, names, metadata)
+    meta["index_bounds"] = _index_bounds(graph)
     mod = _with_meta(mod, meta)
     if params == "bind":
         main = mod["main"]
@@ -232,6 +260,22 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     t2 = time.perf_counter()
     kept = {n: folded[n] for n in names} if params == "args" else {}
     return TVMModel(ex, meta, kept, timings={"lower_s": t1 - t0, "compile_s": t2 - t1})
+
+
+def _index_bounds(graph: Graph) -> dict[str, int]:
+    """Inputs used directly as gather indices (token ids), and the size of the axis they index.
+
+    The compiled gather wraps an index that is out of range (reading out of bounds would crash);
+    checking these inputs at run time makes such an index the same error it is on the interpreter.
+    """
+    bounds: dict[str, int] = {}
+    for n in graph.nodes():
+        if n.op is Op.GATHER and n.src[1].op is Op.INPUT:
+            size = n.src[0].shape[n.attrs["axis"] % n.src[0].type.rank]
+            if isinstance(size, int):
+                name = n.src[1].attrs["name"]
+                bounds[name] = min(bounds.get(name, size), size)
+    return bounds
 
 
 def _check_shapes(graph: Graph, weights: Mapping[str, np.ndarray]) -> None:
@@ -272,7 +316,8 @@ def load_model(path: str | Path) -> TVMModel:
     if not path.is_file():
         raise BackendError(f"no compiled model at {path}")
     try:
-        lib = tvm.runtime.load_module(str(path))
+        with _quiet_stderr():
+            lib = tvm.runtime.load_module(str(path))
     except Exception as e:
         raise BackendError(f"{path} is not a TVM library this TVM can load: {e}") from e
     try:

@@ -1,0 +1,103 @@
+"""The TVM backend behind `pseudoformer.compile(..., backend="tvm")` and `pseudoformer run model.so`.
+
+Importable without TVM: every entry point imports it on use and turns a missing TVM, and every
+BackendError, into the UsageError that the API raises and the CLI prints (exit 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pseudoformer import __version__
+from pseudoformer.backends.tvm.errors import BackendError
+from pseudoformer.frontend.errors import UsageError
+from pseudoformer.pipeline import Model, check_inputs
+
+
+def _build() -> Any:
+    try:
+        from pseudoformer.backends.tvm import build
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+    return build
+
+
+@dataclass
+class TVMCompiledModel:
+    """A model compiled by TVM, with the interpreter's model it came from: `.save(path)`, `.run(...)`."""
+
+    compiled: Any  # build.TVMModel
+    model: Model
+    dtype: str = "float32"
+
+    def save(self, path: str | Path) -> Path:
+        """Write the .so (and its weights beside it, model.weights.safetensors)."""
+        try:
+            return self.compiled.save(path)
+        except BackendError as e:
+            raise UsageError(str(e)) from None
+        except OSError as e:
+            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+
+    def run(self, inputs: Mapping[str, Any] | None = None, **named: Any) -> dict[str, np.ndarray]:
+        feed = check_inputs(self.model.graph, {**(inputs or {}), **named})
+        try:
+            return self.compiled.run(feed)
+        except BackendError as e:
+            raise UsageError(str(e)) from None
+
+
+def compile_model(model: Model, *, target: str = "llvm", opt_level: int = 2, dtype: str = "float32",
+                  params: str = "args") -> TVMCompiledModel:
+    """Optimise `model`'s graph at `opt_level` and compile it with TVM for `target` ("llvm" or "cuda")."""
+    from pseudoformer.optimize import optimize
+
+    if dtype != "float32":
+        raise UsageError(f"the TVM backend compiles float32 models only, not {dtype}")
+    build = _build()
+    metadata = {
+        "source": model.source.name,
+        "source_sha256": hashlib.sha256(model.source.read_bytes()).hexdigest(),
+        "entry": model.entry,
+        "hyperparameters": json.dumps(model.graph.meta.get("hyperparameters", {}), sort_keys=True),
+        "weights": model.weights_source or f"random (seed {model.meta.get('seed', 0)})",
+        "pseudoformer_version": __version__,
+        "opt_level": str(opt_level),
+    }
+    graph = optimize(model.graph, opt_level)
+    try:
+        compiled = build.compile_graph(graph, model.weights, target=target, params=params, metadata=metadata)
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+    return TVMCompiledModel(compiled, model)
+
+
+def run_library(path: str | Path, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Load a library written by TVMCompiledModel.save and run it on `inputs` (by name)."""
+    build = _build()
+    try:
+        compiled = build.load_model(path)
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+    feed = {}
+    for name, dtype, rank in compiled.meta["inputs"]:
+        if name not in inputs:
+            continue  # run() names every missing input at once
+        a = np.asarray(inputs[name])
+        if a.ndim != rank:
+            raise UsageError(f"input {name} has shape {list(a.shape)}, but the model takes a rank-{rank} {dtype} array")
+        if dtype == "int64" and not np.issubdtype(a.dtype, np.integer):
+            raise UsageError(f"input {name} holds {a.dtype} values; token ids must be integers")
+        feed[name] = a.astype(dtype)
+    feed.update({k: v for k, v in inputs.items() if k not in feed and k not in compiled.input_names})
+    try:
+        return compiled.run(feed)
+    except BackendError as e:
+        raise UsageError(str(e)) from None
