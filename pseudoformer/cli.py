@@ -66,23 +66,25 @@ def build_parser() -> argparse.ArgumentParser:
     _model_args(k)
     k.add_argument("--weights", help="a .safetensors file or a HuggingFace checkpoint directory")
     k.add_argument("--seed", type=int, default=0, help="seed of the random init when no --weights are given")
-    k.add_argument("--backend", default="onnx", help="onnx (the default)")
+    k.add_argument("--backend", default="onnx", help="onnx (the default) or tvm (a .so; pip install pseudoformer[tvm])")
+    k.add_argument("--target", default="llvm", help="tvm target: llvm (this CPU, the default) or cuda")
     k.add_argument("--dtype", default="float32", help="float32 (default) or float16")
     k.add_argument("--opset", type=int, help="ONNX opset (default: the newest onnxruntime 1.31 runs)")
     _opt_arg(k, 2, "for deployment")
-    k.add_argument("-o", "--output", required=True, help="the file to write, e.g. model.onnx")
+    k.add_argument("-o", "--output", required=True, help="the file to write, e.g. model.onnx (or model.so for tvm)")
 
     r = sub.add_parser("run", help="run a model on inputs saved as .npy files")
-    r.add_argument("file", metavar="FILE", help="a .alg file (or a compiled model.onnx)")
+    r.add_argument("file", metavar="FILE", help="a .alg file (or a compiled model.onnx or TVM model.so)")
     _model_args(r)
     r.add_argument("--weights", help="a .safetensors file or a HuggingFace checkpoint directory")
     r.add_argument("--seed", type=int, default=0, help="seed of the random init when no --weights are given")
-    r.add_argument("--backend", help="numpy (the reference interpreter) or onnx (ONNX Runtime); the default is "
-                   "numpy for a .alg file and onnx for a .onnx file")
+    r.add_argument("--backend", help="numpy (the reference interpreter), onnx (ONNX Runtime) or tvm; the default "
+                   "is numpy for a .alg file, onnx for a .onnx file and tvm for a .so file")
+    r.add_argument("--target", default="llvm", help="tvm target for a .alg file: llvm (this CPU) or cuda")
     r.add_argument("--provider", default="cpu", help="ONNX Runtime provider: cpu or cuda")
     r.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads")
     r.add_argument("-O", dest="opt", type=int, metavar="LEVEL",
-                   help="optimisation level (default: -O0 on numpy, the reference; -O2 on onnx)")
+                   help="optimisation level (default: -O0 on numpy, the reference; -O2 on onnx and tvm)")
     r.add_argument("--input", dest="inputs", action="append", default=[], metavar="NAME=FILE.npy", required=True,
                    help="an input from a .npy file, or written inline as a JSON list: x='[[464, 2068]]'")
     r.add_argument("-o", "--output", required=True, help="the .npz file to write the outputs to")
@@ -184,7 +186,7 @@ def _compile(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write {out}: no directory {out.parent}")
     compiled = compile(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
                        seed=args.seed, backend=args.backend, dtype=args.dtype, opset=args.opset,
-                       opt_level=args.opt)
+                       opt_level=args.opt, target=args.target)
     compiled.save(out)
     n = sum(w.size for w in compiled.model.weights.values())
     print(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {args.dtype}, inputs "
@@ -198,14 +200,23 @@ def _run(args: argparse.Namespace) -> int:
 
     inputs = _read_inputs(args.inputs)
     is_onnx = Path(args.file).suffix == ".onnx"
-    backend = args.backend or ("onnx" if is_onnx else "numpy")
-    if backend not in ("numpy", "onnx"):
-        raise UsageError(f"unknown backend {backend!r} (choose numpy or onnx)")
+    is_so = Path(args.file).suffix == ".so"
+    backend = args.backend or ("onnx" if is_onnx else "tvm" if is_so else "numpy")
+    if backend not in ("numpy", "onnx", "tvm"):
+        raise UsageError(f"unknown backend {backend!r} (choose numpy, onnx or tvm)")
     if args.provider not in ("cpu", "cuda"):
         raise UsageError(f"unknown provider {args.provider!r} (choose cpu or cuda)")
-    if backend == "numpy" and args.provider != "cpu":
-        raise UsageError(f"--provider {args.provider} is for the onnx backend; numpy runs on the CPU")
-    if is_onnx:
+    if backend != "onnx" and args.provider != "cpu":
+        raise UsageError(f"--provider {args.provider} is for the onnx backend; {backend} runs on the CPU")
+    if backend != "tvm" and args.target != "llvm":
+        raise UsageError(f"--target {args.target} is for the tvm backend")
+    if is_so:
+        from pseudoformer.backends.tvm.api import run_library
+
+        if backend != "tvm":
+            raise UsageError("a .so file runs on the tvm backend; run the .alg source for numpy or onnx")
+        outputs = run_library(args.file, inputs)
+    elif is_onnx:
         from pseudoformer.deploy import run_onnx
 
         if backend != "onnx":
@@ -215,7 +226,12 @@ def _run(args: argparse.Namespace) -> int:
         model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
                      seed=args.seed)
         feed = check_inputs(model.graph, inputs)
-        if backend == "onnx":
+        if backend == "tvm":
+            from pseudoformer.backends.tvm.api import compile_model
+
+            level = 2 if args.opt is None else args.opt
+            outputs = compile_model(model, target=args.target, opt_level=level).run(feed)
+        elif backend == "onnx":
             from pseudoformer.deploy import lower, run_onnx
 
             level = 2 if args.opt is None else args.opt

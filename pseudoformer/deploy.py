@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,7 +15,10 @@ from pseudoformer import __version__
 from pseudoformer.frontend.errors import UsageError
 from pseudoformer.pipeline import Model, check_inputs, load
 
-BACKENDS = ("onnx",)
+if TYPE_CHECKING:
+    from pseudoformer.backends.tvm.api import TVMCompiledModel
+
+BACKENDS = ("onnx", "tvm")
 DTYPES = ("float32", "float16")
 
 
@@ -46,13 +49,23 @@ class CompiledModel:
 def compile(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,  # noqa: A001
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
             backend: str = "onnx", dtype: str = "float32", opset: int | None = None,
-            opt_level: int = 2) -> CompiledModel:
-    """Compile a .alg model (with its config and weights) to ONNX, optimised at `opt_level` (0, 1, 2)."""
+            opt_level: int = 2, target: str = "llvm") -> CompiledModel | TVMCompiledModel:
+    """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
+
+    backend="onnx" gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so for
+    `target` "llvm", this CPU, or "cuda"; needs pip install pseudoformer[tvm]). Both .save and .run.
+    """
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
     if dtype not in DTYPES:
         raise UsageError(f"unknown dtype {dtype!r} (choose {', '.join(DTYPES)})")
+    if backend != "tvm" and target != "llvm":
+        raise UsageError(f"--target {target} is for the tvm backend; ONNX files run wherever onnxruntime does")
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed)
+    if backend == "tvm":
+        from pseudoformer.backends.tvm.api import compile_model
+
+        return compile_model(model, target=target, opt_level=opt_level, dtype=dtype)
     return CompiledModel(lower(model, dtype=dtype, opset=opset, opt_level=opt_level), model, dtype)
 
 

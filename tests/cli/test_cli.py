@@ -188,10 +188,10 @@ def test_acceptance_compile_gpt2_with_hf_weights(cli: Cli, tmp_path: Path, out_d
 # ---- bad input: exit 1, one message, nothing left behind
 
 def test_unknown_backend(cli: Cli, out_dir: Path) -> None:
-    assert_user_error(cli("run", GPT2, *SMALL_GPT2, "--backend", "tvm", "--input", "x=[[1]]",
-                          "-o", out_dir / "y.npz"), "unknown backend 'tvm'", left_empty=out_dir)
-    assert_user_error(cli("compile", GPT2, *SMALL_GPT2, "--backend", "tvm", "-o", out_dir / "m.onnx"),
-                      "unknown backend 'tvm'", left_empty=out_dir)
+    assert_user_error(cli("run", GPT2, *SMALL_GPT2, "--backend", "xla", "--input", "x=[[1]]",
+                          "-o", out_dir / "y.npz"), "unknown backend 'xla'", left_empty=out_dir)
+    assert_user_error(cli("compile", GPT2, *SMALL_GPT2, "--backend", "xla", "-o", out_dir / "m.onnx"),
+                      "unknown backend 'xla'", left_empty=out_dir)
 
 
 def test_unknown_provider(cli: Cli, out_dir: Path) -> None:

@@ -1,0 +1,140 @@
+"""Deploying with TVM: a .so that loads in a fresh process, the CLI, and the errors a user can make."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tvm_util import BACKENDS  # noqa: F401  (skips this module without TVM)
+
+from pseudoformer.backends.tvm import compile_graph, load_model
+from pseudoformer.backends.tvm.build import weights_path
+from pseudoformer.cli import main
+from pseudoformer.deploy import compile
+from pseudoformer.frontend.errors import UsageError
+from pseudoformer.pipeline import load
+
+ROOT = Path(__file__).resolve().parents[3]
+TINY = ["L=1", "H=2", "d_e=16", "d_mlp=32", "d_attn=8", "d_mid=8", "ell_max=32", "N_V=50", "eps=1e-5"]
+X = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
+
+
+def _defines() -> list[str]:
+    return [a for d in TINY for a in ("-D", d)]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, np.ndarray]]:
+    """GPT-2 compiled by the API and saved; and what the interpreter says for X."""
+    compiled = compile("gpt2", config=os.devnull, defines=TINY, backend="tvm")
+    path = compiled.save(tmp_path_factory.mktemp("so") / "gpt2.so")
+    return path, compiled.model.run(x=X)
+
+
+def _fresh_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+
+
+def test_a_saved_library_loads_and_runs_in_a_fresh_process(saved: tuple, tmp_path: Path) -> None:
+    path, want = saved
+    assert weights_path(path).is_file() and path.stat().st_size < 5 * 2**20
+    out = tmp_path / "y.npy"
+    done = _fresh_python("""
+        import sys
+        import numpy as np
+        from pseudoformer.backends.tvm import load_model
+        model = load_model(sys.argv[1])
+        y = model.run({"x": np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])})["Y"]
+        np.save(sys.argv[2], y)
+    """, str(path), str(out))
+    assert done.returncode == 0, done.stderr
+    assert "Scope" not in done.stderr  # TVM's save/load chatter stays out of the user's terminal
+    assert np.abs(np.load(out) - want["Y"]).max() <= 1e-4
+
+
+def test_the_library_describes_itself(saved: tuple) -> None:
+    path, _ = saved
+    model = load_model(path)
+    assert model.input_names == ["x"] and model.output_names == ["Y"]
+    assert model.meta["entry"] == "GPT2" and model.meta["target"] == "llvm"
+    assert json.loads(model.meta["hyperparameters"])["d_e"] == 16
+
+
+def test_a_library_without_its_weights_file_is_a_clear_error(saved: tuple, tmp_path: Path) -> None:
+    path, _ = saved
+    lonely = tmp_path / "lonely.so"
+    lonely.write_bytes(path.read_bytes())
+    with pytest.raises(Exception, match="lonely.weights.safetensors"):
+        load_model(lonely)
+
+
+def test_weights_bound_as_constants_make_one_self_contained_file(tmp_path: Path) -> None:
+    m = load("gpt2", config=os.devnull, defines=TINY)
+    compiled = compile_graph(m.graph, m.weights, params="bind")
+    path = compiled.save(tmp_path / "bound.so")
+    assert not weights_path(path).exists()
+    assert np.abs(load_model(path).run({"x": X})["Y"] - m.run(x=X)["Y"]).max() <= 1e-4
+
+
+def test_cli_compile_then_run_the_so_and_the_alg(saved: tuple, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    _, want = saved
+    so = tmp_path / "m.so"
+    assert main(["compile", "gpt2", "--config", os.devnull, *_defines(), "--backend", "tvm", "-o", str(so)]) == 0
+    assert f"wrote {so}" in capsys.readouterr().err
+    x = json.dumps(X.tolist())
+    assert main(["run", str(so), "--input", f"x={x}", "-o", str(tmp_path / "a.npz")]) == 0
+    assert main(["run", "gpt2", "--config", os.devnull, *_defines(), "--backend", "tvm", "--input", f"x={x}",
+                 "-o", str(tmp_path / "b.npz")]) == 0
+    for name in ("a.npz", "b.npz"):
+        assert np.abs(np.load(tmp_path / name)["Y"] - want["Y"]).max() <= 1e-4
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["compile", "gpt2", "--backend", "tvm", "--target", "cuda"], "cuda"),
+    (["compile", "gpt2", "--backend", "tvm", "--dtype", "float16"], "float32"),
+    (["compile", "gpt2", "--target", "cuda"], "tvm backend"),
+])
+def test_cli_compile_mistakes_exit_1(argv: list[str], message: str, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    if "cuda" in argv and "--backend" in argv:
+        import tvm
+
+        if tvm.cuda().exist:
+            pytest.skip("this machine has a GPU")
+    assert main([*argv, "--config", os.devnull, *_defines(), "-o", str(tmp_path / "m.so")]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "m.so").exists()
+
+
+def test_cli_run_mistakes_exit_1(saved: tuple, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path, _ = saved
+    out = str(tmp_path / "o.npz")
+    assert main(["run", str(path), "--input", "x=[[1, 2, 50]]", "-o", out]) == 1
+    assert "out of range" in capsys.readouterr().err
+    assert main(["run", str(path), "--input", "y=[[1, 2]]", "-o", out]) == 1
+    assert "missing ['x']" in capsys.readouterr().err
+    assert main(["run", str(path), "--backend", "onnx", "--input", "x=[[1]]", "-o", out]) == 1
+    assert "tvm backend" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="out of range"):
+        compile("gpt2", config=os.devnull, defines=TINY, backend="tvm").run(x=np.array([[60]]))
+
+
+def test_without_tvm_the_backend_says_how_to_install_it(tmp_path: Path) -> None:
+    done = _fresh_python("""
+        import sys
+        sys.modules["tvm"] = None  # what an environment without apache-tvm looks like to an import
+        from pseudoformer.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """, "compile", "gpt2", "--config", os.devnull, *_defines(), "--backend", "tvm", "-o", str(tmp_path / "m.so"))
+    assert done.returncode == 1
+    assert "install pseudoformer[tvm]" in done.stderr and "Traceback" not in done.stderr
