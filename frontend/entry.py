@@ -72,7 +72,8 @@ def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str
     used = f.config_used | {k for k in f.sizes if k in config} | {k for k in f.reals if k in config}
     hyper = {k: v for k, v in config.items() if k in used}
     meta = {"entry": alg.name, "source": alg.pos.file, "hyperparameters": hyper,
-            "dims": {"batch": "examples in the batch"} | {n: "positions" for n in f.b.run_dims if n != "batch"}}
+            "dims": {"batch": "examples in the batch"} | {n: "positions" for n in f.b.run_dims if n != "batch"},
+            "limits": dict(f.b.limits)}
     return Graph(inputs=inputs, outputs=outputs, meta=meta)
 
 

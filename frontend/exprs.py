@@ -362,6 +362,13 @@ def _slice_prefix(f: Frame, v: Val, i: int, size: Size, it: Expr) -> Val:
     stop = size_node(f, size, it.pos)
     node = f.b.node(Op.SLICE, v.node, start, stop, axis=axis, dim=f.b.resolve(size).dim())
     dims = v.dims[:i] + (size,) + v.dims[i + 1:]
+    whole, run = f.b.resolve(v.dims[i]), f.b.resolve(size)
+    if whole.is_int and not run.is_int:
+        name = str(run)
+        old = f.b.limits.get(name)
+        if old is None or whole.value < old[0]:
+            f.b.limits[name] = (whole.value, f"the position {it.text} indexes a matrix of {whole.value} columns "
+                                             f"at line {it.pos.line} of {it.pos.file}")
     return replace(v, node=node, dims=dims, const=None)
 
 

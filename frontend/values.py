@@ -80,6 +80,8 @@ class Builder:
         self.solved: dict[str, Size] = {}
         self.with_unknowns: list[Node] = []
         self.run_dims: dict[str, Node] = {}  # runtime size name → node computing it
+        # runtime size name → (its largest value, why): W_p[:, t] for t ∈ [ℓ] needs ℓ ≤ ℓ_max
+        self.limits: dict[str, tuple[int, str]] = {}
         self.counter = 0
 
     def node(self, op: Op, *src: Node, type: Any = None, **attrs: Any) -> Node:

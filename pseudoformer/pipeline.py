@@ -169,9 +169,13 @@ def check_inputs(graph: Graph, given: Mapping[str, Any]) -> dict[str, np.ndarray
         t = node.type
         if a.ndim != t.rank:
             raise UsageError(f"input {name} has shape {list(a.shape)}, but the model takes {_spec(node)}")
+        limits = graph.meta.get("limits", {})
         for d, s in zip(t.shape, a.shape, strict=True):
             if isinstance(d, int) and d != s:
                 raise UsageError(f"input {name} has shape {list(a.shape)}, but the model takes {_spec(node)}")
+            if isinstance(d, str) and d in limits and s > limits[d][0]:
+                raise UsageError(f"input {name} has {d} = {s}, but the model takes at most {limits[d][0]} "
+                                 f"({limits[d][1]})")
         if t.dtype is DType.int64:
             if not np.issubdtype(a.dtype, np.integer):
                 raise UsageError(f"input {name} holds {a.dtype} values; token ids must be integers")

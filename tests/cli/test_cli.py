@@ -371,3 +371,10 @@ def test_entry_that_does_not_exist(cli: Cli, out_dir: Path, command: str) -> Non
     extra = {"compile": ["-o", out_dir / "m.onnx"], "run": ["--input", "x=[[1]]", "-o", out_dir / "y.npz"]}
     assert_user_error(cli(command, GPT2, *SMALL_GPT2, "--entry", "Nope", *extra.get(command, [])),
                       "no algorithm 'Nope'", left_empty=out_dir)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "onnx"])
+def test_a_sequence_longer_than_ell_max_is_a_user_error(cli: Cli, out_dir: Path, backend: str) -> None:
+    too_long = json.dumps([list(range(TINY["ell_max"] + 1))])
+    assert_user_error(cli("run", GPT2, *SMALL_GPT2, "--backend", backend, "--input", f"x={too_long}",
+                          "-o", out_dir / "y.npz"), f"at most {TINY['ell_max']}", left_empty=out_dir)
