@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.backends.tvm.dedup import dedup_prim_funcs
 from pseudoformer.backends.tvm.errors import BackendError, require_tvm
 from pseudoformer.backends.tvm.fastmath import fast_math
 from pseudoformer.backends.tvm.fold import fold_weights
@@ -36,6 +37,11 @@ from pseudoformer.weights.safetensors_io import read_safetensors, save_weights
 
 tvm = require_tvm()
 from tvm import relax  # noqa: E402
+
+# TVM sizes its thread pool, on first use, to the physical cores it guesses: half the logical
+# CPUs, so one thread on a 2-vCPU machine. Kernels here scale to every CPU this process may use.
+os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                             else os.cpu_count() or 1))
 
 TARGETS = ("llvm", "cuda")
 PARAM_MODES = ("bind", "args")
@@ -72,6 +78,7 @@ def pipeline(target: Any, *, schedule: bool = True) -> Any:
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(),
+        dedup_prim_funcs,
     ]
     lower = [
         relax.transform.RewriteDataflowReshape(),
