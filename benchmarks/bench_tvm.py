@@ -3,7 +3,7 @@
 
 In one process, on batch 1 at each sequence length, after warm-up, with interleaved repetitions:
 
-  tvm        pseudoformer's TVM backend (-O2, weights bound as constants unless --params args)
+  tvm        pseudoformer's TVM backend (-O2; weights passed at run time, or --params bind)
   ort        pseudoformer's ONNX backend (-O2) on ONNX Runtime CPU
 
 It reports the median and best time of each, TVM's lower/compile/export times, and the kernels'
@@ -12,6 +12,7 @@ the same shapes) in GFLOP/s. Needs apache-tvm (pip install pseudoformer[tvm]) an
 
     python benchmarks/bench_tvm.py                       # GPT-2 small (random weights), seq 128
     python benchmarks/bench_tvm.py --seqs 32 128 512 --reps 20 --json out.json
+    python benchmarks/bench_tvm.py --threads 1           # one core each: fair on a busy machine
     python benchmarks/bench_tvm.py --quick               # a 2-layer toy, as a smoke test
 """
 
@@ -53,7 +54,8 @@ def _summary(ts: list[float]) -> dict[str, float]:
     return {"median_ms": 1e3 * statistics.median(ts), "best_ms": 1e3 * min(ts)}
 
 
-def bench_model(model: str, defines: list[str], seqs: list[int], reps: int, params: str) -> dict[str, Any]:
+def bench_model(model: str, defines: list[str], seqs: list[int], reps: int, params: str,
+                threads: int | None) -> dict[str, Any]:
     from pseudoformer.backends.onnx import OnnxRunner
     from pseudoformer.backends.tvm import compile_graph, load_model
     from pseudoformer.deploy import lower
@@ -72,7 +74,7 @@ def bench_model(model: str, defines: list[str], seqs: list[int], reps: int, para
         t3 = time.perf_counter()
         loaded.run({"x": np.zeros((1, 4), np.int64)})
         t4 = time.perf_counter()
-    runner = OnnxRunner(lower(m, opt_level=2))
+    runner = OnnxRunner(lower(m, opt_level=2), threads=threads)
     vocab = int(m.graph.meta.get("hyperparameters", {}).get("N_V", 1000))
     result: dict[str, Any] = {
         "model": model, "defines": defines, "params": params,
@@ -96,7 +98,7 @@ def bench_model(model: str, defines: list[str], seqs: list[int], reps: int, para
     return result
 
 
-def bench_matmuls(m: int, reps: int) -> list[dict[str, Any]]:
+def bench_matmuls(m: int, reps: int, threads: int | None) -> list[dict[str, Any]]:
     """x[1, m, K] · W[K, N] alone, as one TVM module (W packed, bound) and one ORT MatMul each."""
     import onnx
     import onnxruntime as ort
@@ -121,7 +123,10 @@ def bench_matmuls(m: int, reps: int) -> list[dict[str, Any]]:
                                   [numpy_helper.from_array(wv, "W")])
         proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
         onnx.checker.check_model(proto)
-        sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        sess = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
         xv = np.random.default_rng(1).standard_normal((1, m, k)).astype(np.float32)
         assert np.abs(tvm_model.run({"x": xv})["y"] - xv @ wv).max() < 1e-3
         ts = _time({"tvm": lambda xv=xv, t=tvm_model: t.run({"x": xv}),
@@ -141,12 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default="gpt2", help="a packaged model or .alg file (default gpt2)")
     ap.add_argument("--seqs", type=int, nargs="+", default=[128])
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--params", choices=["bind", "args"], default="bind")
+    ap.add_argument("--params", choices=["bind", "args"], default="args")
     ap.add_argument("--quick", action="store_true", help="a 2-layer toy model, few repetitions")
     ap.add_argument("--no-matmuls", action="store_true", help="skip the matmul kernel rates")
+    ap.add_argument("--threads", type=int, help="threads for both TVM and ORT (default: every CPU)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
+    if args.threads:
+        os.environ["TVM_NUM_THREADS"] = str(args.threads)  # read when TVM's thread pool starts
     defines = QUICK if args.quick else []
     reps = 3 if args.quick else args.reps
     out: dict[str, Any] = {"machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
@@ -159,9 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("bench_tvm: apache-tvm is not installed: pip install pseudoformer[tvm]", file=sys.stderr)
         return 1
-    out["model"] = bench_model(args.model, defines, args.seqs, reps, args.params)
+    out["threads"] = args.threads
+    out["model"] = bench_model(args.model, defines, args.seqs, reps, args.params, args.threads)
     if not args.no_matmuls and not args.quick:
-        out["matmuls"] = bench_matmuls(max(args.seqs), reps * 3)
+        out["matmuls"] = bench_matmuls(max(args.seqs), reps * 3, args.threads)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
