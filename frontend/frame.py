@@ -189,7 +189,7 @@ class Frame:
             raise self.error(ShapeError, f"{what} should have {n} dim{'s' if n != 1 else ''}, but has "
                              f"{len(actual)} ({shape})", pos)
         for d, a in zip(typ.dims, actual, strict=True):
-            if d.op == "name" and parse_name(d.text).ascii() not in self.sizes and not self._in_callers(d.text):
+            if d.op == "name" and parse_name(d.text).ascii() not in self.sizes:
                 self.sizes[parse_name(d.text).ascii()] = a
                 continue
             want = self.eval_size(d)
@@ -202,9 +202,6 @@ class Frame:
                 expect = _text(d) if named or want_s == _text(d) else f"{_text(d)} = {want_s}"
                 raise self.error(ShapeError, f"{what}: expected size {expect}, got {_show(self.b.resolve(a))}",
                                  pos) from None
-
-    def _in_callers(self, text: str) -> bool:
-        return False
 
     # ------------------------------------------------------------------ hyperparameters
     def hyper_keys(self) -> set[str]:

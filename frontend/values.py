@@ -114,21 +114,13 @@ class Builder:
                 Size.of(d).subst(env).dim() if isinstance(d, str) and "?" in d else d for d in n.type.shape
             )
             n.type = replace(n.type, shape=shape)
-            for key in ("type",):
-                t = n.attrs.get(key)
-                if t is not None:
-                    n.attrs[key] = n.type
-            for key in ("dim",):
-                d = n.attrs.get(key)
-                if isinstance(d, str) and "?" in d:
-                    n.attrs[key] = _parse_dim(d).subst(env).dim()
+            if "type" in n.attrs:  # INPUT/PARAM carry their type as an attribute too
+                n.attrs["type"] = n.type
+            d = n.attrs.get("dim")
+            if isinstance(d, str) and "?" in d:  # only single unknown names reach here
+                n.attrs["dim"] = Size.of(d).subst(env).dim()
             if "shape" in n.attrs:
                 n.attrs["shape"] = n.type.shape
-
-
-def _parse_dim(d: str) -> Size:
-    # Only single unknown names reach here; composite symbolic dims never hold unknowns.
-    return Size.of(d)
 
 
 def dim(s: Size) -> int | str:

@@ -69,20 +69,24 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     return CompiledModel(lower(model, dtype=dtype, opset=opset, opt_level=opt_level), model, dtype)
 
 
-def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2) -> Any:
-    from pseudoformer.backends.onnx import BackendError, to_onnx
-    from pseudoformer.optimize import optimize
-
-    source = model.source.read_bytes()
-    metadata = {
+def model_metadata(model: Model, opt_level: int) -> dict[str, str]:
+    """What a compiled artefact records about where it came from (ONNX metadata_props, TVM's .so)."""
+    return {
         "source": model.source.name,
-        "source_sha256": hashlib.sha256(source).hexdigest(),
+        "source_sha256": hashlib.sha256(model.source.read_bytes()).hexdigest(),
         "entry": model.entry,
         "hyperparameters": json.dumps(model.graph.meta.get("hyperparameters", {}), sort_keys=True),
         "weights": model.weights_source or f"random (seed {model.meta.get('seed', 0)})",
         "pseudoformer_version": __version__,
         "opt_level": str(opt_level),
     }
+
+
+def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2) -> Any:
+    from pseudoformer.backends.onnx import BackendError, to_onnx
+    from pseudoformer.optimize import optimize
+
+    metadata = model_metadata(model, opt_level)
     graph = optimize(model.graph, opt_level)
     try:
         return to_onnx(graph, model.weights, dtype=dtype, opset=opset, metadata=metadata)

@@ -1,14 +1,7 @@
-"""The one exception the ONNX backend raises for problems a user can act on."""
+"""The ONNX backend's user-facing exception: the one all backends share."""
 
 from __future__ import annotations
 
+from pseudoformer.backends.errors import BackendError
 
-class BackendError(Exception):
-    """A model that cannot be lowered, saved or run as asked; the message says what to do about it."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
+__all__ = ["BackendError"]

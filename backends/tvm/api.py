@@ -6,8 +6,6 @@ BackendError, into the UsageError that the API raises and the CLI prints (exit 1
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer import __version__
 from pseudoformer.backends.tvm.errors import BackendError
 from pseudoformer.frontend.errors import UsageError
 from pseudoformer.pipeline import Model, check_inputs
@@ -57,20 +54,13 @@ class TVMCompiledModel:
 def compile_model(model: Model, *, target: str = "llvm", opt_level: int = 2, dtype: str = "float32",
                   params: str = "args") -> TVMCompiledModel:
     """Optimise `model`'s graph at `opt_level` and compile it with TVM for `target` ("llvm" or "cuda")."""
+    from pseudoformer.deploy import model_metadata
     from pseudoformer.optimize import optimize
 
     if dtype != "float32":
         raise UsageError(f"the TVM backend compiles float32 models only, not {dtype}")
     build = _build()
-    metadata = {
-        "source": model.source.name,
-        "source_sha256": hashlib.sha256(model.source.read_bytes()).hexdigest(),
-        "entry": model.entry,
-        "hyperparameters": json.dumps(model.graph.meta.get("hyperparameters", {}), sort_keys=True),
-        "weights": model.weights_source or f"random (seed {model.meta.get('seed', 0)})",
-        "pseudoformer_version": __version__,
-        "opt_level": str(opt_level),
-    }
+    metadata = model_metadata(model, opt_level)
     graph = optimize(model.graph, opt_level)
     try:
         compiled = build.compile_graph(graph, model.weights, target=target, params=params, metadata=metadata)

@@ -5,18 +5,11 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from pseudoformer.backends.errors import BackendError
+
+__all__ = ["BackendError", "INSTALL_HINT", "require_tvm"]
+
 INSTALL_HINT = "the TVM backend needs apache-tvm, which is not installed: install pseudoformer[tvm]"
-
-
-class BackendError(Exception):
-    """A model that cannot be lowered, compiled, saved or run as asked; the message says what to do."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def require_tvm() -> ModuleType:
