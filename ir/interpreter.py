@@ -177,8 +177,9 @@ def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | N
     keep = np.ones(s.shape[-2:], dtype=bool)
     if mask is not None:
         keep &= mask
-    if causal:
-        keep &= np.tril(np.ones(s.shape[-2:], dtype=bool))
+    if causal:  # bottom-right aligned: the queries are the last s_q of the s_k positions
+        sq, sk = s.shape[-2:]
+        keep &= np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq)
     s = np.where(keep, s, np.asarray(-np.inf, q.dtype))
     return np.matmul(_softmax(s, -1), v).astype(q.dtype)
 

@@ -72,7 +72,9 @@ class Op(enum.Enum):
     LAYER_NORM = "layer_norm"  # (x, γ, β), attrs: axis, eps — normalise x over one axis; γ, β: [x.shape[axis]]
     ATTENTION = "attention"  # (q, k, v[, mask]), attrs: scale, causal — softmax(q kᵀ·scale) v over the last
     # two axes: q [..., s_q, d], k [..., s_k, d], v [..., s_k, d_v] → [..., s_q, d_v]; the optional bool
-    # mask [s_q, s_k] is True where a query may attend; causal masks keys after the query (s_q = s_k)
+    # mask [s_q, s_k] is True where a query may attend. causal: query i sees key j iff j ≤ i + s_k − s_q —
+    # the queries are the last s_q of the s_k positions (bottom-right aligned), so a decode step whose
+    # keys include a cache of earlier positions means the same thing as the full run (s_q = s_k).
 
 
 UNARY = {Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.TANH, Op.ERF, Op.SIN, Op.COS, Op.ABS, Op.RELU, Op.GELU}

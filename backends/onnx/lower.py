@@ -135,6 +135,27 @@ def _free_prefix(prefix: str, taken: set[str]) -> str:
     return prefix
 
 
+def _present_concats(graph: Graph, opset: int) -> set[int]:
+    """ids of concat(past, new) nodes on the sequence axis of a 4-D attention's k or v that nothing
+    but attention k/v operands and graph outputs reads: the Attention op makes them itself."""
+    if opset < 23:
+        return set()
+    users: dict[int, list[tuple[Node, int]]] = {}
+    for n in graph.nodes():
+        for i, s in enumerate(n.src):
+            users.setdefault(id(s), []).append((n, i))
+    found = set()
+    for n in graph.nodes():
+        if n.op is not Op.ATTENTION or n.src[1].type.rank != 4:
+            continue
+        pair = n.src[1:3]
+        if all(c.op is Op.CONCAT and len(c.src) == 2 and c.attrs["axis"] % 4 == 2
+               and [(u, i) for u, i in users.get(id(c), [])] == [(n, j)]
+               for j, c in enumerate(pair, start=1)):
+            found.update(id(c) for c in pair)
+    return found
+
+
 def _check_names(graph: Graph) -> None:
     inputs = [n.attrs["name"] for n in graph.inputs]
     params = {p.attrs["name"] for p in graph.params()}
@@ -167,6 +188,9 @@ class _Lowering:
         taken = {n.attrs["name"] for n in graph.nodes() if n.op in (Op.INPUT, Op.PARAM)}
         taken |= {name for name, _ in graph.outputs}
         self.v, self.c = _free_prefix("v", taken), _free_prefix("c", taken)
+        # K/V caches: concat(past, new) feeding only attention (and outputs) becomes the Attention
+        # op's past_key/past_value inputs and present outputs, which ORT fills in one pass.
+        self.present = _present_concats(graph, opset)
 
     # ---- the graph
 
@@ -175,6 +199,9 @@ class _Lowering:
         for i, n in enumerate(self.graph.nodes()):
             self.base = f"{n.scope}/{n.op.value}_{i}" if n.scope else f"{n.op.value}_{i}"
             self.out, self.k, self.span = f"{self.v}{i}", 0, n.span
+            if id(n) in self.present:  # made by the attention that reads it, as its present output
+                self.vals[id(n)] = (self.out, self._compute_elem(n))
+                continue
             self.vals[id(n)] = self._lower_node(n)
         outputs = []
         self.span = None
@@ -234,6 +261,15 @@ class _Lowering:
             node.doc_string = str(self.span)
         self.nodes.append(node)
         return out
+
+    def _emit_multi(self, op_type: str, inputs: Sequence[str], outputs: Sequence[str], **attrs) -> None:
+        """A node with several outputs, named by the caller (as the values of several IR nodes)."""
+        name = f"{self.base}/{op_type}"
+        self.names.add(name)
+        node = helper.make_node(op_type, list(inputs), list(outputs), name=name, **attrs)
+        if self.span is not None:
+            node.doc_string = str(self.span)
+        self.nodes.append(node)
 
     def _const(self, value, elem: int, out: str | None = None) -> str:
         arr = np.asarray(value, dtype=_NUMPY[elem])
@@ -343,12 +379,25 @@ class _Lowering:
         rank = n.src[0].type.rank
         if self.opset < 23 or rank not in (3, 4):
             return self._attention_by_parts(n, q, k, v, elem)
+        sq, sk = n.src[0].type.shape[-2], n.src[1].type.shape[-2]
+        cached = id(n.src[1]) in self.present and id(n.src[2]) in self.present
+        causal = bool(n.attrs["causal"]) and sq != 1  # one query, bottom-right aligned, sees every key
+        if causal and sq != sk and not cached:
+            # ONNX's is_causal is top-left aligned without a past input; ours is bottom-right.
+            return self._attention_by_parts(n, q, k, v, elem)
         if rank == 3:  # one head: the op's 4-D form is [batch, heads, seq, dim]
             q, k, v = (self._emit("Unsqueeze", [t, self._ints([1])]) for t in (q, k, v))
-        inputs = [q, k, v] + ([self._get(n.src[3])] if len(n.src) > 3 else [])
-        attrs = {"scale": float(n.attrs["scale"]), "is_causal": int(bool(n.attrs["causal"]))}
+        mask = self._get(n.src[3]) if len(n.src) > 3 else ""
+        attrs = {"scale": float(n.attrs["scale"]), "is_causal": int(causal)}
         if elem == TensorProto.FLOAT16:
             attrs["softmax_precision"] = TensorProto.FLOAT  # the softmax is the sensitive part: fp32
+        if cached:
+            # With past_key given, ONNX aligns is_causal bottom-right, as the IR does.
+            (pk, k), (pv, v) = ([self._get(c, elem) for c in s.src] for s in n.src[1:3])
+            present = [self.vals[id(s)][0] for s in n.src[1:3]]
+            self._emit_multi("Attention", [q, k, v, mask, pk, pv], [self.out, *present], **attrs)
+            return self.out, elem
+        inputs = [q, k, v] + ([mask] if mask else [])
         out = self._emit("Attention", inputs, out=None if rank == 3 else self.out, **attrs)
         if rank == 3:
             out = self._emit("Squeeze", [out, self._ints([1])], out=self.out)
@@ -361,10 +410,11 @@ class _Lowering:
         s = self._emit("MatMul", [q, self._emit("Transpose", [k], perm=perm)])
         s = self._emit("Mul", [s, self._const(n.attrs["scale"], elem)])
         keep = self._get(n.src[3]) if len(n.src) > 3 else None
-        if n.attrs["causal"]:
+        if n.attrs["causal"]:  # bottom-right aligned: query i is key position i + s_k − s_q
             sq = self._emit("Squeeze", [self._shape_dim(q, rank - 2), self._ints([0])])
             sk = self._emit("Squeeze", [self._shape_dim(k, rank - 2), self._ints([0])])
-            rows = self._emit("Unsqueeze", [self._range(sq), self._ints([1])])
+            first = self._emit("Sub", [sk, sq])
+            rows = self._emit("Unsqueeze", [self._range(sk, start=first), self._ints([1])])
             causal = self._emit("GreaterOrEqual", [rows, self._range(sk)])
             keep = causal if keep is None else self._emit("And", [keep, causal])
         if keep is not None:
@@ -372,9 +422,9 @@ class _Lowering:
         p = self._emit("Softmax", [s], axis=-1)
         return self._emit("MatMul", [p, v], out=self.out), elem
 
-    def _range(self, n: str, out: str | None = None) -> str:
+    def _range(self, n: str, out: str | None = None, start: str | None = None) -> str:
         zero, one = self._const(0, TensorProto.INT64), self._const(1, TensorProto.INT64)
-        return self._emit("Range", [zero, n, one], out=out)
+        return self._emit("Range", [start or zero, n, one], out=out)
 
     def _lower_elementwise(self, n: Node) -> tuple[str, int]:
         op = n.op

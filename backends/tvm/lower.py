@@ -279,8 +279,8 @@ class _Lowering:
                 target.append(tirx.IntImm("int64", d))
         return R.reshape(x, target)
 
-    def _mask(self, rows: Any, cols: Any, rel: str) -> Any:
-        i = self._emit(R.expand_dims(R.arange(0, rows, 1, "int64"), [1]))
+    def _mask(self, rows: Any, cols: Any, rel: str, first_row: Any = 0) -> Any:
+        i = self._emit(R.expand_dims(R.arange(first_row, first_row + rows, 1, "int64"), [1]))
         j = self._emit(R.expand_dims(R.arange(0, cols, 1, "int64"), [0]))
         return _RELATION[rel](i, j)
 
@@ -293,7 +293,9 @@ class _Lowering:
                                        relax.const(n.attrs["scale"], n.dtype.value)))
         keep = self._tensor(n.src[3]) if len(n.src) > 3 else None
         if n.attrs["causal"]:
-            causal = self._emit(self._mask(self._shape(q)[-2], self._shape(k)[-2], ">="))
+            # Bottom-right aligned (ir/ops.py): query i is position i + s_k − s_q of the keys.
+            sq, sk = self._shape(q)[-2], self._shape(k)[-2]
+            causal = self._emit(self._mask(sq, sk, ">=", first_row=sk - sq))
             keep = causal if keep is None else self._emit(R.logical_and(keep, causal))
         if keep is not None:
             scores = self._emit(R.where(keep, scores, relax.const(-math.inf, n.dtype.value)))

@@ -1,0 +1,264 @@
+"""Derive the incremental decoder (prefill + decode step with a key/value cache) from a full decoder.
+
+Algorithm 14 re-runs the decoder on the whole sequence every step. When every computation is
+position-wise except causal attention, the outputs for new positions depend on earlier positions
+only through the keys and values of each causal attention, so
+
+    attention(Q_new, K_all, V_all) with K_all = [K_past, K_new], V_all = [V_past, V_new]
+
+gives the same columns as the full run (causal is bottom-right aligned, ir/ops.py). The step graph
+takes the new tokens and K_past, V_past per attention, and returns the outputs for the new positions
+and K_all, V_all (the next step's past). Positions enter through `dim(x)` only (learned position
+tables sliced to ℓ, sinusoid arguments from arange): those become past + new.
+
+For an encoder–decoder, every value computed from the encoder input alone (the cross-attention keys
+and values) is computed once by an encoder graph and fed to prefill and step as inputs.
+
+Anything else that mixes positions (attention that is not causal, a reduction over positions, a mask
+the attention fusion left unfused) makes the derivation refuse, naming the source line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pseudoformer.frontend.errors import AlgError, CompileError, Pos
+from pseudoformer.ir import Graph, Node, Op, TensorType
+from pseudoformer.ir.ops import ARITH, COMPARE, LOGICAL, UNARY
+
+PAST = "past"  # the run-time dim of the cache: positions already decoded
+_ELEMENTWISE = UNARY | ARITH | COMPARE | LOGICAL | {Op.WHERE, Op.CAST, Op.NOT, Op.GELU}
+
+
+class NotCacheableError(AlgError):
+    """The decoder's output at a position depends on later positions (or in a way no cache keeps)."""
+
+
+@dataclass(frozen=True)
+class CacheSlot:
+    past_key: str
+    past_value: str
+    present_key: str
+    present_value: str
+    key_type: TensorType  # of the cached keys, with the position dim PAST
+    value_type: TensorType
+
+
+@dataclass(frozen=True)
+class IncrementalDecoder:
+    prefill: Graph  # decoder inputs [+ encoder values] → outputs, present K/V
+    step: Graph  # new tokens, past K/V [+ encoder values] → outputs for the new tokens, present K/V
+    encoder: Graph | None  # encoder inputs → the values prefill and step take as encoder.{i}
+    slots: tuple[CacheSlot, ...]
+    positions: str  # the run-time dim of the decoder input's positions ("seq", "seq_x")
+
+
+def derive_incremental(graph: Graph, decoder_input: str) -> IncrementalDecoder:
+    """Split `graph` into prefill and step graphs caching the keys/values of its causal attention."""
+    x = graph.input(decoder_input)
+    if x.type.rank < 2 or not isinstance(x.shape[1], str):
+        raise ValueError(f"the decoder input {decoder_input} has no run-time position axis: {x.type}")
+    seq = x.shape[1]
+    encoder, graph = _split_encoder(graph, x)
+    errors: list[AlgError] = []
+    attentions: list[Node] = []
+    for n in graph.nodes():
+        why = _why_not_position_wise(n, seq, attentions)
+        if why:
+            errors.append(_error(_in_root(graph, n), why, n))
+    if errors:
+        raise CompileError(errors)
+    if not attentions:
+        raise CompileError([NotCacheableError(f"{graph.meta.get('entry', 'the model')} has no causal attention over "
+                                              f"{decoder_input}: there is nothing to cache")])
+    slots = tuple(_slot(i, a) for i, a in enumerate(attentions))
+    prefill = _with_present(graph, attentions, slots)
+    step = _step_graph(graph, x, seq, attentions, slots)
+    return IncrementalDecoder(prefill=prefill, step=step, encoder=encoder, slots=slots, positions=seq)
+
+
+def _slot(i: int, a: Node) -> CacheSlot:
+    k, v = a.src[1].type, a.src[2].type
+    return CacheSlot(f"past.{i}.key", f"past.{i}.value", f"present.{i}.key", f"present.{i}.value",
+                     TensorType(k.dtype, (*k.shape[:-2], PAST, k.shape[-1])),
+                     TensorType(v.dtype, (*v.shape[:-2], PAST, v.shape[-1])))
+
+
+def _error(n: Node, why: str, inner: Node | None = None) -> NotCacheableError:
+    pos = Pos(n.span.file, n.span.line, n.span.col) if n.span else None
+    inner = inner or n
+    notes = ()
+    if inner is not n and inner.span is not None:
+        notes = (f"it happens inside {inner.scope.split('/')[-1] or 'a callee'}, at {inner.span}",)
+    where = f" (in {inner.scope})" if inner.scope else ""
+    return NotCacheableError(f"no key/value cache can reproduce this: {why}{where}", pos, notes=notes)
+
+
+def _in_root(graph: Graph, n: Node) -> Node:
+    """The first node downstream of n written in the entry's own file (the line that called the
+    algorithm n comes from), so the error points at the user's call, not into a library file."""
+    root = graph.meta.get("source_path") or graph.meta.get("source")
+    if root is None or n.span is None or n.span.file == str(root):
+        return n
+    users: dict[int, list[Node]] = {}
+    for m in graph.nodes():
+        for s in m.src:
+            users.setdefault(id(s), []).append(m)
+    frontier, seen = [n], {id(n)}
+    while frontier:
+        nxt = []
+        for m in frontier:
+            for u in users.get(id(m), []):
+                if u.span is not None and u.span.file == str(root):
+                    return u
+                if id(u) not in seen:
+                    seen.add(id(u))
+                    nxt.append(u)
+        frontier = nxt
+    return n
+
+
+def _why_not_position_wise(n: Node, seq: str, attentions: list[Node]) -> str | None:
+    """None if output column t of n needs only column t of its operands (or n is causal attention)."""
+    if not any(seq in s.shape for s in n.src):
+        return None
+    op, src = n.op, n.src
+    if op is Op.ATTENTION:
+        if src[1].shape[-2] != seq:
+            return None if src[0].shape[-2] == seq else "queries from encoder positions"
+        if len(src) > 3:
+            return "the attention's mask is not the causal mask (the attention fusion left it explicit)"
+        if not n.attrs["causal"]:
+            return "attention over the decoder's positions is not causal, so earlier outputs see later tokens"
+        attentions.append(n)
+        return None
+    if op in _ELEMENTWISE or op in (Op.TRANSPOSE, Op.UNSQUEEZE, Op.SQUEEZE):
+        return None
+    if op is Op.MATMUL:
+        if src[0].shape[-1] == seq or src[1].shape[-2] == seq:
+            return "a matrix product sums over positions"
+        return None
+    if op is Op.RESHAPE:
+        ok = list(n.attrs["shape"]).count(seq) == 1
+        return None if ok else "a reshape merges the position axis with another"
+    axis = n.attrs.get("axis")
+    along = n.src[0].shape[axis] == seq if isinstance(axis, int) else False
+    if op in (Op.LAYER_NORM, Op.SOFTMAX, Op.CONCAT, Op.SLICE, Op.GATHER):
+        if op is Op.GATHER and seq in src[1].shape and not along:
+            return None  # token embedding lookup: indices per position
+        return f"{op.value} along the position axis" if along else None
+    if op in (Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MEAN):
+        axes = {a % src[0].type.rank for a in n.attrs["axes"]}
+        return "a reduction over positions" if src[0].shape.index(seq) in axes else None
+    if op is Op.DIM:
+        return None  # the sequence length: rewritten to past + new
+    return f"{op.value} of values that vary by position"
+
+
+def _split_encoder(graph: Graph, x: Node) -> tuple[Graph | None, Graph]:
+    """Values computed from the other inputs only become inputs `encoder.{i}` of the decoder graphs."""
+    others = [n for n in graph.inputs if n is not x]
+    if not others:
+        return None, graph
+    depends: dict[int, str] = {}  # id → "x" (reads x, perhaps also others), "enc" (others only)
+    for n in graph.nodes():
+        if n.op is Op.INPUT:
+            depends[id(n)] = "x" if n is x else "enc"
+        else:
+            kinds = {depends.get(id(s)) for s in n.src} - {None}
+            depends[id(n)] = "x" if "x" in kinds else "enc" if kinds else None  # type: ignore[assignment]
+    frontier: list[Node] = []
+    for n in graph.nodes():
+        if depends.get(id(n)) == "x":
+            frontier += [s for s in n.src if depends.get(id(s)) == "enc" and s not in frontier]
+    frontier += [n for _, n in graph.outputs if depends.get(id(n)) == "enc" and n not in frontier]
+    names = [f"encoder.{i}" for i in range(len(frontier))]
+    encoder = Graph(inputs=others, outputs=list(zip(names, frontier, strict=True)),
+                    meta={**graph.meta, "role": "encoder"})
+    replace = {id(n): Node(Op.INPUT, (), {"name": name, "type": n.type}) for name, n in zip(names, frontier, strict=True)}
+    decoder = _substitute(graph, replace, inputs=[x, *replace.values()])
+    return encoder, decoder
+
+
+def _substitute(graph: Graph, replace: dict[int, Node], *, inputs: list[Node]) -> Graph:
+    memo: dict[int, Node] = dict(replace)
+
+    def get(n: Node) -> Node:
+        if id(n) not in memo:
+            src = tuple(get(s) for s in n.src)
+            memo[id(n)] = n if all(a is b for a, b in zip(src, n.src, strict=True)) else \
+                Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
+        return memo[id(n)]
+
+    for n in graph.nodes():  # topological order, so the recursion in get() stays shallow
+        get(n)
+    return Graph(inputs=inputs, outputs=[(name, get(n)) for name, n in graph.outputs], meta=dict(graph.meta))
+
+
+def _with_present(graph: Graph, attentions: list[Node], slots: tuple[CacheSlot, ...]) -> Graph:
+    present = []
+    for a, s in zip(attentions, slots, strict=True):
+        present += [(s.present_key, a.src[1]), (s.present_value, a.src[2])]
+    return Graph(inputs=list(graph.inputs), outputs=[*graph.outputs, *present], meta={**graph.meta, "role": "prefill"})
+
+
+def _step_graph(graph: Graph, x: Node, seq: str, attentions: list[Node], slots: tuple[CacheSlot, ...]) -> Graph:
+    past_inputs = []
+    for s in slots:
+        past_inputs += [Node(Op.INPUT, (), {"name": s.past_key, "type": s.key_type}),
+                        Node(Op.INPUT, (), {"name": s.past_value, "type": s.value_type})]
+    past_len = Node(Op.DIM, (past_inputs[0],), {"axis": past_inputs[0].type.rank - 2})
+    new_len = Node(Op.DIM, (x,), {"axis": 1})
+    total = Node(Op.ADD, (past_len, new_len))
+    slot_of = {id(a): i for i, a in enumerate(attentions)}
+    memo: dict[int, Node] = {}
+
+    def get(n: Node) -> Node:
+        if id(n) in memo:
+            return memo[id(n)]
+        out = _step_node(n, get, seq, total, past_len, slot_of, past_inputs)
+        memo[id(n)] = out
+        return out
+
+    for n in graph.nodes():
+        get(n)
+    outputs = [(name, get(n)) for name, n in graph.outputs]
+    for a, s in zip(attentions, slots, strict=True):
+        new = get(a)
+        outputs += [(s.present_key, new.src[1]), (s.present_value, new.src[2])]
+    inputs = [*graph.inputs, *past_inputs]
+    return Graph(inputs=inputs, outputs=outputs, meta={**graph.meta, "role": "step"})
+
+
+def _step_node(n: Node, get: Callable[[Node], Node], seq: str, total: Node, past_len: Node, slot_of: dict[int, int],
+               past_inputs: list[Node]) -> Node:
+    if n.op is Op.INPUT:
+        return n
+    if n.op is Op.DIM and n.src[0].shape[n.attrs["axis"]] == seq:
+        return total  # ℓ in the full run is every position so far
+    src = tuple(get(s) for s in n.src)
+    if n.op is Op.ATTENTION and id(n) in slot_of:
+        i = slot_of[id(n)]
+        pk, pv = past_inputs[2 * i], past_inputs[2 * i + 1]
+        axis = n.src[1].type.rank - 2
+        k = Node(Op.CONCAT, (pk, src[1]), {"axis": axis}, span=n.span, scope=n.scope)
+        v = Node(Op.CONCAT, (pv, src[2]), {"axis": axis}, span=n.span, scope=n.scope)
+        return Node(n.op, (src[0], k, v), dict(n.attrs), span=n.span, scope=n.scope)
+    if n.op is Op.SLICE and n.attrs["dim"] == seq and seq not in n.src[0].shape:
+        # rows [0, ℓ) of a position table → rows [past, past + new)
+        if src[2] is not total or n.src[1].op is not Op.CONST or n.src[1].attrs["value"] != 0:
+            raise CompileError([_error(n, "a slice of positions that does not start at the first one")])
+        return Node(n.op, (src[0], past_len, total), dict(n.attrs), span=n.span, scope=n.scope)
+    if n.op is Op.ARANGE and n.attrs["dim"] == seq:
+        if src[0] is not total:
+            raise CompileError([_error(n, "a range of positions that does not run to the sequence length")])
+        new_len = total.src[1]  # total = past + dim(new tokens)
+        new = Node(Op.ARANGE, (new_len,), dict(n.attrs), span=n.span, scope=n.scope)
+        return Node(Op.ADD, (new, past_len), span=n.span, scope=n.scope)
+    if n.op is Op.INDEX_MASK and seq in n.shape:
+        raise CompileError([_error(n, "a mask over positions that is not fused into a causal attention")])
+    if all(a is b for a, b in zip(src, n.src, strict=True)):
+        return n
+    return Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope)
+

@@ -1,0 +1,80 @@
+"""Keep only the last position of an output: Y[:, ℓ] instead of Y, computed as late as possible.
+
+    Y = f(X) position-wise, Y[:, ℓ] = f(X[:, ℓ])        (push the slice into the operands)
+    attention(Q, K, V)[ℓ] = attention(Q[ℓ], K, V)         (causal is bottom-right aligned, so the
+                                                          last query still sees every key)
+
+Generation reads one column of the model's output per step (Algorithm 14, line 4: p ← P[:, ℓ+i−1]).
+Sliced at the output only, the model would still unembed every position; pushed back through the
+position-wise tail of the graph, the unembedding, the last MLP and the last layer's queries run for
+one position. Where the slice cannot move further it is applied there, which is always correct.
+"""
+
+from __future__ import annotations
+
+from pseudoformer.ir import Graph, Node, Op
+from pseudoformer.ir.ops import ARITH, COMPARE, LOGICAL, UNARY
+from pseudoformer.ir.types import DType
+
+_ELEMENTWISE = UNARY | ARITH | COMPARE | LOGICAL | {Op.WHERE, Op.CAST, Op.NOT}
+_MOVABLE = {Op.TRANSPOSE, Op.UNSQUEEZE, Op.SQUEEZE}
+
+
+def keep_last_position(graph: Graph, output: str, dim: str) -> Graph:
+    """`graph` with output `output` cut to its last position along the axis of run-time size `dim`."""
+    names = [name for name, _ in graph.outputs]
+    if output not in names:
+        raise ValueError(f"the graph has no output {output!r} (it has {', '.join(names)})")
+    memo: dict[int, Node] = {}
+    outputs = [(name, _last(n, dim, memo) if name == output else n) for name, n in graph.outputs]
+    return Graph(inputs=list(graph.inputs), outputs=outputs, meta=dict(graph.meta))
+
+
+def _last(n: Node, dim: str, memo: dict[int, Node]) -> Node:
+    if dim not in n.shape:
+        return n  # the same for every position: broadcasts against the one kept
+    if id(n) not in memo:
+        memo[id(n)] = _push(n, dim, memo) or _slice_last(n, dim)
+    return memo[id(n)]
+
+
+def _push(n: Node, dim: str, memo: dict[int, Node]) -> Node | None:
+    """The last position of n computed from the last positions of its operands, or None."""
+    def last(s: Node) -> Node:
+        return _last(s, dim, memo)
+
+    def remake(src: tuple[Node, ...], **attrs: object) -> Node:
+        return Node(n.op, src, {**n.attrs, **attrs}, span=n.span, scope=n.scope)
+
+    op, src = n.op, n.src
+    if op in _ELEMENTWISE or op in _MOVABLE:
+        return remake(tuple(last(s) for s in src))
+    if op is Op.GELU:
+        return remake((last(src[0]),))
+    if op is Op.MATMUL:
+        a, b = src
+        if a.shape[-1] == dim or b.shape[-2] == dim:
+            return None  # positions are contracted: every one of them is needed
+        return remake((last(a), last(b)))
+    if op is Op.LAYER_NORM:
+        if n.shape[n.attrs["axis"]] == dim:
+            return None
+        return remake((last(src[0]), src[1], src[2]))
+    if op is Op.RESHAPE:
+        if dim not in src[0].shape or list(n.attrs["shape"]).count(dim) != 1:
+            return None  # positions merged with another axis
+        return remake((last(src[0]),), shape=[1 if d == dim else d for d in n.attrs["shape"]])
+    if op is Op.ATTENTION and len(src) == 3 and src[0].shape[-2] == dim:
+        # Queries are independent given K and V; keys and values keep every position.
+        return remake((last(src[0]), src[1], src[2]))
+    if op is Op.GATHER and dim not in src[0].shape:
+        return remake((src[0], last(src[1])))
+    return None
+
+
+def _slice_last(n: Node, dim: str) -> Node:
+    axis = n.shape.index(dim)
+    size = Node(Op.DIM, (n,), {"axis": axis}, span=n.span, scope=n.scope)
+    one = Node(Op.CONST, (), {"value": 1, "dtype": DType.int64})
+    start = Node(Op.SUB, (size, one), span=n.span, scope=n.scope)
+    return Node(Op.SLICE, (n, start, size), {"axis": axis, "dim": 1}, span=n.span, scope=n.scope)

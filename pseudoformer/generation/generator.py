@@ -1,0 +1,178 @@
+"""The generation loop of Algorithms 14 and 15, run over a cached decoder the compiler derived.
+
+    Algorithm 14 (DInference)                       here
+    for i = 1, 2, …, ℓ_gen do                       prefill(x) once, then step(y) per token:
+      P ← DTransformer(x | θ̂)                       only the new position's column is computed,
+      p ← P[:, ℓ + i − 1]                           the earlier keys and values come from the cache
+      sample a token y from q ∝ p^{1/τ}             sampling.sample
+      x ← [x, y]                                    the cache grows by one position
+
+`cache=False` runs the algorithm literally instead (the whole sequence through the model every
+step), which is what the cached decoder is checked against.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.frontend.errors import UsageError
+from pseudoformer.generation.runtimes import Cache, NumpyRuntime, OnnxRuntime, Runtime
+from pseudoformer.generation.sampling import Sampling, log_probabilities, sample
+from pseudoformer.ir import Graph
+from pseudoformer.passes.kv_cache import IncrementalDecoder, derive_incremental
+from pseudoformer.passes.last_position import keep_last_position
+from pseudoformer.pipeline import Model
+
+BACKENDS = ("onnx", "numpy", "tvm")
+
+
+@dataclass
+class Generation:
+    """Per row of the batch: the tokens generated (an end token included, then nothing after it)."""
+
+    tokens: list[list[int]]
+    scores: list[np.ndarray] = field(default_factory=list)  # the model's output column, per step [batch, vocab]
+    prefill_seconds: float = 0.0
+    step_seconds: list[float] = field(default_factory=list)  # every step after the first token
+
+
+class Generator:
+    """A decoder model made ready to generate: graphs derived, optimised, lowered to `backend`."""
+
+    def __init__(self, model: Model, *, decoder_input: str = "x", encoder_input: str | None = None,
+                 output: str | None = None, model_output: str = "logits", backend: str = "onnx",
+                 opt_level: int = 2, cache: bool = True, threads: int | None = None, provider: str = "cpu") -> None:
+        from pseudoformer.optimize import optimize
+
+        if backend not in BACKENDS:
+            raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
+        names = [n for n, _ in model.graph.outputs]
+        self.output = output or names[0]
+        if self.output not in names:
+            raise UsageError(f"{model.entry} has no output {self.output!r} (it has {', '.join(names)})")
+        self.model, self.decoder_input, self.encoder_input = model, decoder_input, encoder_input
+        self.model_output, self.cache = model_output, cache
+        graph = optimize(model.graph, opt_level)
+        seq = graph.input(decoder_input).shape[1]
+        self.positions = seq
+        limit = model.graph.meta.get("limits", {}).get(seq)
+        self.max_positions: int | None = limit[0] if limit else None
+        if cache:
+            dec = derive_incremental(graph, decoder_input)
+            dec = IncrementalDecoder(
+                prefill=optimize(keep_last_position(dec.prefill, self.output, seq), 1),
+                step=optimize(keep_last_position(dec.step, self.output, seq), 1),
+                encoder=dec.encoder, slots=dec.slots, positions=seq)
+            self.decoder: IncrementalDecoder | None = dec
+            self.runtime: Runtime = _runtime(backend, dec, self.output, model, threads, provider)
+        else:
+            self.decoder = None
+            full = optimize(keep_last_position(graph, self.output, seq), 1)
+            self.runtime = _FullRuntime(full, self.output, model, backend, decoder_input, threads, provider)
+
+    def generate(self, prompt: Any, *, max_new_tokens: int, sampling: Sampling | None = None, seed: int | None = None,
+                 eos_token: int | None = None, encoder_inputs: Mapping[str, Any] | None = None,
+                 progress: Callable[[int], None] | None = None, keep_scores: bool = False) -> Generation:
+        """Generate up to `max_new_tokens` after `prompt` (token ids [ℓ] or [batch, ℓ])."""
+        sampling = sampling or Sampling()
+        x = np.asarray(prompt, dtype=np.int64)
+        if x.ndim == 1:
+            x = x[None, :]
+        if x.ndim != 2 or x.shape[1] == 0:
+            raise UsageError(f"the prompt must be a non-empty list of token ids (or one per row), got shape {x.shape}")
+        if max_new_tokens < 1:
+            raise UsageError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        if self.max_positions is not None and x.shape[1] + max_new_tokens - 1 > self.max_positions:
+            raise UsageError(f"a prompt of {x.shape[1]} tokens and {max_new_tokens} new ones need "
+                             f"{x.shape[1] + max_new_tokens - 1} positions; the model has {self.max_positions}")
+        rng = np.random.default_rng(seed)
+        enc = self._encode(encoder_inputs)
+        result = Generation(tokens=[[] for _ in range(x.shape[0])])
+        finished = np.zeros(x.shape[0], dtype=bool)
+        start = time.perf_counter()
+        scores, cache = self.runtime.prefill({self.decoder_input: x, **enc})
+        result.prefill_seconds = time.perf_counter() - start
+        for i in range(max_new_tokens):
+            column = np.asarray(scores)[:, -1]
+            if keep_scores:
+                result.scores.append(column.copy())
+            y = sample(log_probabilities(column, self.model_output), sampling, rng)
+            for row in np.flatnonzero(~finished):
+                result.tokens[row].append(int(y[row]))
+            if eos_token is not None:
+                finished |= y == eos_token
+            if progress is not None:
+                progress(i + 1)
+            if finished.all() or i == max_new_tokens - 1:
+                break
+            start = time.perf_counter()
+            scores, cache = self.runtime.step({self.decoder_input: y[:, None], **enc}, cache)
+            result.step_seconds.append(time.perf_counter() - start)
+        return result
+
+    def _encode(self, encoder_inputs: Mapping[str, Any] | None) -> dict[str, Any]:
+        others = [n.attrs["name"] for n in self.model.graph.inputs if n.attrs["name"] != self.decoder_input]
+        given = dict(encoder_inputs or {})
+        if sorted(given) != sorted(others):
+            want = ", ".join(others) or "none"
+            raise UsageError(f"{self.model.entry} needs encoder inputs {want}; got {', '.join(given) or 'none'}")
+        if not others:
+            return {}
+        feed = {k: np.asarray(v, dtype=np.int64).reshape(1, -1) if np.ndim(v) == 1 else np.asarray(v, np.int64)
+                for k, v in given.items()}
+        return self.runtime.encode(feed)
+
+
+def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, threads: int | None,
+             provider: str) -> Runtime:
+    if backend == "numpy":
+        return NumpyRuntime(dec, output, model.weights)
+    if backend == "onnx":
+        from pseudoformer.deploy import model_metadata
+
+        return OnnxRuntime(dec, output, model.weights, provider=provider, threads=threads,
+                           metadata=model_metadata(model, 2))
+    from pseudoformer.generation.tvm_runtime import TvmRuntime
+
+    return TvmRuntime(dec, output, model.weights, threads=threads)
+
+
+class _FullRuntime:
+    """Algorithm 14 as written: every step runs the model on the whole sequence so far."""
+
+    def __init__(self, graph: Graph, output: str, model: Model, backend: str, decoder_input: str,
+                 threads: int | None, provider: str) -> None:
+        self.graph, self.output, self.weights, self.x = graph, output, model.weights, decoder_input
+        self.encoder_values: dict[str, Any] = {}
+        if backend == "onnx":
+            from pseudoformer.backends.onnx import OnnxRunner, to_onnx
+
+            self.runner: Any = OnnxRunner(to_onnx(graph, model.weights), provider=provider, threads=threads)
+        elif backend == "numpy":
+            self.runner = None
+        else:
+            raise UsageError("uncached generation runs on the onnx or numpy backend")
+
+    def _run(self, feed: Mapping[str, Any]) -> np.ndarray:
+        if self.runner is None:
+            from pseudoformer.ir.interpreter import run
+
+            return run(self.graph, feed, self.weights)[self.output]
+        return self.runner.run(feed)[self.output]
+
+    def encode(self, inputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        self.encoder_values = dict(inputs)  # the full graph reads the encoder inputs themselves
+        return {}
+
+    def prefill(self, feed: Mapping[str, Any]) -> tuple[np.ndarray, Cache]:
+        seq = np.asarray(feed[self.x])
+        return self._run({**self.encoder_values, self.x: seq}), {"seq": seq}
+
+    def step(self, feed: Mapping[str, Any], cache: Cache) -> tuple[np.ndarray, Cache]:
+        seq = np.concatenate([cache["seq"], np.asarray(feed[self.x])], axis=1)
+        return self._run({**self.encoder_values, self.x: seq}), {"seq": seq}
