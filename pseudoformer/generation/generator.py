@@ -64,10 +64,11 @@ class Generator:
         self.max_positions: int | None = limit[0] if limit else None
         if cache:
             dec = derive_incremental(graph, decoder_input)
-            dec = IncrementalDecoder(
-                prefill=optimize(keep_last_position(dec.prefill, self.output, seq), 1),
-                step=optimize(keep_last_position(dec.step, self.output, seq), 1),
-                encoder=dec.encoder, slots=dec.slots, positions=seq)
+            if backend != "tvm":  # see tvm_runtime.py
+                dec = IncrementalDecoder(
+                    prefill=optimize(keep_last_position(dec.prefill, self.output, seq), 1),
+                    step=optimize(keep_last_position(dec.step, self.output, seq), 1),
+                    encoder=dec.encoder, slots=dec.slots, positions=seq)
             self.decoder: IncrementalDecoder | None = dec
             self.runtime: Runtime = _runtime(backend, dec, self.output, model, threads, provider)
         else:
@@ -139,7 +140,7 @@ def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, t
                            metadata=model_metadata(model, 2))
     from pseudoformer.generation.tvm_runtime import TvmRuntime
 
-    return TvmRuntime(dec, output, model.weights, threads=threads)
+    return TvmRuntime(dec, output, model.weights, threads=threads)  # takes dec.step unsliced
 
 
 class _FullRuntime:

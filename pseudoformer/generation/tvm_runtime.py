@@ -1,0 +1,48 @@
+"""The derived decoder on TVM: the step graph compiled once, prefilling with an empty cache.
+
+TVM gets the step graph without the last-position slicing: the slice leaves matrix products with a
+static single row, which the CPU matmul schedule (backends/tvm/schedule.py) pads by iterator and
+does not handle; a decode step has one row anyway, and only prefill pays for the other positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.frontend.errors import UsageError
+from pseudoformer.generation.runtimes import Cache, _empty, _next_cache
+from pseudoformer.passes.kv_cache import IncrementalDecoder
+
+
+class TvmRuntime:
+    def __init__(self, dec: IncrementalDecoder, output: str, weights: Mapping[str, np.ndarray], *,
+                 threads: int | None = None) -> None:
+        from pseudoformer.backends.tvm.api import _build
+        from pseudoformer.backends.tvm.errors import BackendError
+
+        if threads is not None:
+            raise UsageError("the TVM backend sizes its own thread pool (TVM_NUM_THREADS); --threads is for onnx")
+        build = _build()
+        self.dec, self.output = dec, output
+        try:
+            self.step_model = build.compile_graph(dec.step, weights)
+            self.encoder_model = build.compile_graph(dec.encoder, weights) if dec.encoder is not None else None
+        except BackendError as e:
+            raise UsageError(str(e)) from None
+        self._empty = {s.past_key: _empty(s.key_type, 0) for s in dec.slots}
+        self._empty.update({s.past_value: _empty(s.value_type, 0) for s in dec.slots})
+
+    def encode(self, inputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        assert self.encoder_model is not None
+        return self.encoder_model.run(dict(inputs))
+
+    def prefill(self, feed: Mapping[str, Any]) -> tuple[np.ndarray, Cache]:
+        batch = int(np.asarray(feed[self.dec.step.inputs[0].attrs["name"]]).shape[0])
+        return self.step(feed, {k: np.zeros((batch, *v.shape[1:]), v.dtype) for k, v in self._empty.items()})
+
+    def step(self, feed: Mapping[str, Any], cache: Cache) -> tuple[np.ndarray, Cache]:
+        out = self.step_model.run({**feed, **cache})
+        return out[self.output][:, -1:], _next_cache(self.dec, out)
