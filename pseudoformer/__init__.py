@@ -13,4 +13,8 @@ def __getattr__(name: str) -> object:
         from pseudoformer import pipeline
 
         return getattr(pipeline, name)
+    if name == "generate":
+        from pseudoformer.generation.api import generate
+
+        return generate
     raise AttributeError(f"module 'pseudoformer' has no attribute {name!r}")

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Generation benchmark: GPT-2 small, prompt 128, 32 new tokens, greedy, 2 threads, batch 1.
+
+  ours      pseudoformer's Generator on ORT CPU: the decoder with the key/value cache the compiler
+            derived from models/gpt2.alg (step graph with past inputs, logits for the last position)
+  torch     HuggingFace GPT2LMHeadModel, a loop over model(…, past_key_values=…) under inference_mode
+            (prefill returns every position's logits, as model(ids) does; --logits-to-keep 1 times
+            HF's own prefill shortcut instead)
+
+Same random weights, same prompt, in one process; rounds alternate between the two after a warm-up
+round, and each round is a whole generation. Reported: prefill time and the median per-token time
+of the 31 decode steps, medians over rounds, and the ratios ours / torch. Greedy tokens must agree.
+
+    python benchmarks/bench_generate.py                  # full run
+    python benchmarks/bench_generate.py --quick          # a tiny GPT-2, a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET_STEP = 0.55  # ours / torch per-token time
+TARGET_PREFILL = 0.35  # ours / torch prefill time
+
+
+def torch_generate(hf, prompt: np.ndarray, n: int, logits_to_keep: int) -> tuple[list[int], float, list[float]]:
+    import torch
+
+    with torch.inference_mode():
+        ids = torch.from_numpy(prompt)
+        start = time.perf_counter()
+        kw = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
+        out = hf(ids, use_cache=True, **kw)
+        y = out.logits[:, -1].argmax(-1)
+        prefill = time.perf_counter() - start
+        tokens, steps, past = [int(y)], [], out.past_key_values
+        for _ in range(n - 1):
+            start = time.perf_counter()
+            out = hf(y[:, None], past_key_values=past, use_cache=True)
+            y = out.logits[:, -1].argmax(-1)
+            past = out.past_key_values
+            steps.append(time.perf_counter() - start)
+            tokens.append(int(y))
+    return tokens, prefill, steps
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--logits-to-keep", type=int, default=0, help="pass logits_to_keep to HF's prefill")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    sys.path.insert(0, str(ROOT))
+    from pseudoformer.generation import Generator, Sampling
+    from pseudoformer.pipeline import load
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=1000, bos_token_id=0, eos_token_id=0) if args.quick else GPT2Config()
+    hf = GPT2LMHeadModel(config).eval()
+    with tempfile.TemporaryDirectory() as d:
+        hf.save_pretrained(d)
+        start = time.perf_counter()
+        model = load(ROOT / "models/gpt2.alg", weights=d)
+        gen = Generator(model, backend="onnx", threads=args.threads)
+        build = time.perf_counter() - start
+    prompt = np.random.default_rng(0).integers(0, config.vocab_size, size=(1, args.prompt))
+    greedy = Sampling(temperature=0)
+
+    rows: dict[str, dict[str, list[float]]] = {"ours": {"prefill": [], "step": []},
+                                                "torch": {"prefill": [], "step": []}}
+    agree = True
+    for r in range(args.rounds + 1):  # round 0 warms up both
+        res = gen.generate(prompt, max_new_tokens=args.new, sampling=greedy)
+        t_tokens, t_prefill, t_steps = torch_generate(hf, prompt, args.new, args.logits_to_keep)
+        agree &= res.tokens[0] == t_tokens
+        if r == 0:
+            continue
+        rows["ours"]["prefill"].append(res.prefill_seconds)
+        rows["ours"]["step"].append(statistics.median(res.step_seconds))
+        rows["torch"]["prefill"].append(t_prefill)
+        rows["torch"]["step"].append(statistics.median(t_steps))
+
+    med = {k: {m: statistics.median(v) * 1e3 for m, v in d.items()} for k, d in rows.items()}
+    step_ratio = med["ours"]["step"] / med["torch"]["step"]
+    prefill_ratio = med["ours"]["prefill"] / med["torch"]["prefill"]
+    print(f"# generate: GPT-2 {'tiny (--quick)' if args.quick else 'small'}, prompt {args.prompt}, "
+          f"{args.new} new tokens, greedy, {args.threads} threads, batch 1")
+    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
+          f"{os.getloadavg()[0]:.1f}; {args.rounds} rounds after a warm-up, medians; "
+          f"torch prefill logits_to_keep={args.logits_to_keep or 'all'}")
+    print()
+    print("| | prefill ms | per-token ms |")
+    print("|---|---|---|")
+    for k in ("ours", "torch"):
+        print(f"| {k} | {med[k]['prefill']:.1f} | {med[k]['step']:.1f} |")
+    print(f"| ours / torch | {prefill_ratio:.2f}× | {step_ratio:.2f}× |")
+    print()
+    print(f"greedy tokens equal: {agree}; building the generator (load weights, derive, lower, ORT "
+          f"session): {build:.1f} s")
+    print(f"targets: per-token ≤ {TARGET_STEP}× torch: {'met' if step_ratio <= TARGET_STEP else 'missed'}; "
+          f"prefill ≤ {TARGET_PREFILL}× torch: {'met' if prefill_ratio <= TARGET_PREFILL else 'missed'}")
+    return 0 if agree else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

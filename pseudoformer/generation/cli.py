@@ -1,0 +1,100 @@
+"""`pseudoformer generate FILE`: the generated ids on one line of stdout, progress on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pseudoformer.frontend.errors import UsageError
+from pseudoformer.generation.generator import BACKENDS
+
+
+def add_parser(sub: argparse._SubParsersAction, model_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    g = sub.add_parser("generate", help="sample tokens with a file's inference algorithm (Algorithm 14 or 15)")
+    g.add_argument("file", metavar="FILE", help="a .alg file with an inference algorithm (e.g. models/gpt2.alg)")
+    model_args(g)
+    g.add_argument("--inference", metavar="NAME", help="which inference algorithm, if the file has several")
+    g.add_argument("--weights", help="a safetensors file or a HuggingFace checkpoint directory (default: random)")
+    g.add_argument("--prompt-ids", metavar="IDS", help='the prompt as token ids, e.g. "464 2068 7586"')
+    g.add_argument("--encoder-ids", metavar="IDS", help="an encoder–decoder's context z, as token ids")
+    g.add_argument("--max-new-tokens", type=int, metavar="N", help="at most N new tokens (default: ℓ_gen)")
+    g.add_argument("--temperature", type=float, metavar="TAU", help="τ in q ∝ p^{1/τ}; 0 is greedy (default: τ)")
+    g.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens")
+    g.add_argument("--top-p", type=float, metavar="P", help="sample among the fewest tokens holding mass P")
+    g.add_argument("--seed", type=int, help="seed of the sampler, for reproducible samples")
+    g.add_argument("--eos-token-id", type=int, metavar="ID", help="stop a row at this token (default: eos_token)")
+    g.add_argument("--backend", choices=BACKENDS, default="onnx", help="onnx (default), tvm, or numpy")
+    g.add_argument("--no-cache", action="store_true",
+                   help="re-run the model on the whole sequence every step, as the algorithm is written")
+    g.add_argument("--threads", type=int, help="onnxruntime threads (default: all cores)")
+    g.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json: also print the text")
+
+
+def parse_ids(text: str | None, flag: str) -> list[int] | None:
+    if text is None:
+        return None
+    parts = [p for p in re.split(r"[\s,]+", text.strip().strip("[]")) if p]
+    if not parts or not all(re.fullmatch(r"\d+", p) for p in parts):
+        raise UsageError(f"{flag} takes token ids (non-negative integers separated by spaces), got {text!r}")
+    return [int(p) for p in parts]
+
+
+class _Progress:
+    """`generate ▕████▏ 12/32 tokens  31 ms/token` on stderr, redrawn in place."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.start = total, time.perf_counter()
+
+    def __call__(self, done: int) -> None:
+        width = 24
+        fill = round(width * done / self.total)
+        per = (time.perf_counter() - self.start) / done * 1e3
+        end = "\n" if done >= self.total else ""
+        sys.stderr.write(f"\rgenerate ▕{'█' * fill}{' ' * (width - fill)}▏ {done}/{self.total} tokens "
+                         f"{per:5.0f} ms/token{end}")
+        sys.stderr.flush()
+
+    def finish(self, done: int) -> None:
+        if done < self.total:  # stopped early at the end token
+            sys.stderr.write("  (stopped at the end token)\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pseudoformer.generation.api import prepare, run_plan
+
+    prompt = parse_ids(args.prompt_ids, "--prompt-ids")
+    encoder = parse_ids(args.encoder_ids, "--encoder-ids")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
+    tokenizer = _tokenizer(args.tokenizer) if args.tokenizer else None
+    prepared = prepare(args.file, inference=args.inference, config=args.config, defines=args.defines,
+                       weights=args.weights, backend=args.backend, cache=not args.no_cache, threads=args.threads)
+    n = args.max_new_tokens if args.max_new_tokens is not None else prepared.setting(prepared.plan.max_new_tokens)
+    progress = _Progress(int(n)) if n else None
+    result, _ = run_plan(prepared, prompt_ids=prompt, encoder_ids=encoder, max_new_tokens=args.max_new_tokens,
+                         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                         eos_token=args.eos_token_id, progress=progress)
+    tokens = result.tokens[0]
+    if progress is not None:
+        progress.finish(len(tokens))
+    print(" ".join(str(t) for t in tokens))
+    if tokenizer is not None:
+        print(tokenizer.decode(tokens))
+    return 0
+
+
+def _tokenizer(path: str):  # -> tokenizers.Tokenizer
+    if not Path(path).is_file():
+        raise UsageError(f"no tokenizer file at {path}")
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise UsageError("--tokenizer needs the tokenizers package: pip install tokenizers") from None
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:  # tokenizers raises a bare Exception for a malformed file
+        raise UsageError(f"{path} is not a tokenizers tokenizer.json: {e}") from None
