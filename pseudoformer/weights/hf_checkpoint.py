@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from . import hf_bert, hf_gpt2
+from . import hf_bart, hf_bert, hf_gpt2
 from .errors import WeightsError
 from .hf_common import Collector
 from .safetensors_io import FOREIGN_FILES, PICKLE_SUFFIXES, read_safetensors, refuse_pickle
@@ -19,8 +19,9 @@ Mapper = Callable[[Mapping[str, np.ndarray], Mapping[str, object], Collection[st
 _HYPERPARAMETERS: dict[str, Callable[[Mapping[str, object]], dict[str, int | float]]] = {
     "gpt2": hf_gpt2.hyperparameters,
     "bert": hf_bert.hyperparameters,
+    "bart": hf_bart.hyperparameters,
 }
-MAPPERS: dict[str, Mapper] = {"gpt2": hf_gpt2.to_ours, "bert": hf_bert.to_ours}
+MAPPERS: dict[str, Mapper] = {"gpt2": hf_gpt2.to_ours, "bert": hf_bert.to_ours, "bart": hf_bart.to_ours}
 SUPPORTED = tuple(sorted(MAPPERS))
 
 SINGLE_FILE = "model.safetensors"
@@ -56,7 +57,7 @@ def hf_model_type(directory: str | Path) -> str:
 
 
 def hf_hyperparameters(config_json: Mapping[str, object]) -> dict[str, int | float]:
-    """Our hyperparameter names (d_e, H, L, ell_max, N_V, d_mlp, eps, d_attn, d_mid[, d_f]).
+    """Our hyperparameter names (d_e, H, L or L_enc and L_dec, ell_max, N_V, d_mlp, eps, d_attn, d_mid[, d_f]).
 
     Raises WeightsError naming every config setting that describes a variant our model sources
     do not implement, since loading such weights would compute something else without complaint.

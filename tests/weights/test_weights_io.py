@@ -220,7 +220,7 @@ def test_model_type(save_hf, tmp_path):
     assert read_hf_config(directory)["n_embd"] == 32
     (tmp_path / "llama").mkdir()
     (tmp_path / "llama" / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(WeightsError, match="'llama' is not supported; supported types: bert, gpt2"):
+    with pytest.raises(WeightsError, match="'llama' is not supported; supported types: bart, bert, gpt2"):
         hf_model_type(tmp_path / "llama")
     with pytest.raises(WeightsError, match="'llama' is not supported"):
         load_weights(tmp_path / "llama", SMALL)
