@@ -238,11 +238,18 @@ def _stmt(tree: Tree | Expr, line: Line) -> Stmt:
         return Stmt("if", pos, line.number, value=exprs[0], body=[_stmt(subs[0], line)])
     if k == "end":
         return Stmt("end", pos, line.number)
+    if k == "while_":
+        return Stmt("while", pos, line.number, value=exprs[0])
+    if k == "sample":
+        token, dist = names[0], names[1]
+        return Stmt("sample", pos, line.number, target=Expr("name", (), _token_pos(token), str(token)),
+                    name=str(dist), value=exprs[-1])
     raise AlgSyntaxError(f"unsupported statement ({k})", pos)
 
 
 def _blocks(lines: list[tuple[Line, Tree | None]], fail) -> list[Stmt]:  # noqa: ANN001
-    """Nest body lines: `for … do` runs to `end`; a `For h ∈ [H]:` header takes the deeper-indented lines."""
+    """Nest body lines: `for … do` and `while … do` run to `end`; a `For h ∈ [H]:` header takes the
+    deeper-indented lines."""
     root: list[Stmt] = []
     # (statement whose body is open, indent of its line or None for do/end blocks)
     stack: list[tuple[Stmt | None, int | None, list[Stmt]]] = [(None, None, root)]
@@ -268,16 +275,16 @@ def _blocks(lines: list[tuple[Line, Tree | None]], fail) -> list[Stmt]:  # noqa:
             while stack[-1][1] is not None:
                 stack.pop()
             if stack[-1][0] is None:
-                fail(LayoutError("`end` without an open `for … do`", line.pos))
+                fail(LayoutError("`end` without an open `for … do` or `while … do`", line.pos))
             else:
                 stack.pop()
             continue
         stack[-1][2].append(stmt)
-        if stmt.kind == "for_range":
+        if stmt.kind in ("for_range", "while"):
             stack.append((stmt, None, stmt.body))
         elif stmt.kind == "for_in" and not stmt.body:
             stack.append((stmt, line.indent, stmt.body))
     for stmt, indent, _ in stack[1:]:
         if indent is None and stmt is not None:
-            fail(LayoutError("this `for … do` has no `end`", stmt.pos))
+            fail(LayoutError(f"this `{'while' if stmt.kind == 'while' else 'for'} … do` has no `end`", stmt.pos))
     return root

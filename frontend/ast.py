@@ -29,13 +29,15 @@ class Expr:
 
 @dataclass(frozen=True)
 class Type:
-    """kind: real (ℝ^{dims}), bool ({0,1}^{dims}), prob ((0,1)^{dims}), index ([n], star for [n]*),
-    vocab (V, V*, V ≅ [N]), nat (ℕ), dist (Δ(V))."""
+    """kind: real (ℝ^{dims}; also an interval (0, ∞) or (0, 1), a real number), bool ({0,1}^{dims}),
+    prob ((0,1)^{dims}), index ([n], star for [n]*), vocab (V, V*, V ≅ [N]), nat (ℕ), dist (Δ(V))."""
 
     kind: str
     dims: tuple[Expr, ...] = ()
     star: bool = False
     pos: Pos | None = None
+    # The open interval of a real written as one, τ ∈ (0, ∞): a config value outside it is refused.
+    interval: tuple[float, float] | None = None
 
 
 @dataclass
@@ -56,7 +58,10 @@ class Decl:
 
 @dataclass
 class Stmt:
-    """kind: assign, return, for_in, for_range, forall, if, end."""
+    """kind: assign, return, for_in, for_map, for_range, forall, if, end, while, sample.
+
+    sample (`sample a token y from q ∝ p^{1/τ}`): target is the token's name y, name the
+    distribution's q, value the expression after ∝. while: value is the condition."""
 
     kind: str
     pos: Pos

@@ -134,6 +134,11 @@ class _ToAst(Transformer):
     or_ = _bin("or")
 
     @v_args(meta=True)
+    def real_power(self, meta: object, ch: list) -> Expr:
+        base, exponent = (c for c in ch if isinstance(c, Expr))
+        return Expr("real_power", (base, exponent), self.p(meta))
+
+    @v_args(meta=True)
     def power(self, meta: object, ch: list) -> Expr:
         tok = str(ch[1])
         digits = {"²": 2, "³": 3}.get(tok) or int(tok.strip("^{}"))
@@ -242,11 +247,21 @@ class _ToAst(Transformer):
 
     real_type = _type("real")
     bool_type = _type("bool")
-    prob_type = _type("prob")
     index_type = _type("index")
     vocab_type = _type("vocab")
     nat_type = _type("nat")
     dist_type = _type("dist")
+
+    @v_args(meta=True)
+    def interval_type(self, meta: object, ch: list) -> Type:
+        """(0, 1)^{N_V × ℓ} is a matrix of probabilities; (0, ∞) or (0, 1) alone is one real number."""
+        dims = next((c for c in ch if isinstance(c, tuple)), None)
+        if dims is not None:
+            return Type("prob", dims, False, self.p(meta))
+        ends = [float(c) for c in ch if isinstance(c, Tok) and c.type == "INT"]
+        # `∞` stays as an INF token, ASCII `inf` is dropped as a keyword: either way one INT is left.
+        interval = (ends[0], ends[1] if len(ends) > 1 else float("inf"))
+        return Type("real", (), False, self.p(meta), interval=interval)
 
     def reals(self, ch: list) -> None:
         return None
@@ -306,7 +321,7 @@ _NAMES = {"NAME": "a name", "CALLEE": "a function", "NUMBER": "a number", "INT":
           "SUM": "'Σ'", "SQRT": "'√'", "SQRT_BRACE": "", "ELLIPSIS": "'…'", "CDOT": "'·'", "ODOT": "'⊙'",
           "STAR": "'*'", "SUPER_OPEN": "'^{'", "SUB_OPEN": "'_{'", "SUB_SIMPLE": "", "REALS": "'ℝ'",
           "NATURALS": "'ℕ'", "FORALL": "'∀'", "NOT": "'¬'", "AND": "'∧'", "OR": "'∨'", "POWER": "a power",
-          "LABEL": "an algorithm number", "DELTA": "'Δ'", "CONG": "'≅'", "DIMDOT": "", "SEMICOLON": "';'",
+          "LABEL": "an algorithm number", "DELTA": "'Δ'", "PROPTO": "'∝'", "CONG": "'≅'", "DIMDOT": "", "SEMICOLON": "';'",
           "SLASH": "'/'", "LBRACE": "'{'", "CIRCUMFLEX": "'^'", "R": "", "N": ""}
 
 
