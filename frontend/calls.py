@@ -9,6 +9,7 @@ from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt
 from pseudoformer.frontend.errors import AlgError, ArityError, BadTypeError, HyperparameterError, ShapeError
 from pseudoformer.frontend.exprs import as_size, describe, distinct_index_vars, ev, ev_val
 from pseudoformer.frontend.frame import Frame, MapVar
+from pseudoformer.frontend.inference import is_inference
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import GroupVal, collection, top_entries
 from pseudoformer.frontend.tensor_ops import (
@@ -58,6 +59,9 @@ def call_algorithm(f: Frame, e: Expr) -> Any:
     positional = [bd for bd in binds if bd.args[1] is None]
     keyword = [bd for bd in binds if bd.args[1] is not None]
     callee = _pick(f, e, f.prog.lookup(f.alg.module, e.text), len(args), len(positional))
+    if is_inference(callee):  # its loop grows the sequence: there is no graph to inline
+        raise f.error(BadTypeError, f"{callee.name} is an inference algorithm (it samples tokens in a loop), so a "
+                      "model cannot call it; `pseudoformer generate` runs it", e.pos)
     caller: Frame | None = f
     while caller is not None:  # inlining a recursive call would never end
         if caller.alg is callee:
@@ -259,6 +263,9 @@ def _exec(f: Frame, s: Stmt) -> None:
         if inner.kind != "assign":
             raise f.error(BadTypeError, "`if … then` takes an assignment", inner.pos)
         assign(f, inner.target, ev(f, inner.value), cond, inner)
+    elif k in ("while", "sample"):  # only in inference algorithms, which are never elaborated
+        raise f.error(BadTypeError, f"`{k}` belongs to inference algorithms (Algorithms 14 and 15), which "
+                      "sample tokens; a model's body is one graph and cannot have it", s.pos)
     else:
         raise f.error(BadTypeError, f"unexpected {k}", s.pos)
 

@@ -7,6 +7,7 @@ features] — so an output declared P ∈ (0,1)^{N_V × ℓ} is delivered as [ba
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pseudoformer.frontend.ast import Algorithm, Decl
@@ -19,8 +20,10 @@ from pseudoformer.frontend.errors import (
     HyperparameterError,
     Pos,
     UnknownNameError,
+    UsageError,
 )
 from pseudoformer.frontend.frame import Frame, Weights
+from pseudoformer.frontend.inference import is_inference, plan_inference
 from pseudoformer.frontend.modules import Program
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.sizes import Size
@@ -35,15 +38,37 @@ def find_entry(prog: Program, entry: str | None) -> Algorithm:
         raise CompileError([UnknownNameError(f"{prog.root.path} defines no algorithm",
                                              Pos(prog.root.path, 1, 1), prog.root.line(1))])
     if entry is None:
-        return algs[-1]
+        # An inference algorithm (Algorithm 14) is a loop around a model, not a graph: the default
+        # entry is the model beside it, whichever order the file defines them in.
+        models = [a for a in algs if not is_inference(a)]
+        if not models:
+            names = ", ".join(a.name for a in algs)
+            raise CompileError([UsageError(f"{prog.root.path} defines only inference algorithms ({names}); run "
+                                           f"them with `pseudoformer generate {prog.root.path}`")])
+        return models[-1]
     hits = [a for a in algs if entry in (a.name, a.label, f"Algorithm {a.label}")]
+    if not hits:
+        # The model of models/paper/dinference.alg lives in the file it `use`s: generation names it.
+        hits = [a for a in prog.lookup(prog.root, entry) if not is_inference(a)][-1:]
     if len(hits) == 1:
+        if is_inference(hits[0]):
+            raise CompileError([UsageError(_not_a_graph(prog, hits[0]))])
         return hits[0]
     names = ", ".join(f"{a.name} (Algorithm {a.label})" if a.label else a.name for a in algs)
     if not hits:
         raise CompileError([UnknownNameError(f"{prog.root.path} has no algorithm {entry!r}; it defines {names}")])
     raise CompileError([UnknownNameError(f"{entry!r} is ambiguous in {prog.root.path}: pick one by its number "
                                          f"({', '.join(str(a.label) for a in hits)})")])
+
+
+def _not_a_graph(prog: Program, alg: Algorithm) -> str:
+    msg = (f"{alg.name} is an inference algorithm: it samples tokens in a loop, which is not one graph to "
+           f"compile or run; use `pseudoformer generate {prog.root.path}`")
+    try:
+        model = plan_inference(prog, alg.name if alg.label is None else alg.label).model
+    except CompileError:
+        return msg
+    return f"{msg}, or take its model as the entry (--entry {model})"
 
 
 def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str, Any] | None = None,
@@ -91,6 +116,10 @@ def _bind_hyper(f: Frame, diags: Diagnostics) -> None:
                     f.config_used.add(key)
                     if isinstance(v, bool) or not isinstance(v, (int, float)):
                         raise f.error(HyperparameterError, f"{d.name} is a real number, not {v!r}", d.pos)
+                    lo, hi = d.type.interval or (-math.inf, math.inf)
+                    if not lo < v < hi:  # η ∈ (0, ∞) promises a positive value to the lines that use it
+                        raise f.error(HyperparameterError, f"{d.name} = {v!r}, but it is declared in "
+                                      f"({lo:g}, {'∞' if hi == math.inf else f'{hi:g}'})", d.pos)
                     f.reals[key] = float(v)
                 elif f.symbolic:
                     f.reals[key] = 1e-5

@@ -88,6 +88,11 @@ class ModuleError(AlgError):
     """A `use` that cannot be satisfied: a missing file or an import cycle."""
 
 
+class InferenceError(AlgError):
+    """An inference algorithm (Algorithms 14, 15) whose loop is not the one generation runs: the wrong
+    column of P, a sampled token that is not fed back, a return that is not the generated tokens."""
+
+
 class UsageError(AlgError):
     """A bad command-line argument or configuration file."""
 

@@ -124,6 +124,9 @@ def _ev(f: Frame, e: Expr) -> Any:
     if op == "power":
         x = ev_val(f, e.args[0])
         return _power(f, x, e.args[1])
+    if op == "real_power":
+        raise f.error(BadTypeError, "a power other than a whole number (p^{1/τ}) is only for sampling, in an "
+                      "inference algorithm: sample a token y from q ∝ p^{1/τ}", e.pos)
     if op == "transpose":
         if e.args[0].op == "number" and e.args[0].args[0] == 1:
             # 1ᵀ: a row of ones whose length is whatever it meets

@@ -130,6 +130,11 @@ def ascii_script(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", ascii_base(s)).strip("_")
 
 
+def unicode_name(text: str) -> str:
+    """A name token as the paper prints it: LaTeX markup (\\tau, \\hat{x}) turned into its Unicode."""
+    return _delatex(text)
+
+
 def ascii_name(text: str) -> str:
     """The ASCII spelling of a whole name token, with every script kept."""
     return parse_name(text).ascii()
