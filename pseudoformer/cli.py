@@ -114,13 +114,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from pseudoformer.pipeline import check
+    from pseudoformer.pipeline import check_report
 
     errors: list[AlgError] = []
     for f in args.files:
         try:
-            names = check(f, entry=args.entry, config=args.config, defines=args.defines)
-            print(f"{f}: ok ({', '.join(names)})")
+            report = check_report(f, entry=args.entry, config=args.config, defines=args.defines)
+            # One line per file: an inference algorithm's plan follows its file's `ok`.
+            plans = f" — {'; '.join(report.summaries)}" if report.summaries else ""
+            print(f"{f}: ok ({', '.join(report.checked)}){plans}")
         except CompileError as e:
             errors.extend(e.errors)
     if errors:

@@ -13,6 +13,14 @@ import numpy as np
 from pseudoformer.config import Config, resolve
 from pseudoformer.frontend.entry import elaborate
 from pseudoformer.frontend.errors import CompileError, UsageError
+from pseudoformer.frontend.generation_plan import GenerationPlan
+from pseudoformer.frontend.inference import (
+    check_plan_config,
+    describe_plan,
+    inference_hyperparameters,
+    is_inference,
+    plan_inference,
+)
 from pseudoformer.frontend.modules import load_program
 from pseudoformer.ir import DType, Graph
 from pseudoformer.weights import (
@@ -88,6 +96,8 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
             hf_note = f"{wpath} is a HuggingFace {hf_config.get('model_type')!r} checkpoint"
     cfg = resolve(src, config, defines, hf)
     prog = load_program(src)
+    # τ and ℓ_gen of the file's DInference may be set beside its model's sizes: not unknown to the model.
+    cfg.optional |= inference_hyperparameters(prog)
     try:
         graph = elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional)
     except CompileError as e:
@@ -115,10 +125,19 @@ def _elaborates(prog: Any, src: Path, entry: str | None, config: str | Path | No
                 defines: list[str] | None) -> bool:
     cfg = resolve(src, config, defines)
     try:
-        elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional)
+        elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional | inference_hyperparameters(prog))
     except CompileError:
         return False
     return True
+
+
+@dataclass
+class CheckReport:
+    """What `check` found: the algorithms checked, and the plan of each inference algorithm among them."""
+
+    checked: list[str]
+    plans: list[GenerationPlan] = field(default_factory=list)
+    summaries: list[str] = field(default_factory=list)  # one line per plan, as `pseudoformer check` prints it
 
 
 def check(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,
@@ -128,27 +147,42 @@ def check(path: str | Path, *, entry: str | None = None, config: str | Path | No
     With a config (the model's own, --config or -D) each entry is elaborated at those sizes; without
     one, hyperparameters stay symbols. Returns the names of the algorithms checked.
     """
+    return check_report(path, entry=entry, config=config, defines=defines).checked
+
+
+def check_report(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,
+                 defines: list[str] | None = None) -> CheckReport:
+    """`check`, with the generation plan of each inference algorithm (Algorithms 14, 15) it checked:
+    those are checked line by line (frontend/inference.py), not elaborated."""
     src = resolve_source(path)
     cfg = resolve(src, config, defines)
     prog = load_program(src)
     algs = prog.entries()
     errors = []
-    checked = []
+    report = CheckReport([])
     for a in algs:
         ident = a.name if sum(b.name == a.name for b in algs) == 1 else f"Algorithm {a.label}"
         if entry is not None and entry not in (a.name, a.label, f"Algorithm {a.label}"):
             continue
         try:
-            elaborate(prog, ident, cfg.hyperparameters, symbolic=not cfg.hyperparameters,
-                      optional=set(cfg.hyperparameters))
-            checked.append(ident)
+            if is_inference(a):
+                plan = plan_inference(prog, ident)
+                bad = check_plan_config(prog, plan, cfg.hyperparameters)
+                if bad:
+                    raise CompileError(bad)
+                report.plans.append(plan)
+                report.summaries.append(describe_plan(prog, plan, cfg.hyperparameters))
+            else:
+                elaborate(prog, ident, cfg.hyperparameters, symbolic=not cfg.hyperparameters,
+                          optional=set(cfg.hyperparameters))
+            report.checked.append(ident)
         except CompileError as e:
             errors.extend(e.errors)
     if errors:
         raise CompileError(errors)
-    if entry is not None and not checked:
+    if entry is not None and not report.checked:
         raise UsageError(f"{src} has no algorithm {entry!r}")
-    return checked
+    return report
 
 
 def check_inputs(graph: Graph, given: Mapping[str, Any]) -> dict[str, np.ndarray]:
