@@ -7,7 +7,9 @@
 Generation reads one column of the model's output per step (Algorithm 14, line 4: p ← P[:, ℓ+i−1]).
 Sliced at the output only, the model would still unembed every position; pushed back through the
 position-wise tail of the graph, the unembedding, the last MLP and the last layer's queries run for
-one position. Where the slice cannot move further it is applied there, which is always correct.
+one position. Where the slice cannot move further it is applied there, which is always correct;
+it stops early at values computed for every position anyway (attention's keys and values, and what
+other outputs need), so that no projection is computed twice.
 """
 
 from __future__ import annotations
@@ -25,9 +27,22 @@ def keep_last_position(graph: Graph, output: str, dim: str) -> Graph:
     names = [name for name, _ in graph.outputs]
     if output not in names:
         raise ValueError(f"the graph has no output {output!r} (it has {', '.join(names)})")
-    memo: dict[int, Node] = {}
+    memo: dict[int, Node] = {id(n): _slice_last(n, dim) for n in _computed_in_full(graph, output) if dim in n.shape}
     outputs = [(name, _last(n, dim, memo) if name == output else n) for name, n in graph.outputs]
     return Graph(inputs=list(graph.inputs), outputs=outputs, meta=dict(graph.meta))
+
+
+def _computed_in_full(graph: Graph, output: str) -> list[Node]:
+    """Nodes every position of which is needed anyway: what other outputs read (a prefill's present
+    keys and values), and the keys and values of attention. Slicing such a node is free; pushing the
+    slice past it would compute its operands twice (a second Q/K/V projection for the last row)."""
+    roots = [n for name, n in graph.outputs if name != output]
+    roots += [s for n in graph.nodes() if n.op is Op.ATTENTION for s in n.src[1:]]
+    seen: dict[int, Node] = {}
+    for r in roots:
+        for n in r.walk():
+            seen.setdefault(id(n), n)
+    return list(seen.values())
 
 
 def _last(n: Node, dim: str, memo: dict[int, Node]) -> Node:

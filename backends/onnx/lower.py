@@ -191,6 +191,9 @@ class _Lowering:
         # K/V caches: concat(past, new) feeding only attention (and outputs) becomes the Attention
         # op's past_key/past_value inputs and present outputs, which ORT fills in one pass.
         self.present = _present_concats(graph, opset)
+        self.output_of: dict[int, str] = {}
+        for name, n in graph.outputs:
+            self.output_of.setdefault(id(n), name)
 
     # ---- the graph
 
@@ -200,7 +203,8 @@ class _Lowering:
             self.base = f"{n.scope}/{n.op.value}_{i}" if n.scope else f"{n.op.value}_{i}"
             self.out, self.k, self.span = f"{self.v}{i}", 0, n.span
             if id(n) in self.present:  # made by the attention that reads it, as its present output
-                self.vals[id(n)] = (self.out, self._compute_elem(n))
+                # named as the graph output it is, if it is one: no Identity copy of the cache
+                self.vals[id(n)] = (self.output_of.get(id(n), self.out), self._compute_elem(n))
                 continue
             self.vals[id(n)] = self._lower_node(n)
         outputs = []
@@ -208,7 +212,9 @@ class _Lowering:
         for name, n in self.graph.outputs:
             self.base, self.out = f"outputs/{name}", name
             elem = self._model_elem(n.dtype)
-            if n.op is Op.CONST or self.vals[id(n)][1] == elem:
+            if self.vals[id(n)] == (name, elem):
+                pass  # already computed under its output name (a present key/value)
+            elif n.op is Op.CONST or self.vals[id(n)][1] == elem:
                 self._emit("Identity", [self._get(n, elem)], out=name)
             else:
                 self._emit("Cast", [self._get(n)], out=name, to=elem)
