@@ -1,4 +1,4 @@
-"""The `pseudoformer` command: check, inspect, run, compile.
+"""The `pseudoformer` command: check, inspect, run, compile, generate.
 
 Every user mistake ends as one message on stderr (file:line:col, the line and a caret where the
 source is at fault) and exit code 1; a traceback means a bug in pseudoformer.
@@ -88,13 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--input", dest="inputs", action="append", default=[], metavar="NAME=FILE.npy", required=True,
                    help="an input from a .npy file, or written inline as a JSON list: x='[[464, 2068]]'")
     r.add_argument("-o", "--output", required=True, help="the .npz file to write the outputs to")
+    from pseudoformer.generation.cli import add_parser as add_generate
+
+    add_generate(sub)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = {"check": _check, "inspect": _inspect, "run": _run,
-                                                        "compile": _compile}[args.command]
+                                                        "compile": _compile, "generate": _generate}[args.command]
     try:
         return handler(args)
     except CompileError as e:
@@ -111,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
               "  this is a bug in pseudoformer; PSEUDOFORMER_DEBUG=1 shows the traceback", file=sys.stderr)
         return 2
     return 1
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from pseudoformer.generation.cli import run
+
+    return run(args)
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -6,17 +6,18 @@ import argparse
 import re
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from pseudoformer.frontend.errors import UsageError
 from pseudoformer.generation.generator import BACKENDS
 
 
-def add_parser(sub: argparse._SubParsersAction, model_args: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     g = sub.add_parser("generate", help="sample tokens with a file's inference algorithm (Algorithm 14 or 15)")
     g.add_argument("file", metavar="FILE", help="a .alg file with an inference algorithm (e.g. models/gpt2.alg)")
-    model_args(g)
+    g.add_argument("--config", help="a TOML file of hyperparameters (default: the .toml beside the .alg file)")
+    g.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                   help="set a hyperparameter, e.g. -D L=2 or -D τ=0.7")
     g.add_argument("--inference", metavar="NAME", help="which inference algorithm, if the file has several")
     g.add_argument("--weights", help="a safetensors file or a HuggingFace checkpoint directory (default: random)")
     g.add_argument("--prompt-ids", metavar="IDS", help='the prompt as token ids, e.g. "464 2068 7586"')
