@@ -70,3 +70,14 @@ def test_cross_attention_keys_and_values_are_computed_once(bart: tuple) -> None:
     assert gen.decoder is not None and gen.decoder.encoder is not None
     assert len(gen.decoder.encoder.outputs) == 2 * model.graph.meta["hyperparameters"]["L_dec"]
     assert "z" not in [n.attrs["name"] for n in gen.decoder.step.inputs]
+
+
+def test_bart_alg_edinference_through_the_api(bart: tuple, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """models/bart.alg's own Algorithm 15b, settings from the checkpoint (start 2, end 2), as HF generate."""
+    import pseudoformer
+
+    hf, model = bart
+    for z in CONTEXTS:
+        got = pseudoformer.generate("models/bart.alg", weights=model.weights_source, encoder_ids=z,
+                                    max_new_tokens=8, temperature=0)
+        assert got == _hf_greedy(hf, z, 8, EOS), z
