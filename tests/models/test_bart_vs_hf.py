@@ -202,7 +202,7 @@ def test_cli_check_compile_run(tmp_path: Path, capsys: pytest.CaptureFixture[str
     small = ["-D", "L_enc=1", "-D", "L_dec=1", "-D", "d_e=16", "-D", "H=2", "-D", "d_attn=8", "-D", "d_mid=8",
              "-D", "d_mlp=32", "-D", "N_V=50", "-D", "ell_max=32"]
     assert main(["check", BART]) == 0
-    assert "ok (BART)" in capsys.readouterr().out
+    assert "ok (BART, EDInference)" in capsys.readouterr().out
     onnx_path, out = tmp_path / "bart.onnx", tmp_path / "y.npz"
     assert main(["compile", BART, *small, "-o", str(onnx_path)]) == 0
     assert main(["run", str(onnx_path), "--input", "z=[[0, 31, 7, 2]]", "--input", "x=[[2, 0, 9]]",
