@@ -176,7 +176,7 @@ def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | N
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, q.dtype)
     keep = np.ones(s.shape[-2:], dtype=bool)
     if mask is not None:
-        keep &= mask
+        keep = keep & mask  # a per-example mask broadcasts keep to the scores' shape
     if causal:  # bottom-right aligned: the queries are the last s_q of the s_k positions
         sq, sk = s.shape[-2:]
         keep &= np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq)

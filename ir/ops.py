@@ -72,7 +72,8 @@ class Op(enum.Enum):
     LAYER_NORM = "layer_norm"  # (x, γ, β), attrs: axis, eps — normalise x over one axis; γ, β: [x.shape[axis]]
     ATTENTION = "attention"  # (q, k, v[, mask]), attrs: scale, causal — softmax(q kᵀ·scale) v over the last
     # two axes: q [..., s_q, d], k [..., s_k, d], v [..., s_k, d_v] → [..., s_q, d_v]; the optional bool
-    # mask [s_q, s_k] is True where a query may attend. causal: query i sees key j iff j ≤ i + s_k − s_q —
+    # mask, broadcast to [..., s_q, s_k], is True where a query may attend. causal: query i sees key j
+    # iff j ≤ i + s_k − s_q —
     # the queries are the last s_q of the s_k positions (bottom-right aligned), so a decode step whose
     # keys include a cache of earlier positions means the same thing as the full run (s_q = s_k).
 
@@ -230,10 +231,15 @@ def infer_type(op: Op, src: Sequence[TensorType], attrs: Mapping[str, Any]) -> T
         q, k, v = src[:3]
         if min(q.rank, k.rank, v.rank) < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
             raise IRTypeError(f"attention of q {q}, k {k}, v {v}")
-        if len(src) == 4 and (src[3].dtype is not DType.bool or src[3].shape != (q.shape[-2], k.shape[-2])):
-            raise IRTypeError(f"attention mask must be bool[{q.shape[-2]}, {k.shape[-2]}], got {src[3]}")
         lead = broadcast_shapes(q.shape[:-2], k.shape[:-2])
         if lead is None:
             raise IRTypeError(f"attention batch dims do not broadcast: {q}, {k}")
+        scores = (*lead, q.shape[-2], k.shape[-2])
+        # The mask broadcasts to the scores: [s_q, s_k] for every example and head, or per example
+        # ([batch, 1, 1, s_k], a padding mask over the keys).
+        if len(src) == 4 and (src[3].dtype is not DType.bool or src[3].rank > len(scores)
+                              or broadcast_shapes(src[3].shape, scores) != scores):
+            raise IRTypeError(f"attention mask must be bool and broadcast to [{', '.join(map(str, scores))}], "
+                              f"got {src[3]}")
         return TensorType(q.dtype, (*lead, q.shape[-2], v.shape[-1]))
     raise IRTypeError(f"no typing rule for {op}")

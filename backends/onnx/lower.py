@@ -393,7 +393,7 @@ class _Lowering:
             return self._attention_by_parts(n, q, k, v, elem)
         if rank == 3:  # one head: the op's 4-D form is [batch, heads, seq, dim]
             q, k, v = (self._emit("Unsqueeze", [t, self._ints([1])]) for t in (q, k, v))
-        mask = self._get(n.src[3]) if len(n.src) > 3 else ""
+        mask = self._attention_mask(n, q) if len(n.src) > 3 else ""
         attrs = {"scale": float(n.attrs["scale"]), "is_causal": int(causal)}
         if elem == TensorProto.FLOAT16:
             attrs["softmax_precision"] = TensorProto.FLOAT  # the softmax is the sensitive part: fp32
@@ -408,6 +408,17 @@ class _Lowering:
         if rank == 3:
             out = self._emit("Squeeze", [out, self._ints([1])], out=self.out)
         return out, elem
+
+    def _attention_mask(self, n: Node, q: str) -> str:
+        """The mask as the Attention op takes it: 4-D like the op's inputs, its query axis spelled out
+        (ORT does not broadcast it; a padding mask is [batch, 1, 1, s_k])."""
+        mask, m = self._get(n.src[3]), n.src[3].type
+        if n.src[0].type.rank == 3 and m.rank == 3:  # [batch, s_q, s_k] of one head → [batch, 1, s_q, s_k]
+            mask = self._emit("Unsqueeze", [mask, self._ints([1])])
+        if m.shape[-2] != n.src[0].type.shape[-2]:  # q is 4-D here: [batch, heads, s_q, d]
+            shape = self._emit("Concat", [self._ints([1, 1]), self._shape_dim(q, 2), self._ints([1])], axis=0)
+            mask = self._emit("Expand", [mask, shape])
+        return mask
 
     def _attention_by_parts(self, n: Node, q: str, k: str, v: str, elem: int) -> tuple[str, int]:
         """softmax(q kᵀ·scale + mask) v with plain ops, for opsets before Attention (23)."""

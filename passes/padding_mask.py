@@ -1,0 +1,68 @@
+"""Padding: an `attention_mask` model input that hides padded keys from every attention over them.
+
+    attention(Q, K, V, M)  →  attention(Q, K, V, M ∧ keep[b, 1, 1, t'])   keep = attention_mask ≠ 0
+
+The paper's algorithms take one unpadded sequence; a batch of sequences of different lengths is
+padded on the right to one length, and HuggingFace models take `attention_mask` (1 real, 0 pad) for
+it. This pass adds that input, one per token input (`attention_mask` when the model has one token
+input, `<name>_attention_mask` otherwise), and ANDs it into the mask of every fused attention whose
+keys are that input's positions: self-attention over it, and the decoder's cross-attention over
+the encoder's. Outputs at real positions then equal the unpadded run's; outputs at padded positions
+are whatever the padding computes, as in HuggingFace. (Left padding would leave a causal query
+with no key to see; pad on the right.)
+"""
+
+from __future__ import annotations
+
+from pseudoformer.ir import Graph, Node, Op, TensorType
+from pseudoformer.ir.types import DType
+
+
+class PaddingMaskError(ValueError):
+    """The graph has no fused attention over a token input's positions to mask."""
+
+
+def mask_input_name(token_input: str, n_token_inputs: int) -> str:
+    return "attention_mask" if n_token_inputs == 1 else f"{token_input}_attention_mask"
+
+
+def add_padding_masks(graph: Graph) -> Graph:
+    """`graph` with an attention_mask input per token input, applied to every attention over its keys."""
+    tokens = [n for n in graph.inputs if n.dtype is DType.int64 and n.type.rank == 2 and isinstance(n.shape[1], str)]
+    if not tokens:
+        raise PaddingMaskError("the model has no token-sequence input ([batch, positions] ids) to pad")
+    keep: dict[str, tuple[Node, Node]] = {}  # positions dim → (mask input, keep [batch, positions])
+    for t in tokens:
+        name = mask_input_name(t.attrs["name"], len(tokens))
+        m = Node(Op.INPUT, (), {"name": name, "type": TensorType(DType.int64, t.shape)})
+        zero = Node(Op.CONST, (), {"value": 0, "dtype": DType.int64})
+        keep[t.shape[1]] = (m, Node(Op.NE, (m, zero)))
+    memo: dict[int, Node] = {}
+    masked = 0
+
+    def get(n: Node) -> Node:
+        nonlocal masked
+        if id(n) in memo:
+            return memo[id(n)]
+        src = tuple(get(s) for s in n.src)
+        out = n if all(a is b for a, b in zip(src, n.src, strict=True)) else \
+            Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
+        if n.op is Op.ATTENTION and n.src[1].shape[-2] in keep:
+            k = n.src[1]
+            pad = keep[k.shape[-2]][1]
+            # [batch, S] → [batch, 1, …, 1, S]: broadcast over heads and queries
+            pad = Node(Op.UNSQUEEZE, (pad,), {"axes": list(range(1, k.type.rank - 1))}, span=n.span, scope=n.scope)
+            mask = pad if len(src) == 3 else Node(Op.AND, (src[3], pad), span=n.span, scope=n.scope)
+            out = Node(Op.ATTENTION, (*src[:3], mask), dict(n.attrs), span=n.span, scope=n.scope)
+            masked += 1
+        memo[id(n)] = out
+        return out
+
+    for n in graph.nodes():
+        get(n)
+    if masked == 0:
+        raise PaddingMaskError("no fused attention reads the token inputs' positions as keys (padding masks are "
+                               "applied to fused attention ops: compile at -O2)")
+    inputs = [*graph.inputs, *(m for m, _ in keep.values())]
+    return Graph(inputs=inputs, outputs=[(name, get(n)) for name, n in graph.outputs],
+                 meta={**graph.meta, "padding_mask": True})
