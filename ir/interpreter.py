@@ -171,6 +171,13 @@ def _layer_norm(x: np.ndarray, g: np.ndarray, b: np.ndarray, axis: int, eps: flo
     return ((x - m) / np.sqrt(v + np.asarray(eps, x.dtype)) * g.reshape(shape) + b.reshape(shape)).astype(x.dtype)
 
 
+def _rms_norm(x: np.ndarray, g: np.ndarray, axis: int, eps: float) -> np.ndarray:
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    r = (x * x).mean(axis=axis, keepdims=True)
+    return (x / np.sqrt(r + np.asarray(eps, x.dtype)) * g.reshape(shape)).astype(x.dtype)
+
+
 def _attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float,
                causal: bool) -> np.ndarray:
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, q.dtype)
@@ -259,6 +266,8 @@ def _eval(n: Node, a: list[np.ndarray]) -> Any:
         return _index_mask(a[0], a[1], at["rel"])
     if op is Op.LAYER_NORM:
         return _layer_norm(a[0], a[1], a[2], at["axis"], at["eps"])
+    if op is Op.RMS_NORM:
+        return _rms_norm(a[0], a[1], at["axis"], at["eps"])
     if op is Op.ATTENTION:
         return _attention(a[0], a[1], a[2], a[3] if len(a) > 3 else None, at["scale"], at["causal"])
     raise InterpreterError(f"no semantics for op {op.value}")

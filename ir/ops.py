@@ -70,6 +70,7 @@ class Op(enum.Enum):
     INDEX_MASK = "index_mask"  # (rows, cols int64 scalars), attrs: rel, dims — bool[r, c], i rel j
     # fused ops, made by passes (the frontend never emits them)
     LAYER_NORM = "layer_norm"  # (x, γ, β), attrs: axis, eps — normalise x over one axis; γ, β: [x.shape[axis]]
+    RMS_NORM = "rms_norm"  # (x, γ), attrs: axis, eps — x / √(mean(x²) + ε) ⊙ γ over one axis; γ: [x.shape[axis]]
     ATTENTION = "attention"  # (q, k, v[, mask]), attrs: scale, causal — softmax(q kᵀ·scale) v over the last
     # two axes: q [..., s_q, d], k [..., s_k, d], v [..., s_k, d_v] → [..., s_q, d_v]; the optional bool
     # mask, broadcast to [..., s_q, s_k], is True where a query may attend. causal: query i sees key j
@@ -91,6 +92,7 @@ for _op in UNARY | {Op.NOT, Op.CAST, Op.TRANSPOSE, Op.UNSQUEEZE, Op.SQUEEZE, Op.
 for _op in ARITH | COMPARE | LOGICAL | {Op.MATMUL, Op.GATHER, Op.INDEX_MASK}:
     ARITY[_op] = 2
 ARITY[Op.LAYER_NORM] = 3
+ARITY[Op.RMS_NORM] = 2
 
 
 class IRTypeError(Exception):
@@ -224,6 +226,12 @@ def infer_type(op: Op, src: Sequence[TensorType], attrs: Mapping[str, Any]) -> T
         ax = _axis(attrs["axis"], x.rank)
         if g.shape != (x.shape[ax],) or b.shape != (x.shape[ax],):
             raise IRTypeError(f"layer_norm over axis {ax} of {x} needs γ, β of [{x.shape[ax]}], got {g}, {b}")
+        return x
+    if op is Op.RMS_NORM:
+        x, g = src
+        ax = _axis(attrs["axis"], x.rank)
+        if g.shape != (x.shape[ax],):
+            raise IRTypeError(f"rms_norm over axis {ax} of {x} needs γ of [{x.shape[ax]}], got {g}")
         return x
     if op is Op.ATTENTION:
         if len(src) not in (3, 4):

@@ -50,6 +50,7 @@ REQUIRED_ATTRS: dict[Op, tuple[str, ...]] = {
     Op.SLICE: ("axis", "dim"),
     Op.INDEX_MASK: ("rel", "dims"),
     Op.LAYER_NORM: ("axis", "eps"),
+    Op.RMS_NORM: ("axis", "eps"),
     Op.ATTENTION: ("scale", "causal"),
 }
 

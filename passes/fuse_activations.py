@@ -6,6 +6,7 @@ kernel for each (ONNX LayerNormalization and Gelu), which is faster and, for lay
 accurate than the sum-of-quotients form. These passes find the formulas and replace them:
 
   layer_norm_fusion   passes/rules/layer_norm.py  →  LAYER_NORM(x, γ, β; axis, eps)
+                      passes/rules/rms_norm.py    →  RMS_NORM(x, γ; axis, eps)
   gelu_fusion         passes/rules/gelu_tanh.py   →  GELU(x; approximate="tanh" | "none")
 
 Both expect `cse` and `simplify` to have run (they also work on the raw graph, just with more
@@ -18,14 +19,14 @@ from __future__ import annotations
 
 from pseudoformer.ir import Graph
 from pseudoformer.passes.rule import apply_rules
-from pseudoformer.passes.rules import gelu_tanh, layer_norm
+from pseudoformer.passes.rules import gelu_tanh, layer_norm, rms_norm
 
-NORM_RULES = [layer_norm.RULE]
+NORM_RULES = [layer_norm.RULE, rms_norm.RULE]
 GELU_RULES = [gelu_tanh.RULE]
 
 
 def fuse_norms(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Replace every Algorithm 6 / 6ε layer norm with one LAYER_NORM node."""
+    """Replace every Algorithm 6 / 6ε layer norm with one LAYER_NORM node, every RMS norm with RMS_NORM."""
     return apply_rules(graph, NORM_RULES, refusals)
 
 

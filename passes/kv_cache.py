@@ -144,7 +144,7 @@ def _why_not_position_wise(n: Node, seq: str, attentions: list[Node]) -> str | N
         return None if ok else "a reshape merges the position axis with another"
     axis = n.attrs.get("axis")
     along = n.src[0].shape[axis] == seq if isinstance(axis, int) else False
-    if op in (Op.LAYER_NORM, Op.SOFTMAX, Op.CONCAT, Op.SLICE, Op.GATHER):
+    if op in (Op.LAYER_NORM, Op.RMS_NORM, Op.SOFTMAX, Op.CONCAT, Op.SLICE, Op.GATHER):
         if op is Op.GATHER and seq in src[1].shape and not along:
             return None  # token embedding lookup: indices per position
         return f"{op.value} along the position axis" if along else None

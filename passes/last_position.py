@@ -71,10 +71,10 @@ def _push(n: Node, dim: str, memo: dict[int, Node]) -> Node | None:
         if a.shape[-1] == dim or b.shape[-2] == dim:
             return None  # positions are contracted: every one of them is needed
         return remake((last(a), last(b)))
-    if op is Op.LAYER_NORM:
+    if op in (Op.LAYER_NORM, Op.RMS_NORM):
         if n.shape[n.attrs["axis"]] == dim:
             return None
-        return remake((last(src[0]), src[1], src[2]))
+        return remake((last(src[0]), *src[1:]))
     if op is Op.RESHAPE:
         if dim not in src[0].shape or list(n.attrs["shape"]).count(dim) != 1:
             return None  # positions merged with another axis

@@ -32,6 +32,7 @@ from __future__ import annotations
 from pseudoformer.ir import Graph, Node, Op, TensorType
 from pseudoformer.ir.ops import ARITH, COMPARE, LOGICAL, UNARY
 from pseudoformer.passes.layout_rules import (
+    NORMALISING,
     Attention,
     AxisOp,
     Elementwise,
@@ -51,7 +52,7 @@ from pseudoformer.passes.layout_shape_rules import Gather, Reshape, Squeeze, Uns
 RULES: dict[Op, Rule] = {
     **{op: Elementwise() for op in UNARY | ARITH | COMPARE | LOGICAL | {Op.WHERE, Op.NOT, Op.CAST}},
     Op.TRANSPOSE: Transpose(), Op.MATMUL: Matmul(), Op.ATTENTION: Attention(),
-    Op.SOFTMAX: AxisOp(), Op.LAYER_NORM: AxisOp(), Op.SLICE: AxisOp(), Op.CONCAT: AxisOp(),
+    Op.SOFTMAX: AxisOp(), Op.LAYER_NORM: AxisOp(), Op.RMS_NORM: AxisOp(), Op.SLICE: AxisOp(), Op.CONCAT: AxisOp(),
     Op.REDUCE_SUM: Reduce(), Op.REDUCE_MAX: Reduce(), Op.REDUCE_MEAN: Reduce(),
     Op.UNSQUEEZE: Unsqueeze(), Op.SQUEEZE: Squeeze(), Op.GATHER: Gather(), Op.RESHAPE: Reshape(),
     Op.INDEX_MASK: IndexMask(), Op.DIM: SizeOf(),
@@ -87,7 +88,7 @@ def data_movement(graph: Graph) -> int:
     """Transposes of activations a graph will run, counting the two ONNX Runtime's Softmax (and the
     backend's LayerNormalization) hide inside each one over another axis than the last."""
     hidden = sum(2 for n in graph.nodes()
-                 if n.op in (Op.SOFTMAX, Op.LAYER_NORM) and n.attrs["axis"] % n.type.rank != n.type.rank - 1)
+                 if n.op in NORMALISING and n.attrs["axis"] % n.type.rank != n.type.rank - 1)
     return activation_transposes(graph) + hidden
 
 

@@ -253,8 +253,12 @@ class Attention(Rule):
         return L if self.plan(n, L, None) is not None else ident(R)
 
 
+# Ops over one axis whose backend kernels want it last (ONNX Softmax, LayerNormalization, RMSNormalization).
+NORMALISING = (Op.SOFTMAX, Op.LAYER_NORM, Op.RMS_NORM)
+
+
 class AxisOp(Rule):
-    """SOFTMAX, LAYER_NORM, SLICE, CONCAT: one `axis` attribute, remapped; other operands are
+    """SOFTMAX, LAYER_NORM, RMS_NORM, SLICE, CONCAT: one `axis` attribute, remapped; other operands are
     scalars or per-axis vectors, or, for CONCAT, tensors in the same layout."""
 
     def plan(self, n: Node, L: Perm, avail: Avail) -> list[Perm | None] | None:
@@ -271,7 +275,7 @@ class AxisOp(Rule):
         return Q if n.op is Op.CONCAT or i == 0 else None
 
     def prefer(self, n: Node, P: Perm | None) -> Perm | None:
-        if n.op in (Op.SOFTMAX, Op.LAYER_NORM):
+        if n.op in NORMALISING:
             return move_last(P if P is not None else ident(len(n.shape)), [n.attrs["axis"] % len(n.shape)])
         return P
 
@@ -279,7 +283,7 @@ class AxisOp(Rule):
         # Over any other axis than the last, ONNX Runtime's Softmax transposes in and out, and so does
         # the backend around LayerNormalization, which only normalises trailing axes.
         last = L[-1] == n.attrs["axis"] % len(L)
-        return 0.0 if last or n.op not in (Op.SOFTMAX, Op.LAYER_NORM) else 2.0
+        return 0.0 if last or n.op not in NORMALISING else 2.0
 
 
 class Reduce(Rule):

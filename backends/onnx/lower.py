@@ -358,6 +358,8 @@ class _Lowering:
             return self._emit(_RELATION[rel], [rows, cols], out=self.out), TensorProto.BOOL
         if op is Op.LAYER_NORM:
             return self._lower_layer_norm(n)
+        if op is Op.RMS_NORM:
+            return self._lower_rms_norm(n)
         if op is Op.ATTENTION:
             return self._lower_attention(n)
         raise BackendError(f"the ONNX backend cannot lower {op.value} (at {n.span or n.scope or '?'})")
@@ -378,6 +380,22 @@ class _Lowering:
             inverse = [perm.index(i) for i in range(rank)]
             y = self._emit("Transpose", [y], out=self.out, perm=inverse)
         return y, elem
+
+    def _lower_rms_norm(self, n: Node) -> tuple[str, int]:
+        x, g = n.src
+        rank, axis = x.type.rank, n.attrs["axis"] % x.type.rank
+        elem = self._compute_elem(n)
+        xv, gv = self._get(x, elem), self._get(g, elem)
+        eps = float(n.attrs["eps"])
+        if self.opset >= 23 and axis == rank - 1:  # RMSNormalization normalises the trailing axes
+            return self._emit("RMSNormalization", [xv, gv], out=self.out, axis=-1, epsilon=eps), elem
+        # x / √(mean(x²) + ε) ⊙ γ by parts, γ shaped to broadcast along `axis`
+        r = self._emit("ReduceMean", [self._emit("Mul", [xv, xv]), self._ints([axis])], keepdims=1)
+        den = self._emit("Sqrt", [self._emit("Add", [r, self._const(eps, elem)])])
+        shape = [1] * rank
+        shape[axis] = -1
+        gv = self._emit("Reshape", [gv, self._ints(shape)])
+        return self._emit("Mul", [self._emit("Div", [xv, den]), gv], out=self.out), elem
 
     def _lower_attention(self, n: Node) -> tuple[str, int]:
         elem = self._compute_elem(n)
