@@ -19,11 +19,15 @@ mean, e − m, the variance, …) that something outside the formula also reads.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pseudoformer.ir import Node, Op
 from pseudoformer.passes.rule import Context, Rule
 from pseudoformer.passes.rules.matching import close, const_value, describe, escaping, norm_axes, same
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -132,8 +136,10 @@ def _variance(n: Node) -> tuple[Mean, Mean] | None:
     return var, centred[0]
 
 
-def _denominator(n: Node) -> tuple[Mean, Mean, Node | None, list[Node]] | None:
-    """√(v [+ ε]) with v the variance, restored to e's rank: (v, its centring, ε, the nodes on the way)."""
+def root_of(n: Node, inner: Callable[[Node], T | None], axis_of: Callable[[T], tuple[int, bool]]
+            ) -> tuple[T, Node | None, list[Node]] | None:
+    """√(s [+ ε]) with s a mean that `inner` recognises, restored to its operand's rank by keepdims or
+    an unsqueeze before or after the root: (inner's match, ε, the nodes on the way)."""
     on_the_way: list[Node] = []
     unsq: Node | None = None
     eps: Node | None = None
@@ -145,7 +151,7 @@ def _denominator(n: Node) -> tuple[Mean, Mean, Node | None, list[Node]] | None:
     n = n.src[0]
     if n.op is Op.ADD:
         for i in (0, 1):
-            if _variance(_strip(n.src[i])) is not None:
+            if inner(_strip(n.src[i])) is not None:
                 on_the_way.append(n)
                 n, eps = n.src[i], n.src[1 - i]
                 break
@@ -153,15 +159,24 @@ def _denominator(n: Node) -> tuple[Mean, Mean, Node | None, list[Node]] | None:
             return None
     if n.op is Op.UNSQUEEZE and unsq is None:
         unsq, n = n, n.src[0]
-    found = _variance(n)
+    found = inner(n)
     if found is None:
         return None
-    var, centred = found
+    axis, keepdims = axis_of(found)
     axes = None if unsq is None else norm_axes(unsq.attrs["axes"], unsq.type.rank)
-    if (axes is None) != var.keepdims or (axes is not None and axes != [var.axis]):
+    if (axes is None) != keepdims or (axes is not None and axes != [axis]):
         return None
     if unsq is not None:
         on_the_way.append(unsq)
+    return found, eps, on_the_way
+
+
+def _denominator(n: Node) -> tuple[Mean, Mean, Node | None, list[Node]] | None:
+    """√(v [+ ε]) with v the variance, restored to e's rank: (v, its centring, ε, the nodes on the way)."""
+    root = root_of(n, _variance, lambda f: (f[0].axis, f[0].keepdims))
+    if root is None:
+        return None
+    (var, centred), eps, on_the_way = root
     return var, centred, eps, on_the_way
 
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from pseudoformer.ir import Node, Op
 from pseudoformer.passes.rule import Context, Rule
-from pseudoformer.passes.rules.layer_norm import _centred, _mean, _strip, _vector_problem
-from pseudoformer.passes.rules.matching import close, const_value, describe, escaping, norm_axes, same
+from pseudoformer.passes.rules.layer_norm import _centred, _mean, _strip, _vector_problem, root_of
+from pseudoformer.passes.rules.matching import close, const_value, describe, escaping, same
 
 
 @dataclass
@@ -53,35 +53,11 @@ def _mean_square(n: Node) -> tuple[Node, int, bool, list[float], list[Node]] | N
 
 def _root(n: Node) -> tuple[Node, int, Node | None, list[float], list[Node]] | None:
     """√(r [+ ε]) restored to e's rank: (e, axis, ε, divisors, interior)."""
-    interior: list[Node] = []
-    unsq: Node | None = None
-    eps: Node | None = None
-    if n.op is Op.UNSQUEEZE:
-        unsq, n = n, n.src[0]
-    if n.op is not Op.SQRT:
+    root = root_of(n, _mean_square, lambda f: (f[1], f[2]))
+    if root is None:
         return None
-    interior.append(n)
-    n = n.src[0]
-    if n.op is Op.ADD:
-        for i in (0, 1):
-            if _mean_square(_strip(n.src[i])) is not None:
-                interior.append(n)
-                n, eps = n.src[i], n.src[1 - i]
-                break
-        else:
-            return None
-    if n.op is Op.UNSQUEEZE and unsq is None:
-        unsq, n = n, n.src[0]
-    found = _mean_square(n)
-    if found is None:
-        return None
-    e, axis, keepdims, divisors, inner = found
-    axes = None if unsq is None else norm_axes(unsq.attrs["axes"], unsq.type.rank)
-    if (axes is None) != keepdims or (axes is not None and axes != [axis]):
-        return None
-    if unsq is not None:
-        interior.append(unsq)
-    return e, axis, eps, divisors, interior + inner
+    (e, axis, _, divisors, inner), eps, on_the_way = root
+    return e, axis, eps, divisors, on_the_way + inner
 
 
 def match(n: Node, src: tuple[Node, ...], ctx: Context) -> Match | None:
