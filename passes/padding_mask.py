@@ -26,9 +26,19 @@ def mask_input_name(token_input: str, n_token_inputs: int) -> str:
     return "attention_mask" if n_token_inputs == 1 else f"{token_input}_attention_mask"
 
 
+def _token_inputs(graph: Graph) -> list[Node]:
+    return [n for n in graph.inputs if n.dtype is DType.int64 and n.type.rank == 2 and isinstance(n.shape[1], str)]
+
+
+def padding_mask_inputs(graph: Graph) -> list[str]:
+    """The names of the mask inputs add_padding_masks gives `graph`."""
+    tokens = _token_inputs(graph)
+    return [mask_input_name(t.attrs["name"], len(tokens)) for t in tokens]
+
+
 def add_padding_masks(graph: Graph) -> Graph:
     """`graph` with an attention_mask input per token input, applied to every attention over its keys."""
-    tokens = [n for n in graph.inputs if n.dtype is DType.int64 and n.type.rank == 2 and isinstance(n.shape[1], str)]
+    tokens = _token_inputs(graph)
     if not tokens:
         raise PaddingMaskError("the model has no token-sequence input ([batch, positions] ids) to pad")
     keep: dict[str, tuple[Node, Node]] = {}  # positions dim → (mask input, keep [batch, positions])

@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--target", default="llvm", help="tvm target: llvm (this CPU, the default) or cuda")
     k.add_argument("--dtype", default="float32", help="float32 (default) or float16")
     k.add_argument("--opset", type=int, help="ONNX opset (default: the newest onnxruntime 1.31 runs)")
+    k.add_argument("--padding-mask", action="store_true",
+                   help="add an attention_mask input (1 token, 0 padding; pad on the right) per token input")
     _opt_arg(k, 2, "for deployment")
     k.add_argument("-o", "--output", required=True, help="the file to write, e.g. model.onnx (or model.so for tvm)")
 
@@ -197,11 +199,15 @@ def _compile(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write {out}: no directory {out.parent}")
     compiled = compile(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
                        seed=args.seed, backend=args.backend, dtype=args.dtype, opset=args.opset,
-                       opt_level=args.opt, target=args.target)
+                       opt_level=args.opt, target=args.target, padding_mask=args.padding_mask)
     compiled.save(out)
     n = sum(w.size for w in compiled.model.weights.values())
-    print(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {args.dtype}, inputs "
-          f"{', '.join(str(i.attrs['name']) + str(list(i.type.shape)) for i in compiled.model.graph.inputs)}",
+    inputs = [str(i.attrs['name']) + str(list(i.type.shape)) for i in compiled.model.graph.inputs]
+    if args.padding_mask:
+        from pseudoformer.passes.padding_mask import padding_mask_inputs
+
+        inputs += padding_mask_inputs(compiled.model.graph)
+    print(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {args.dtype}, inputs {', '.join(inputs)}",
           file=sys.stderr)
     return 0
 

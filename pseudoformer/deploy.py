@@ -29,6 +29,7 @@ class CompiledModel:
     onnx: Any  # onnx.ModelProto
     model: Model
     dtype: str
+    padding_mask: bool = False  # the model takes an attention_mask per token input (passes/padding_mask.py)
 
     def save(self, path: str | Path) -> Path:
         """Write the .onnx file atomically (external data beside it past 2 GiB)."""
@@ -42,18 +43,33 @@ class CompiledModel:
     def run(self, inputs: Mapping[str, Any] | None = None, *, provider: str = "cpu", threads: int | None = None,
             **named: Any) -> dict[str, np.ndarray]:
         """Run on ONNX Runtime (provider "cpu" or "cuda")."""
-        feed = check_inputs(self.model.graph, {**(inputs or {}), **named})
-        return run_onnx(self.onnx, feed, provider=provider, threads=threads)
+        given = {**(inputs or {}), **named}
+        masks = {k: np.asarray(v, dtype=np.int64) for k, v in given.items() if k in self.mask_inputs}
+        feed = check_inputs(self.model.graph, {k: v for k, v in given.items() if k not in masks})
+        missing = [m for m in self.mask_inputs if m not in masks]
+        if missing:
+            raise UsageError(f"the model takes {', '.join(missing)} (1 for a token, 0 for padding)")
+        return run_onnx(self.onnx, {**feed, **masks}, provider=provider, threads=threads)
+
+    @property
+    def mask_inputs(self) -> list[str]:
+        if not self.padding_mask:
+            return []
+        from pseudoformer.passes.padding_mask import padding_mask_inputs
+
+        return padding_mask_inputs(self.model.graph)
 
 
 def compile(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,  # noqa: A001
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
             backend: str = "onnx", dtype: str = "float32", opset: int | None = None,
-            opt_level: int = 2, target: str = "llvm") -> CompiledModel | TVMCompiledModel:
+            opt_level: int = 2, target: str = "llvm", padding_mask: bool = False) -> CompiledModel | TVMCompiledModel:
     """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
 
     backend="onnx" gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so for
     `target` "llvm", this CPU, or "cuda"; needs pip install pseudoformer[tvm]). Both .save and .run.
+    padding_mask=True adds an `attention_mask` input per token input (ONNX only; see
+    passes/padding_mask.py) so that right-padded batches of different lengths run together.
     """
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
@@ -61,12 +77,15 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
         raise UsageError(f"unknown dtype {dtype!r} (choose {', '.join(DTYPES)})")
     if backend != "tvm" and target != "llvm":
         raise UsageError(f"--target {target} is for the tvm backend; ONNX files run wherever onnxruntime does")
+    if padding_mask and backend != "onnx":
+        raise UsageError("--padding-mask is for the onnx backend")
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed)
     if backend == "tvm":
         from pseudoformer.backends.tvm.api import compile_model
 
         return compile_model(model, target=target, opt_level=opt_level, dtype=dtype)
-    return CompiledModel(lower(model, dtype=dtype, opset=opset, opt_level=opt_level), model, dtype)
+    return CompiledModel(lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask),
+                         model, dtype, padding_mask)
 
 
 def model_metadata(model: Model, opt_level: int) -> dict[str, str]:
@@ -82,12 +101,19 @@ def model_metadata(model: Model, opt_level: int) -> dict[str, str]:
     }
 
 
-def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2) -> Any:
+def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,
+          padding_mask: bool = False) -> Any:
     from pseudoformer.backends.onnx import BackendError, to_onnx
     from pseudoformer.optimize import optimize
+    from pseudoformer.passes.padding_mask import PaddingMaskError, add_padding_masks
 
     metadata = model_metadata(model, opt_level)
     graph = optimize(model.graph, opt_level)
+    if padding_mask:
+        try:
+            graph = add_padding_masks(graph)
+        except PaddingMaskError as e:
+            raise UsageError(f"--padding-mask: {e}") from None
     try:
         return to_onnx(graph, model.weights, dtype=dtype, opset=opset, metadata=metadata)
     except BackendError as e:

@@ -107,3 +107,27 @@ def test_unfused_attention_is_refused_with_the_reason() -> None:
                                                                  "d_mid=4", "ell_max=16", "N_V=11"])
     with pytest.raises(PaddingMaskError, match="-O2"):
         add_padding_masks(model.graph)
+
+
+def test_compile_api_and_cli_take_the_mask(tmp_path, capsys) -> None:
+    from pseudoformer.cli import main
+    from pseudoformer.deploy import compile
+    from pseudoformer.frontend.errors import UsageError
+
+    defines = ["L=1", "H=2", "d_e=8", "d_mlp=16", "d_attn=4", "d_mid=4", "ell_max=16", "N_V=11"]
+    compiled = compile("models/bert.alg", entry="BERTEncoder", defines=defines, padding_mask=True)
+    assert [i.name for i in compiled.onnx.graph.input] == ["x", "attention_mask"]
+    x, mask = _batch(11, LENGTHS, seed=6)
+    got = compiled.run(x=x, attention_mask=mask)["X_hat"]
+    want = run(add_padding_masks(optimize(compiled.model.graph, 2)), {"x": x, "attention_mask": mask},
+               compiled.model.weights)["X_hat"]
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=0)
+    with pytest.raises(UsageError, match="attention_mask"):
+        compiled.run(x=x)
+    out = tmp_path / "m.onnx"
+    argv = ["compile", "models/bert.alg", "--entry", "BERTEncoder", *sum((["-D", d] for d in defines), []),
+            "--padding-mask", "-o", str(out)]
+    assert main(argv) == 0 and out.exists()
+    assert "attention_mask" in capsys.readouterr().err
+    assert main([*argv[:-2], "--backend", "tvm", "-o", str(tmp_path / "m.so")]) == 1
+    assert "--padding-mask is for the onnx backend" in capsys.readouterr().err
