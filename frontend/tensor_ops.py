@@ -168,12 +168,19 @@ def product(b: Builder, x: Val, y: Val) -> Val:
 
 
 def reduce_dims(b: Builder, v: Val, dims: list[int]) -> Val:
+    v = _summable(b, v)
     axes = [v.paper_axis0 + d for d in dims]
     node = b.node(Op.REDUCE_SUM, v.node, axes=axes, keepdims=False)
     return Val(node, v.kind, tuple(d for i, d in enumerate(v.dims) if i not in dims), v.free, v.batched)
 
 
+def _summable(b: Builder, v: Val) -> Val:
+    # An Iverson bracket [[…]] is the number 0 or 1: a sum of brackets counts, it does not OR.
+    return cast_real(b, v) if v.node.dtype is DType.bool else v
+
+
 def reduce_free(b: Builder, v: Val, var: str) -> Val:
+    v = _summable(b, v)
     axis = labels(v).index(("f", var))
     node = b.node(Op.REDUCE_SUM, v.node, axes=[axis], keepdims=False)
     return Val(node, v.kind, v.dims, tuple(f for f in v.free if f[0] != var), v.batched)

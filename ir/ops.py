@@ -191,6 +191,8 @@ def infer_type(op: Op, src: Sequence[TensorType], attrs: Mapping[str, Any]) -> T
                 total = d if total == 0 else f"{total}+{d}"
         return TensorType(src[0].dtype, src[0].shape[:ax] + (total,) + src[0].shape[ax + 1:])
     if op in (Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MEAN):
+        if op is not Op.REDUCE_MAX and src[0].dtype is DType.bool:
+            raise IRTypeError(f"{op.value} of bool {src[0]}: cast to a number first")
         axes = {_axis(a, src[0].rank) for a in attrs["axes"]}
         keep = attrs.get("keepdims", False)
         dims = tuple(1 if i in axes else d for i, d in enumerate(src[0].shape) if keep or i not in axes)
