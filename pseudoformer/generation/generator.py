@@ -51,6 +51,9 @@ class Generator:
 
         if backend not in BACKENDS:
             raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
+        if cache and opt_level < 2:
+            raise UsageError(f"the key/value cache is derived from fused attention, which -O{opt_level} does not "
+                             "make: generate at -O2, or without the cache")
         names = [n for n, _ in model.graph.outputs]
         self.output = output or names[0]
         if self.output not in names:

@@ -124,3 +124,12 @@ def test_tvm_backend_generates_the_same_tokens(gpt2: tuple) -> None:
     b = Generator(model, backend="numpy").generate([[1, 2], [3, 4]], max_new_tokens=5, seed=2, keep_scores=True)
     assert a.tokens == b.tokens
     assert max(np.abs(x - y).max() for x, y in zip(a.scores, b.scores, strict=True)) <= 1e-4
+
+
+def test_cache_needs_the_fused_attention_of_o2(gpt2: tuple) -> None:
+    _, model = gpt2
+    with pytest.raises(UsageError, match="-O2"):
+        Generator(model, backend="numpy", opt_level=1)
+    uncached = Generator(model, backend="numpy", opt_level=0, cache=False)
+    assert uncached.generate([1, 2], max_new_tokens=3, sampling=Sampling(temperature=0)).tokens == \
+        Generator(model, backend="numpy").generate([1, 2], max_new_tokens=3, sampling=Sampling(temperature=0)).tokens
