@@ -244,9 +244,12 @@ class _Lowering:
         if op is Op.SOFTMAX:
             return R.nn.softmax(t(n.src[0]), axis=a["axis"])
         if op is Op.GATHER:
+            axis = a["axis"] % n.src[0].type.rank
+            if n.src[1].op is not Op.INPUT:  # an input's indices are checked before the run (build.py)
+                self._check_indices(n, axis)
             # "wrap" is numpy.take for every valid index, negative ones included, and never reads
-            # outside the table for an invalid one (the interpreter raises there; "fast" would crash).
-            return R.take(t(n.src[0]), t(n.src[1]), axis=a["axis"] % n.src[0].type.rank, mode="wrap")
+            # outside the table even if an invalid one got past the checks ("fast" would crash).
+            return R.take(t(n.src[0]), t(n.src[1]), axis=axis, mode="wrap")
         if op is Op.DIM:  # a size Relax cannot see: the operand's shape is not known
             shape = R.shape_to_tensor(R.shape_of(t(n.src[0])))
             return R.take(shape, relax.const(a["axis"] % n.src[0].type.rank, "int64"), axis=0)
@@ -263,6 +266,26 @@ class _Lowering:
         if op is Op.ATTENTION:
             return self._attention(n)
         raise BackendError(f"the TVM backend cannot lower {op.value} (at {n.span or n.scope or '?'})")
+
+    def _check_indices(self, n: Node, axis: int) -> None:
+        """Gather indices computed in the graph: an error at run time unless all are in [-size, size).
+
+        The interpreter raises numpy's IndexError there and ONNX Runtime its Gather error; the
+        message names the op, its source line and the indices' range. Two int64 reductions over the
+        indices (token ids, positions: a few thousand at most) and an assert the VM runs on the host.
+        """
+        idx = self._tensor(n.src[1])
+        size = self._shape(self._tensor(n.src[0]))[axis]
+        bound = (relax.const(int(size), "int64") if isinstance(size, tirx.IntImm)
+                 else self._emit(R.reshape(R.shape_to_tensor(relax.ShapeExpr([size])), ())))
+        axes = list(range(n.src[1].type.rank))
+        lo = self._emit(R.min(idx, axes) if axes else idx)
+        hi = self._emit(R.max(idx, axes) if axes else idx)
+        inside = R.logical_and(R.greater_equal(lo, R.negative(bound)), R.less(hi, bound))
+        ok = self._emit(R.logical_or(inside, R.greater(lo, hi)))  # min > max: no indices at all
+        where = f"gather at {n.span or n.scope or f'%{self.index}'}"
+        self.bb.emit(R.assert_op(ok, [lo, hi, bound],
+                                 f"{where}: indices from {{}} to {{}}, out of range for an axis of size {{}}"))
 
     def _reshape(self, n: Node) -> Any:
         src_dims = n.src[0].shape
