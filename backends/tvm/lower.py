@@ -263,6 +263,8 @@ class _Lowering:
         if op is Op.LAYER_NORM:
             x, g, b = (t(s) for s in n.src)
             return R.nn.layer_norm(x, g, b, axes=[a["axis"] % n.src[0].type.rank], epsilon=float(a["eps"]))
+        if op is Op.RMS_NORM:
+            return self._rms_norm(n)
         if op is Op.ATTENTION:
             return self._attention(n)
         raise BackendError(f"the TVM backend cannot lower {op.value} (at {n.span or n.scope or '?'})")
@@ -286,6 +288,20 @@ class _Lowering:
         where = f"gather at {n.span or n.scope or f'%{self.index}'}"
         self.bb.emit(R.assert_op(ok, [lo, hi, bound],
                                  f"{where}: indices from {{}} to {{}}, out of range for an axis of size {{}}"))
+
+    def _rms_norm(self, n: Node) -> Any:
+        """x / √(mean(x²) + ε) ⊙ γ: Relax's rms_norm over the last axis (one kernel), spelled out over
+        another (its legalization indexes γ wrongly there: TVM 0.27's topi fails to build it)."""
+        x, g = (self._tensor(s) for s in n.src)
+        rank = n.src[0].type.rank
+        axis, eps = n.attrs["axis"] % rank, float(n.attrs["eps"])
+        if axis == rank - 1:
+            return R.nn.rms_norm(x, g, axes=[axis], epsilon=eps)
+        dtype = n.dtype.value
+        mean = self._emit(R.mean(R.multiply(x, x), [axis], keepdims=True))
+        root = self._emit(R.sqrt(R.add(mean, relax.const(eps, dtype))))
+        shape = [-1 if i == axis else 1 for i in range(rank)]
+        return R.multiply(self._emit(R.divide(x, root)), R.reshape(g, shape))
 
     def _reshape(self, n: Node) -> Any:
         src_dims = n.src[0].shape

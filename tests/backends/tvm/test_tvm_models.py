@@ -13,13 +13,14 @@ import pytest
 from tvm_util import BACKENDS  # noqa: F401  (skips this module without TVM, and finds the cases)
 
 from onnx_cases import (  # isort: skip
-    SIZES, block, block_inputs, block_params, fused, fused_inputs, fused_params, ops_used, structure,
-    structure_inputs,
+    F32, SIZES, block, block_inputs, block_params, fused, fused_inputs, fused_params, ops_used, structure,
+    structure_inputs, inp, op, param,
 )
 from test_onnx_models import CASES, _louder  # isort: skip
 
 from pseudoformer.backends.tvm import compile_graph
 from pseudoformer.ir import interpreter
+from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.ops import Op
 from pseudoformer.optimize import optimize
 from pseudoformer.pipeline import load
@@ -62,10 +63,27 @@ def test_every_size_from_one_module_matches_the_interpreter(compiled: tuple) -> 
         _assert_close(tvm_model.run(feeds), want, f"at {size}")
 
 
+def rms() -> Graph:
+    """RMS_NORM (T5, LLaMA) over the features, both as the paper lays them out and row-major."""
+    x = inp("x", F32, "batch", 6, "seq")
+    over_features = op(Op.RMS_NORM, x, param("g", 6), axis=1, eps=1e-6)
+    row_major = op(Op.RMS_NORM, op(Op.TRANSPOSE, x, perm=(0, 2, 1)), param("g", 6), axis=-1, eps=1e-5)
+    return Graph([x], [("cols", over_features), ("rows", row_major)], {"entry": "RMSNorm"})
+
+
+def rms_params() -> dict[str, np.ndarray]:
+    return {"g": np.random.default_rng(5).standard_normal(6).astype(np.float32)}
+
+
+def rms_inputs(batch: int, seq: int) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(6).standard_normal((batch, 6, seq)).astype(np.float32)}
+
+
 GRAPHS = {
     "block": (block, block_params, block_inputs),
     "structure": (structure, lambda: {}, structure_inputs),
     "fused": (fused, fused_params, fused_inputs),
+    "rms": (rms, rms_params, rms_inputs),  # onnx_cases' graphs predate RMS_NORM
 }
 
 
