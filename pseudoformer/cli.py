@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--seed", type=int, default=0, help="seed of the random init when no --weights are given")
     k.add_argument("--backend", default="onnx", help="onnx (the default) or tvm (a .so; pip install pseudoformer[tvm])")
     k.add_argument("--target", default="llvm", help="tvm target: llvm (this CPU, the default) or cuda")
+    k.add_argument("--tvm-params", choices=["args", "bind"],
+                   help="tvm: args (the default) passes the weights at run time, saved beside the .so as "
+                   "NAME.weights.safetensors; bind compiles them into the .so as constants (one file, "
+                   "slower to compile and save)")
     k.add_argument("--dtype", default="float32", help="float32 (default) or float16")
     k.add_argument("--opset", type=int, help="ONNX opset (default: the newest onnxruntime 1.31 runs)")
     k.add_argument("--padding-mask", action="store_true",
@@ -199,7 +203,8 @@ def _compile(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot write {out}: no directory {out.parent}")
     compiled = compile(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
                        seed=args.seed, backend=args.backend, dtype=args.dtype, opset=args.opset,
-                       opt_level=args.opt, target=args.target, padding_mask=args.padding_mask)
+                       opt_level=args.opt, target=args.target, padding_mask=args.padding_mask,
+                       tvm_params=args.tvm_params)
     compiled.save(out)
     n = sum(w.size for w in compiled.model.weights.values())
     inputs = [str(i.attrs['name']) + str(list(i.type.shape)) for i in compiled.model.graph.inputs]
@@ -207,7 +212,13 @@ def _compile(args: argparse.Namespace) -> int:
         from pseudoformer.passes.padding_mask import padding_mask_inputs
 
         inputs += padding_mask_inputs(compiled.model.graph)
-    print(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {args.dtype}, inputs {', '.join(inputs)}",
+    where = ""
+    if args.backend == "tvm":
+        from pseudoformer.backends.tvm.build import weights_path
+
+        bound = compiled.compiled.meta["param_mode"] == "bind"
+        where = " (weights bound into the library)" if bound else f" (weights in {weights_path(out)})"
+    print(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {args.dtype}, inputs {', '.join(inputs)}{where}",
           file=sys.stderr)
     return 0
 

@@ -63,11 +63,14 @@ class CompiledModel:
 def compile(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,  # noqa: A001
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
             backend: str = "onnx", dtype: str = "float32", opset: int | None = None,
-            opt_level: int = 2, target: str = "llvm", padding_mask: bool = False) -> CompiledModel | TVMCompiledModel:
+            opt_level: int = 2, target: str = "llvm", padding_mask: bool = False,
+            tvm_params: str | None = None) -> CompiledModel | TVMCompiledModel:
     """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
 
     backend="onnx" gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so for
     `target` "llvm", this CPU, or "cuda"; needs pip install pseudoformer[tvm]). Both .save and .run.
+    tvm_params: "args" (the default) passes a TVM model's weights at run time, saved beside the .so;
+    "bind" compiles them into the .so as constants.
     padding_mask=True adds an `attention_mask` input per token input (ONNX only; see
     passes/padding_mask.py) so that right-padded batches of different lengths run together.
     """
@@ -79,11 +82,13 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
         raise UsageError(f"--target {target} is for the tvm backend; ONNX files run wherever onnxruntime does")
     if padding_mask and backend != "onnx":
         raise UsageError("--padding-mask is for the onnx backend")
+    if tvm_params is not None and backend != "tvm":
+        raise UsageError("--tvm-params is for the tvm backend")
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed)
     if backend == "tvm":
         from pseudoformer.backends.tvm.api import compile_model
 
-        return compile_model(model, target=target, opt_level=opt_level, dtype=dtype)
+        return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args")
     return CompiledModel(lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask),
                          model, dtype, padding_mask)
 

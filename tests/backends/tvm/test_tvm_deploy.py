@@ -98,10 +98,44 @@ def test_cli_compile_then_run_the_so_and_the_alg(saved: tuple, tmp_path: Path,
         assert np.abs(np.load(tmp_path / name)["Y"] - want["Y"]).max() <= 1e-4
 
 
+def test_cli_compile_with_bound_weights_runs_in_a_fresh_process_without_a_weights_file(
+        saved: tuple, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, want = saved
+    so = tmp_path / "bound.so"
+    assert main(["compile", "gpt2", "--config", os.devnull, *_defines(), "--backend", "tvm", "--tvm-params", "bind",
+                 "-o", str(so)]) == 0
+    assert "weights bound into the library" in capsys.readouterr().err
+    assert so.is_file() and not weights_path(so).exists() and list(tmp_path.iterdir()) == [so]
+    elsewhere = tmp_path / "elsewhere"  # alone in its folder: nothing to find beside it
+    elsewhere.mkdir()
+    so = so.rename(elsewhere / "model.so")
+    assert load_model(so).meta["param_mode"] == "bind"
+    x = json.dumps(X.tolist())
+    done = _fresh_python("""
+        import sys
+        from pseudoformer.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """, "run", str(so), "--input", f"x={x}", "-o", str(tmp_path / "y.npz"))
+    assert done.returncode == 0, done.stderr
+    assert np.abs(np.load(tmp_path / "y.npz")["Y"] - want["Y"]).max() <= 1e-4
+
+
+def test_cli_compile_passes_weights_as_arguments_by_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    so = tmp_path / "m.so"
+    assert main(["compile", "gpt2", "--config", os.devnull, *_defines(), "--backend", "tvm", "--tvm-params", "args",
+                 "-o", str(so)]) == 0
+    assert f"weights in {weights_path(so)}" in capsys.readouterr().err
+    assert load_model(so).meta["param_mode"] == "args"
+    with pytest.raises(SystemExit) as exit_:
+        main(["compile", "gpt2", "--backend", "tvm", "--tvm-params", "const", "-o", str(so)])
+    assert exit_.value.code == 1 and "invalid choice: 'const'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["compile", "gpt2", "--backend", "tvm", "--target", "cuda"], "cuda"),
     (["compile", "gpt2", "--backend", "tvm", "--dtype", "float16"], "float32"),
     (["compile", "gpt2", "--target", "cuda"], "tvm backend"),
+    (["compile", "gpt2", "--tvm-params", "bind"], "--tvm-params is for the tvm backend"),
 ])
 def test_cli_compile_mistakes_exit_1(argv: list[str], message: str, tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
