@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import pseudoformer
+from pseudoformer.backends.onnx.attention3d import Heads3D, find_3d_attention
 from pseudoformer.backends.onnx.errors import BackendError
 from pseudoformer.backends.onnx.precision import fp32_nodes
 from pseudoformer.ir.graph import Graph
@@ -177,6 +178,8 @@ class _Lowering:
         self.casts: dict[tuple[str, int], str] = {}
         self.consts: dict[tuple, str] = {}
         self.shape_of: dict[tuple[str, int], str] = {}
+        # Types onnx's shape inference cannot work out alone (3-D Attention after a Slice): from the IR.
+        self.value_info: list[onnx.ValueInfoProto] = []
         self.params: dict[str, tuple[str, int]] = {}
         self.names: set[str] = set()
         self.span: Span | None = None
@@ -194,6 +197,8 @@ class _Lowering:
         self.output_of: dict[int, str] = {}
         for name, n in graph.outputs:
             self.output_of.setdefault(id(n), name)
+        # Head-batched attention in the op's 3-D form, without the transposes around it.
+        self.heads3d, self.skip3d = find_3d_attention(graph, self.present, self.output_of) if opset >= 23 else ({}, set())
 
     # ---- the graph
 
@@ -205,6 +210,8 @@ class _Lowering:
             if id(n) in self.present:  # made by the attention that reads it, as its present output
                 # named as the graph output it is, if it is one: no Identity copy of the cache
                 self.vals[id(n)] = (self.output_of.get(id(n), self.out), self._compute_elem(n))
+                continue
+            if id(n) in self.skip3d:  # a head split or merge a 3-D attention makes unnecessary, or its output
                 continue
             self.vals[id(n)] = self._lower_node(n)
         outputs = []
@@ -220,7 +227,8 @@ class _Lowering:
                 self._emit("Cast", [self._get(n)], out=name, to=elem)
             outputs.append(_value_info(name, elem, n.type))
         return helper.make_graph(
-            self.nodes, str(self.graph.meta.get("entry", "pseudoformer")), inputs, outputs
+            self.nodes, str(self.graph.meta.get("entry", "pseudoformer")), inputs, outputs,
+            value_info=self.value_info,
         )
 
     def weights(self, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -399,6 +407,8 @@ class _Lowering:
 
     def _lower_attention(self, n: Node) -> tuple[str, int]:
         elem = self._compute_elem(n)
+        if id(n) in self.heads3d:  # its 4-D operands were never made
+            return self._attention_3d(n, self.heads3d[id(n)], elem)
         q, k, v = (self._get(s, elem) for s in n.src[:3])
         rank = n.src[0].type.rank
         if self.opset < 23 or rank not in (3, 4):
@@ -427,14 +437,38 @@ class _Lowering:
             out = self._emit("Squeeze", [out, self._ints([1])], out=self.out)
         return out, elem
 
-    def _attention_mask(self, n: Node, q: str) -> str:
+    def _attention_3d(self, n: Node, form: Heads3D, elem: int) -> tuple[str, int]:
+        """Attention on [batch, seq, H·d] (attention3d.py); its output is the merged heads' value."""
+        cached = id(n.src[1]) in self.present and id(n.src[2]) in self.present
+        causal = bool(n.attrs["causal"]) and n.src[0].type.shape[-2] != 1
+        q, k, v = (self._get(s, elem) for s in (form.q, form.k, form.v))
+        known = {i.name for i in self.value_info}
+        self.value_info += [_value_info(name, elem, s.type) for name, s in ((q, form.q), (k, form.k), (v, form.v))
+                            if name not in known and name not in self.params and name not in self.output_of.values()
+                            and s.op is not Op.INPUT]
+        mask = self._attention_mask(n, q, seq_axis=1) if len(n.src) > 3 else ""
+        attrs = {"scale": float(n.attrs["scale"]), "is_causal": int(causal), "q_num_heads": form.heads,
+                 "kv_num_heads": form.heads}
+        if elem == TensorProto.FLOAT16:
+            attrs["softmax_precision"] = TensorProto.FLOAT
+        out = self.output_of.get(id(form.out), self.out)
+        if cached:
+            pk, pv = (self._get(c.src[0], elem) for c in n.src[1:3])
+            present = [self.vals[id(c)][0] for c in n.src[1:3]]
+            self._emit_multi("Attention", [q, k, v, mask, pk, pv], [out, *present], **attrs)
+        else:
+            self._emit_multi("Attention", [q, k, v] + ([mask] if mask else []), [out], **attrs)
+        self.vals[id(form.out)] = (out, elem)
+        return out, elem
+
+    def _attention_mask(self, n: Node, q: str, seq_axis: int = 2) -> str:
         """The mask as the Attention op takes it: 4-D like the op's inputs, its query axis spelled out
         (ORT does not broadcast it; a padding mask is [batch, 1, 1, s_k])."""
         mask, m = self._get(n.src[3]), n.src[3].type
         if n.src[0].type.rank == 3 and m.rank == 3:  # [batch, s_q, s_k] of one head → [batch, 1, s_q, s_k]
             mask = self._emit("Unsqueeze", [mask, self._ints([1])])
-        if m.shape[-2] != n.src[0].type.shape[-2]:  # q is 4-D here: [batch, heads, s_q, d]
-            shape = self._emit("Concat", [self._ints([1, 1]), self._shape_dim(q, 2), self._ints([1])], axis=0)
+        if m.shape[-2] != n.src[0].type.shape[-2]:  # q's positions are axis 2 of [b, H, s_q, d], 1 of [b, s_q, H·d]
+            shape = self._emit("Concat", [self._ints([1, 1]), self._shape_dim(q, seq_axis), self._ints([1])], axis=0)
             mask = self._emit("Expand", [mask, shape])
         return mask
 

@@ -142,15 +142,19 @@ def structure_inputs(batch: int, seq: int, seed: int = 2) -> dict[str, np.ndarra
 
 
 def fused() -> Graph:
-    """The ops passes make: layer_norm over a middle axis, and attention with and without masks."""
+    """The ops passes make: layer_norm and rms_norm over a middle axis (rms_norm over the last axis,
+    RMSNormalization's, too), and attention with and without masks."""
     x = inp("x", F32, "batch", 6, "seq")
     ln = op(Op.LAYER_NORM, x, param("ln_g", 6), param("ln_b", 6), axis=1, eps=1e-5)
+    rms = op(Op.RMS_NORM, x, param("ln_g", 6), axis=1, eps=1e-6)
+    rms_last = op(Op.RMS_NORM, op(Op.TRANSPOSE, x, perm=(0, 2, 1)), param("ln_g", 6), axis=2, eps=0.0)
     q, k, v = (inp(n, F32, "batch", 2, "seq", d) for n, d in (("q", 4), ("k", 4), ("v", 3)))
     mask = inp("mask", BOOL, "seq", "seq")
     causal = op(Op.ATTENTION, q, k, v, mask, scale=0.5, causal=True)
     q3 = op(Op.TRANSPOSE, x, perm=(0, 2, 1))  # one head: [batch, seq, 6]
     plain = op(Op.ATTENTION, q3, q3, q3, scale=0.25, causal=False)
-    return Graph([x, q, k, v, mask], [("ln", ln), ("causal", causal), ("plain", plain)], {"entry": "Fused"})
+    return Graph([x, q, k, v, mask], [("ln", ln), ("rms", rms), ("rms_last", rms_last), ("causal", causal),
+                                      ("plain", plain)], {"entry": "Fused"})
 
 
 def fused_params(seed: int = 3) -> dict[str, np.ndarray]:
