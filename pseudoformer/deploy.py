@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,21 +21,41 @@ BACKENDS = ("onnx", "tvm")
 DTYPES = ("float32", "float16")
 
 
-@dataclass
 class CompiledModel:
-    """An ONNX model compiled from a .alg source, with the interpreter's model it came from."""
+    """An ONNX model compiled from a .alg source, with the interpreter's model it came from.
 
-    onnx: Any  # onnx.ModelProto
-    model: Model
-    dtype: str
-    padding_mask: bool = False  # the model takes an attention_mask per token input (passes/padding_mask.py)
+    It keeps the model as lowered: the graph, and the weights as the arrays of `model.weights`
+    (shared, not copied), so `save` writes the weights from those arrays without building a
+    protobuf of them. `.onnx`, the whole ModelProto, is built the first time it is asked for;
+    from then on `save` writes that ModelProto, so what `.onnx` shows (changes included) is what
+    is saved.
+    """
+
+    def __init__(self, onnx: Any, model: Model, dtype: str, padding_mask: bool = False) -> None:
+        from pseudoformer.backends.onnx.lower import LoweredModel
+
+        self._lowered = onnx if isinstance(onnx, LoweredModel) else None  # or a ModelProto:
+        self._proto = None if self._lowered is not None else onnx
+        self.model = model
+        self.dtype = dtype
+        self.padding_mask = padding_mask  # the model takes an attention_mask per token input (passes/padding_mask.py)
+
+    @property
+    def onnx(self) -> Any:
+        """The compiled model as one onnx.ModelProto, weights inline."""
+        if self._proto is None:
+            self._proto = self._lowered.to_proto()
+        return self._proto
+
+    def __repr__(self) -> str:
+        return f"CompiledModel({self.model.source.name}, entry={self.model.entry}, dtype={self.dtype})"
 
     def save(self, path: str | Path) -> Path:
         """Write the .onnx file atomically (external data beside it past 2 GiB)."""
         from pseudoformer.backends.onnx import BackendError, save_model
 
         try:
-            return save_model(self.onnx, path)
+            return save_model(self._lowered if self._proto is None else self._proto, path)
         except BackendError as e:
             raise UsageError(str(e)) from None
 
@@ -89,8 +108,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
         from pseudoformer.backends.tvm.api import compile_model
 
         return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args")
-    return CompiledModel(lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask),
-                         model, dtype, padding_mask)
+    lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False)
+    return CompiledModel(lowered, model, dtype, padding_mask)
 
 
 def model_metadata(model: Model, opt_level: int) -> dict[str, str]:
@@ -107,8 +126,10 @@ def model_metadata(model: Model, opt_level: int) -> dict[str, str]:
 
 
 def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,
-          padding_mask: bool = False) -> Any:
-    from pseudoformer.backends.onnx import BackendError, to_onnx
+          padding_mask: bool = False, whole: bool = True) -> Any:
+    """The optimised model as an onnx.ModelProto; with whole=False as a LoweredModel (graph + arrays)."""
+    from pseudoformer.backends.onnx import BackendError
+    from pseudoformer.backends.onnx.lower import lower_model
     from pseudoformer.optimize import optimize
     from pseudoformer.passes.padding_mask import PaddingMaskError, add_padding_masks
 
@@ -120,9 +141,10 @@ def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt
         except PaddingMaskError as e:
             raise UsageError(f"--padding-mask: {e}") from None
     try:
-        return to_onnx(graph, model.weights, dtype=dtype, opset=opset, metadata=metadata)
+        lowered = lower_model(graph, model.weights, dtype=dtype, opset=opset, metadata=metadata)
     except BackendError as e:
         raise UsageError(str(e)) from None
+    return lowered.to_proto() if whole else lowered
 
 
 def run_onnx(onnx_model: Any, inputs: Mapping[str, np.ndarray], *, provider: str = "cpu",

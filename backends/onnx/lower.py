@@ -34,8 +34,8 @@ DEFAULT_OPSET = 26
 MIN_OPSET = 17
 # onnxruntime 1.31, the version pyproject requires, loads opsets up to 26.
 MAX_OPSET = 26
-# Protobuf cannot serialise a message over 2 GiB; bigger models are checked when saved instead.
-_CHECKABLE_BYTES = 2**31 - 2**26
+# Weights up to this size are real initializers in the checker's copy of a model, bigger ones typed inputs.
+_INLINE_CHECK_BYTES = 1024
 
 _ELEM = {
     DType.float32: TensorProto.FLOAT,
@@ -82,7 +82,25 @@ def to_onnx(
     reductions, softmaxes and the values only they use, which compute in fp32 (see precision.py).
     Inputs keep their declared types (float inputs stay float32 and are cast inside); float
     outputs are float16.
+
+    The whole model in one ModelProto; lower_model gives it as graph and arrays, which save_model
+    writes without ever holding the weights in a protobuf.
     """
+    return lower_model(graph, params, opset=opset, ir_version=ir_version, dtype=dtype, metadata=metadata,
+                       check=check).to_proto()
+
+
+def lower_model(
+    graph: Graph,
+    params: Mapping[str, np.ndarray],
+    *,
+    opset: int | None = None,
+    ir_version: int | None = None,
+    dtype: str = "float32",
+    metadata: Mapping[str, str] | None = None,
+    check: bool = True,
+) -> LoweredModel:
+    """to_onnx's model as a LoweredModel: the ModelProto without initializers, and the weights."""
     opset = DEFAULT_OPSET if opset is None else opset
     top = min(MAX_OPSET, onnx.defs.onnx_opset_version())
     if not MIN_OPSET <= opset <= top:
@@ -105,22 +123,92 @@ def to_onnx(
     )
     props = {"pseudoformer_version": pseudoformer.__version__, **(metadata or {})}
     helper.set_model_props(model, {str(k): str(v) for k, v in props.items()})
-    # Weights go into the finished model in place: protobuf copies messages by serialising
-    # them, which fails past 2 GiB, so make_graph(initializer=...) cannot build a big model.
-    for name, arr in weights.items():
-        _fill_tensor(model.graph.initializer.add(), name, arr)
-    if check and sum(arr.nbytes for arr in weights.values()) < _CHECKABLE_BYTES:
+    lowered = LoweredModel(model, weights)
+    if check:
         try:
-            onnx.checker.check_model(model, full_check=True)
+            check_structure(lowered)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
             raise BackendError(f"the lowered model fails the ONNX checker (a lowering bug): {e}") from e
-    return model
+    return lowered
 
 
-def _fill_tensor(t: onnx.TensorProto, name: str, arr: np.ndarray) -> None:
+class LoweredModel:
+    """An ONNX model kept in two parts: `skeleton`, the ModelProto without its initializers (a few
+    hundred KB), and `weights`, the initializers' values as numpy arrays, by name, in order.
+
+    Each array is C-contiguous, little-endian and of the dtype the initializer stores, so its
+    buffer is the initializer's raw_data byte for byte: save_model writes it to the file as it
+    is (backends/onnx/save.py). A 500 MB model then never exists as a protobuf, which would cost
+    a copy into the message, and one or two more when it is serialised.
+    """
+
+    def __init__(self, skeleton: onnx.ModelProto, weights: Mapping[str, np.ndarray]) -> None:
+        if len(skeleton.graph.initializer):
+            raise ValueError("a LoweredModel's skeleton holds no initializers: they are its weights")
+        self.skeleton = skeleton
+        self.weights: dict[str, np.ndarray] = {}
+        for name, arr in weights.items():
+            if not arr.flags.c_contiguous or arr.dtype.str[0] not in "<|":  # raw_data is little-endian
+                raise ValueError(f"weight {name}: need a C-contiguous little-endian array, got {arr.dtype.str}")
+            self.weights[name] = arr
+
+    @property
+    def nbytes(self) -> int:
+        """The weights' bytes."""
+        return sum(arr.nbytes for arr in self.weights.values())
+
+    def to_proto(self) -> onnx.ModelProto:
+        """The one ModelProto, weights inline."""
+        model = onnx.ModelProto()
+        model.CopyFrom(self.skeleton)
+        # Weights go into the finished model in place: protobuf copies messages by serialising
+        # them, which fails past 2 GiB, so make_graph(initializer=...) cannot build a big model.
+        for name, arr in self.weights.items():
+            _fill_tensor(model.graph.initializer.add(), name, arr)
+        return model
+
+
+def initializer_header(name: str, arr: np.ndarray) -> onnx.TensorProto:
+    """The initializer of `arr` without its data: name, type and dims."""
+    t = onnx.TensorProto()
+    _fill_header(t, name, arr)
+    return t
+
+
+def check_structure(lowered: LoweredModel) -> None:
+    """onnx.checker's full check (shape inference included) of everything but the weights' bytes.
+
+    The checker takes a ModelProto by serialising it, so checking the whole model would copy
+    every weight twice; it runs instead on a copy of the skeleton in which each large weight is
+    a graph input of the initializer's type and shape (small ones stay real initializers, so
+    the checker also sees their values). The weights themselves are arrays whose dtype, shape
+    and byte length make the initializers by construction; what is left to check is that their
+    names are new and their types are ones ONNX stores.
+    """
+    model = onnx.ModelProto()
+    model.CopyFrom(lowered.skeleton)
+    g = model.graph
+    taken = {v.name for v in g.input} | {v.name for v in g.output}
+    for name, arr in lowered.weights.items():
+        if name in taken:
+            raise onnx.checker.ValidationError(f"initializer {name} is also an input or output of the graph")
+        taken.add(name)
+        if arr.nbytes <= _INLINE_CHECK_BYTES:
+            _fill_tensor(g.initializer.add(), name, arr)
+        else:
+            elem = helper.np_dtype_to_tensor_dtype(arr.dtype)
+            g.input.append(helper.make_tensor_value_info(name, elem, list(arr.shape)))
+    onnx.checker.check_model(model, full_check=True)
+
+
+def _fill_header(t: onnx.TensorProto, name: str, arr: np.ndarray) -> None:
     t.name = name
     t.data_type = helper.np_dtype_to_tensor_dtype(arr.dtype)
     t.dims.extend(arr.shape)
+
+
+def _fill_tensor(t: onnx.TensorProto, name: str, arr: np.ndarray) -> None:
+    _fill_header(t, name, arr)
     t.raw_data = arr.tobytes()
 
 

@@ -3,6 +3,11 @@
 A reader (onnxruntime, a serving process watching the path) must never see half a model, so
 every file is written under a temporary name in the destination directory and moved into place
 with os.replace, which is atomic within one file system.
+
+A LoweredModel (lower.py: the model without initializers, and the weights as arrays) is written
+without building its protobuf: the small parts are serialised by protobuf, and each weight's
+bytes go from its array to the file between them (_write_inline), so a 500 MB model costs one
+write of 500 MB, not a copy into a message, a serialisation and a write.
 """
 
 from __future__ import annotations
@@ -11,12 +16,17 @@ import contextlib
 import math
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from typing import IO
 
+import numpy as np
 import onnx
+from google.protobuf.message import Message
 from onnx import TensorProto, helper
 
 from pseudoformer.backends.onnx.errors import BackendError
+from pseudoformer.backends.onnx.lower import LoweredModel, initializer_header
 
 # Protobuf refuses to serialise a message of 2 GiB or more; keep a margin for the graph itself.
 EXTERNAL_DATA_THRESHOLD = 2**31 - 2**26
@@ -26,19 +36,32 @@ _MIN_EXTERNAL_TENSOR = 1024
 _ALIGN = 4096
 
 
-def save_model(model: onnx.ModelProto, path: str | os.PathLike, *, external_threshold: int | None = None) -> Path:
-    """Write `model` to `path` atomically; return the path.
+def save_model(model: onnx.ModelProto | LoweredModel, path: str | os.PathLike, *,
+               external_threshold: int | None = None) -> Path:
+    """Write `model` (a ModelProto, or a LoweredModel) to `path` atomically; return the path.
 
     A model bigger than `external_threshold` bytes (default: just under protobuf's 2 GiB limit)
     has its large weights written to one file `<path>.data` next to it, also atomically, and
-    the saved pair is then checked with onnx.checker from the path.
+    the saved pair is then checked with onnx.checker from the path. A LoweredModel below the
+    threshold is written as the one file that onnx.save_model(model.to_proto()) would write,
+    byte for byte, without building that ModelProto.
     """
     path = Path(path)
     threshold = EXTERNAL_DATA_THRESHOLD if external_threshold is None else external_threshold
     if not path.parent.is_dir():
         raise BackendError(f"cannot save {path}: directory {path.parent} does not exist")
     try:
-        if _byte_size(model, threshold) > threshold:
+        if isinstance(model, LoweredModel):
+            if model.nbytes + model.skeleton.ByteSize() > threshold:
+                _save_external_lowered(model, path)
+            else:
+                with _temporary(path) as tmp:
+                    with open(tmp, "wb") as f:
+                        _write_inline(model, f)
+                        f.flush()
+                        os.fsync(f.fileno())
+                    os.replace(tmp, path)
+        elif _byte_size(model, threshold) > threshold:
             _save_external(model, path)
         else:
             with _temporary(path) as tmp:
@@ -92,31 +115,51 @@ def _fsync(file: str) -> None:
 
 
 def _save_external(model: onnx.ModelProto, path: Path) -> None:
-    data = data_path(path)
     tensors = [t for t in model.graph.initializer if _raw_bytes(t) >= _MIN_EXTERNAL_TENSOR]
     # The caller's model is borrowed, not copied (a copy would double a multi-GiB footprint):
     # tensors are pointed at the data file for serialisation and restored afterwards.
     originals = [t.raw_data for t in tensors]
     try:
-        with _temporary(data) as data_tmp, _temporary(path) as model_tmp:
-            with open(data_tmp, "wb") as f:
-                for t, raw in zip(tensors, originals, strict=True):
-                    offset = (f.tell() + _ALIGN - 1) // _ALIGN * _ALIGN
-                    f.seek(offset)
-                    f.write(raw)
-                    _point_at(t, data.name, offset, len(raw))
-                f.flush()
-                os.fsync(f.fileno())
-            onnx.save_model(model, model_tmp, format="protobuf")
-            _fsync(model_tmp)
-            # Weights first: a model file that names missing weights is worse than stale weights.
-            os.replace(data_tmp, data)
-            os.replace(model_tmp, path)
+        _write_external(model, zip(tensors, originals, strict=True), path)
     finally:
         for t, raw in zip(tensors, originals, strict=True):
             t.ClearField("external_data")
             t.ClearField("data_location")  # unset, not DEFAULT: the model must be as it was lent
             t.raw_data = raw
+
+
+def _save_external_lowered(lowered: LoweredModel, path: Path) -> None:
+    model = onnx.ModelProto()
+    model.CopyFrom(lowered.skeleton)
+    outside = []
+    for name, arr in lowered.weights.items():
+        t = model.graph.initializer.add()
+        t.CopyFrom(initializer_header(name, arr))
+        if arr.nbytes >= _MIN_EXTERNAL_TENSOR:
+            outside.append((t, _bytes_of(arr)))
+        else:
+            t.raw_data = arr.tobytes()
+    _write_external(model, outside, path)
+
+
+def _write_external(model: onnx.ModelProto, tensors: Iterable[tuple[TensorProto, bytes | np.ndarray]],
+                    path: Path) -> None:
+    """Write each tensor's bytes to `<path>.data`, point the tensor at them, then write `model`."""
+    data = data_path(path)
+    with _temporary(data) as data_tmp, _temporary(path) as model_tmp:
+        with open(data_tmp, "wb") as f:
+            for t, raw in tensors:
+                offset = (f.tell() + _ALIGN - 1) // _ALIGN * _ALIGN
+                f.seek(offset)
+                f.write(raw)
+                _point_at(t, data.name, offset, len(raw))
+            f.flush()
+            os.fsync(f.fileno())
+        onnx.save_model(model, model_tmp, format="protobuf")
+        _fsync(model_tmp)
+        # Weights first: a model file that names missing weights is worse than stale weights.
+        os.replace(data_tmp, data)
+        os.replace(model_tmp, path)
     try:
         onnx.checker.check_model(str(path), full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
@@ -130,3 +173,70 @@ def _point_at(t: TensorProto, location: str, offset: int, length: int) -> None:
         entry.key, entry.value = key, value
     t.data_location = TensorProto.EXTERNAL
     t.ClearField("raw_data")
+
+
+# ---- a LoweredModel as one protobuf, its weights written from their arrays
+#
+# A protobuf message on the wire is the concatenation of its fields; a field of an embedded
+# message or of bytes is its key (field number << 3 | 2) and a varint length, then the bytes. So
+# ModelProto = [fields before graph] [graph] [fields after], GraphProto = [fields before
+# initializer] [initializer]... [fields after], and TensorProto = [dims, data_type, name] [raw_data].
+# Protobuf serialises every part but the weights' bytes; the lengths around them are computed.
+# Fields go in field-number order, as protobuf writes them, so the file equals the serialised
+# to_proto() byte for byte (tests/backends/test_onnx_fast_save.py checks it).
+
+_GRAPH = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number  # 7
+_INITIALIZER = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number  # 5
+_RAW_DATA = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"].number  # 9
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        if not n:
+            out.append(low)
+            return bytes(out)
+        out.append(low | 0x80)
+
+
+def _length_prefix(field: int, length: int) -> bytes:
+    """The key and length of a length-delimited field (wire type 2) of `length` bytes."""
+    return _varint(field << 3 | 2) + _varint(length)
+
+
+def _split(message: Message, field: int) -> tuple[Message, Message]:
+    """Two copies of `message`: one with its fields numbered below `field`, one with those above."""
+    before, after = type(message)(), type(message)()
+    before.CopyFrom(message)
+    after.CopyFrom(message)
+    for fd, _ in message.ListFields():
+        if fd.number >= field:
+            before.ClearField(fd.name)
+        if fd.number <= field:
+            after.ClearField(fd.name)
+    return before, after
+
+
+def _write_inline(lowered: LoweredModel, f: IO[bytes]) -> None:
+    head, tail = _split(lowered.skeleton, _GRAPH)
+    graph_head, graph_tail = (m.SerializeToString() for m in _split(lowered.skeleton.graph, _INITIALIZER))
+    tensors = []
+    for name, arr in lowered.weights.items():
+        header = initializer_header(name, arr).SerializeToString() + _length_prefix(_RAW_DATA, arr.nbytes)
+        tensors.append((_length_prefix(_INITIALIZER, len(header) + arr.nbytes) + header, arr))
+    graph_size = len(graph_head) + sum(len(prefix) + arr.nbytes for prefix, arr in tensors) + len(graph_tail)
+    # onnx writes the model's first fields, so a failing onnx.save_model fails the save as before.
+    onnx.save_model(head, f, format="protobuf")
+    f.write(_length_prefix(_GRAPH, graph_size))
+    f.write(graph_head)
+    for prefix, arr in tensors:
+        f.write(prefix)
+        f.write(_bytes_of(arr))
+    f.write(graph_tail)
+    f.write(tail.SerializeToString())
+
+
+def _bytes_of(arr: np.ndarray) -> np.ndarray:
+    """`arr`'s buffer as a 1-d uint8 array (a view, no copy), which file.write and len take as bytes."""
+    return arr.reshape(-1).view(np.uint8)
