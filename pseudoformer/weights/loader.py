@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import mmap
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -22,11 +24,14 @@ def fit(
     *,
     origin: Mapping[str, str] | None = None,
     problems: list[Problem] | None = None,
+    private: bool = False,
 ) -> dict[str, np.ndarray]:
     """Check ``tensors`` against ``expected`` and return them cast, or raise every problem at once.
 
     ``origin`` names the file tensor each of ours came from (for HF checkpoints), so a shape
-    complaint points at something the user can find in their checkpoint.
+    complaint points at something the user can find in their checkpoint. ``private``: the
+    tensors are views of buffers that nothing else holds (what safetensors read into memory for
+    a HF mapping), so one that is already contiguous is returned as it is instead of copied.
     """
     origin = origin or {}
     found = list(problems or [])
@@ -53,13 +58,54 @@ def fit(
             # Casting integers to float would "work" and produce nonsense; this is a wrong tensor.
             found.append(Problem(name, "invalid", f"dtype {array.dtype} is not floating-point{where(name)}"))
         else:
-            out[name] = np.ascontiguousarray(array, dtype=np.dtype(dtype))
+            out[name] = contiguous(array, np.dtype(dtype))
     for name in tensors.keys() - expected.keys():
         found.append(Problem(name, "unexpected", f"shape {fmt_shape(tensors[name].shape)}{where(name)}"))
     if found:
         raise WeightsError.misfit(source, found)
+    if private:
+        return out
     # Own every buffer: callers may mutate or keep these after the source file is gone.
     return {name: arr if arr.flags.owndata else arr.copy() for name, arr in out.items()}
+
+
+# Columns of a transposed matrix copied at a time (see contiguous): 64 float32 are 4 cache lines.
+_BLOCK = 64
+# From this size on numpy asks the kernel for huge pages (madvise), and so does not _empty.
+_HUGE = 4 << 20
+
+
+def contiguous(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``array`` as a C-contiguous array of ``dtype``: itself when it is one, else a copy.
+
+    A transposed view (HF stores GPT-2's matrices [in, out], ours are [out, in]) is copied a
+    block of columns at a time: numpy's own copy reads the source down its columns, a cache line
+    per element, and is about 1.7× slower on GPT-2's matrices than this.
+    """
+    if array.flags.c_contiguous and array.dtype == dtype:
+        return array
+    out = _empty(array.shape, dtype)
+    if array.ndim == 2 and array.strides[0] < array.strides[1]:
+        for j in range(0, array.shape[1], _BLOCK):
+            out[:, j:j + _BLOCK] = array[:, j:j + _BLOCK]
+    else:
+        out[...] = array
+    return out
+
+
+def _empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """np.empty, but a large array is an anonymous mapping of its own, without numpy's huge-page hint.
+
+    The hint makes the kernel assemble 2 MiB pages when the array is first written, compacting
+    memory if it must (THP defrag "madvise", the default); on a busy machine that cost 1–2 s for
+    GPT-2's 500 MB of weights, and left the page cache short of the large folios that writing
+    the .onnx file then needed (benchmarks/README.md, "Compile time (fast path)"). The weights are
+    written once and read once, where huge pages gain nothing.
+    """
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes < _HUGE:
+        return np.empty(shape, dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).reshape(shape)
 
 
 def _check_expected(expected: Expected) -> None:
@@ -99,7 +145,9 @@ def load_weights(
     path = Path(path).expanduser()
     if path.is_dir():
         col = map_hf_checkpoint(path, expected.keys())
-        return fit(col.tensors, expected, path, origin=col.origin, problems=col.problems)
+        # safetensors copies each tensor out of the file into memory of its own (read_safetensors),
+        # and the mapping's views of those are disjoint: no second copy is needed to own them.
+        return fit(col.tensors, expected, path, origin=col.origin, problems=col.problems, private=True)
     if not path.exists():
         raise WeightsError(f"weights '{path}': no such file or directory")
     if path.suffix in PICKLE_SUFFIXES:
