@@ -17,6 +17,7 @@ checks the project's targets. `--profile` adds ORT's per-op-type time for ours a
     python benchmarks/bench_cpu.py                      # full run: gpt2 + bert, seq 128 and 512
     python benchmarks/bench_cpu.py --quick              # tiny configs, smoke test
     python benchmarks/bench_cpu.py --models gpt2 --seqs 128 --reps 20 --profile --json out.json
+    python benchmarks/bench_cpu.py --compile-only --compile-reps 5 --exporters legacy   # compile time, by stage
 """
 
 from __future__ import annotations
@@ -372,6 +373,134 @@ def profile_ops(path: Path, x: np.ndarray, threads: int, runs: int, prefix: Path
     return {"trace": str(trace_path), "runs": n, "kernel_ms": total, "run_ms": run_ms, "ops": top}
 
 
+# ------------------------------------------------------------------------------------ compile time by stage
+
+# Where ours spends its compile time: (module, attribute, stage). Each is wrapped while ours compiles
+# and its exclusive time (without the wrapped calls inside it) is added to its stage; what no wrapper
+# covers is "other". Attributes a pseudoformer does not have are skipped, so the same table can be
+# taken of an older commit (ours before the fast path: to_onnx, _fill_tensor, _byte_size).
+STAGES = [
+    ("pseudoformer.pipeline", "load_program", "parse .alg"),
+    ("pseudoformer.pipeline", "elaborate", "elaborate"),
+    ("pseudoformer.weights.hf_checkpoint", "read_hf_tensors", "read safetensors"),
+    ("pseudoformer.weights.loader", "fit", "fit (transposes, copies)"),
+    ("pseudoformer.deploy", "model_metadata", "metadata (source sha256)"),
+    ("pseudoformer.optimize", "optimize", "passes (-O2)"),
+    ("pseudoformer.backends.onnx", "to_onnx", "lower to ONNX"),
+    ("pseudoformer.backends.onnx.lower", "lower_model", "lower to ONNX"),
+    ("pseudoformer.backends.onnx.lower", "_fill_tensor", "initializers into protobuf"),
+    ("pseudoformer.backends.onnx.lower", "check_structure", "onnx.checker"),
+    ("onnx.checker", "check_model", "onnx.checker"),
+    ("pseudoformer.backends.onnx.save", "_byte_size", "ByteSize (serialises)"),
+    ("onnx", "save_model", "serialise + write"),
+    ("pseudoformer.backends.onnx.save", "_write_inline", "serialise + write"),
+    ("os", "fsync", "fsync"),
+]
+
+
+class StageClock:
+    """Exclusive wall time per stage of wrapped functions (time in nested wrapped calls is theirs)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._inner: list[float] = []
+
+    def wrap(self, fn: Callable[..., Any], stage: str) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self._inner.append(0.0)
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                dt = time.perf_counter() - t
+                inner = self._inner.pop()
+                self.seconds[stage] = self.seconds.get(stage, 0.0) + dt - inner
+                if self._inner:
+                    self._inner[-1] += dt
+
+        return timed
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        import importlib
+
+        undo: list[Callable[[], None]] = []
+        try:
+            for module_name, attr, stage in STAGES:
+                try:
+                    module = importlib.import_module(module_name)
+                except ImportError:
+                    continue
+                if hasattr(module, attr):
+                    old = getattr(module, attr)
+                    setattr(module, attr, self.wrap(old, stage))
+                    undo.append(lambda m=module, a=attr, o=old: setattr(m, a, o))
+            with contextlib.suppress(ImportError):  # the HF name mappings, called through this table
+                from pseudoformer.weights import hf_checkpoint
+
+                for key, old in list(hf_checkpoint.MAPPERS.items()):
+                    hf_checkpoint.MAPPERS[key] = self.wrap(old, "map HF names")
+                    undo.append(lambda k=key, o=old: hf_checkpoint.MAPPERS.__setitem__(k, o))
+            yield
+        finally:
+            for u in reversed(undo):
+                u()
+
+
+def compile_rounds(spec: Spec, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """--compile-only: ours (compile with weights + save, by stage) and each torch export, interleaved."""
+    d = work / spec.name
+    d.mkdir(exist_ok=True)
+    log(f"{spec.name}: building the HF model and its checkpoint")
+    hf = build_hf(spec, args.quick, args.seed)
+    ckpt = d / "hf"
+    with quiet():
+        hf.save_pretrained(ckpt)
+    import torch
+
+    trace = torch.randint(0, spec.vocab(args.quick), (2, 16), generator=torch.Generator().manual_seed(1))
+    rounds: list[dict[str, Any]] = []
+    for rep in range(args.compile_reps):
+        row: dict[str, Any] = {}
+        clock = StageClock()
+        with clock.installed():
+            row["ours"], _ = compile_ours(spec, ckpt, d / "ours.onnx", args.opt_level)
+        row["stages"] = dict(clock.seconds, other=row["ours"] - sum(clock.seconds.values()))
+        for ex in args.exporters:
+            row[f"torch-{ex}"] = torch_export(spec, hf, ex, d / f"{ex}.onnx", args.opset, trace)
+        log(f"{spec.name} round {rep + 1}/{args.compile_reps}: "
+            + ", ".join(f"{k} {v:.2f} s" for k, v in row.items() if k != "stages"))
+        rounds.append(row)
+    (d / "ours.onnx").unlink(missing_ok=True)
+    return {"model": spec.name, "weights_bytes": (ckpt / "model.safetensors").stat().st_size, "rounds": rounds}
+
+
+def render_compile(results: list[dict[str, Any]], args: argparse.Namespace, facts: dict[str, Any]) -> str:
+    out = [f"Machine: {facts['cpu']}, {facts['logical_cpus']} logical CPUs; torch {facts['torch']}; pseudoformer "
+           f"{facts['pseudoformer_commit'] or '?'}; load average at start "
+           f"{', '.join(f'{v:.2f}' for v in facts['loadavg_at_start'] or [])}. Medians (min) of "
+           f"{args.compile_reps} interleaved rounds after an untimed warm-up of each tool; ours = compile with "
+           "weights + save, torch = torch.onnx.export incl. save.", ""]
+    for r in results:
+        rounds = r["rounds"]
+        stages = list(dict.fromkeys(k for row in rounds for k in row["stages"]))
+        out += [f"{r['model']} ({r['weights_bytes'] / 1e6:.0f} MB of weights):", "",
+                "| stage | median s | min s |", "|---|---:|---:|"]
+        for st in stages:
+            xs = [row["stages"].get(st, 0.0) for row in rounds]
+            out.append(f"| {st} | {median(xs):.3f} | {min(xs):.3f} |")
+        for name in ["ours"] + [f"torch-{ex}" for ex in args.exporters]:
+            xs = [row[name] for row in rounds]
+            out.append(f"| **{name} total** | {median(xs):.3f} | {min(xs):.3f} |")
+        for ex in args.exporters:
+            paired = [row["ours"] / row[f"torch-{ex}"] for row in rounds]
+            q = median([row["ours"] for row in rounds]) / median([row[f"torch-{ex}"] for row in rounds])
+            out.append(f"| ours / torch-{ex} (of medians; median of per-round ratios) | {q:.3f} | "
+                       f"{median(paired):.3f} |")
+        out.append("")
+    return "\n".join(out)
+
+
 # ------------------------------------------------------------------------------------------------ driver
 
 
@@ -681,6 +810,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--profile-reps", type=int, default=None, help="profiled runs (default 5; --quick: 2)")
     ap.add_argument("--no-warmup-tools", dest="warm_tools", action="store_false",
                     help="do not warm the compilers up before timing them (default: on, except --quick)")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="time only compilation: ours by stage against the exports, interleaved rounds")
+    ap.add_argument("--compile-reps", type=int, default=5, help="rounds for --compile-only (default 5)")
     ap.add_argument("--workdir", type=Path, default=None, help="keep checkpoints and .onnx files here")
     ap.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
     ap.add_argument("--markdown", type=Path, default=None, help="also write the tables here")
@@ -721,6 +853,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.warm_tools:
             log("warming up the compilers (untimed)")
             warm_up_tools(work, args, args.exporters)
+        if args.compile_only:
+            compiled = [compile_rounds(SPECS[m], args, work) for m in args.models]
+            text = render_compile(compiled, args, facts)
+            print(text)
+            if args.markdown is not None:
+                args.markdown.write_text(text)
+            if args.json is not None:
+                args.json.write_text(json.dumps({"machine": facts, "compile": compiled}, indent=1, default=str))
+            return 0
         results = [bench_model(SPECS[m], args, work) for m in args.models]
         wall = time.perf_counter() - t0
         text = render(results, args, facts)
