@@ -23,7 +23,7 @@ import numpy as np
 from pseudoformer.frontend.errors import UsageError
 from pseudoformer.generation.runtimes import Cache, NumpyRuntime, OnnxRuntime, Runtime
 from pseudoformer.generation.sampling import Sampling, log_probabilities, sample
-from pseudoformer.ir import Graph
+from pseudoformer.ir import Graph, Op
 from pseudoformer.passes.kv_cache import IncrementalDecoder, derive_incremental
 from pseudoformer.passes.last_position import keep_last_position
 from pseudoformer.pipeline import Model
@@ -94,6 +94,7 @@ class Generator:
         if self.max_positions is not None and x.shape[1] + max_new_tokens - 1 > self.max_positions:
             raise UsageError(f"a prompt of {x.shape[1]} tokens and {max_new_tokens} new ones need "
                              f"{x.shape[1] + max_new_tokens - 1} positions; the model has {self.max_positions}")
+        self._check_ids(self.decoder_input, x)
         rng = np.random.default_rng(seed)
         enc = self._encode(encoder_inputs)
         result = Generation(tokens=[[] for _ in range(x.shape[0])])
@@ -129,7 +130,23 @@ class Generator:
             return {}
         feed = {k: np.asarray(v, dtype=np.int64).reshape(1, -1) if np.ndim(v) == 1 else np.asarray(v, np.int64)
                 for k, v in given.items()}
+        for k, v in feed.items():
+            self._check_ids(k, v)
         return self.runtime.encode(feed)
+
+    def _check_ids(self, name: str, ids: np.ndarray) -> None:
+        """Token ids index embedding tables: one out of range is the user's mistake, said before running."""
+        graph = self.model.graph
+        node = graph.input(name)
+        sizes = [n.src[0].shape[n.attrs["axis"]] for n in graph.nodes()
+                 if n.op is Op.GATHER and n.src[1] is node and isinstance(n.src[0].shape[n.attrs["axis"]], int)]
+        if not sizes or ids.size == 0:
+            return
+        vocab = min(sizes)
+        bad = ids[(ids < 0) | (ids >= vocab)]
+        if bad.size:
+            raise UsageError(f"token id {int(bad[0])} in {name} is out of range: {self.model.entry} has a vocabulary "
+                             f"of {vocab} (ids 0 to {vocab - 1})")
 
 
 def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, threads: int | None,
