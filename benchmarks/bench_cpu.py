@@ -448,7 +448,14 @@ class StageClock:
 
 
 def compile_rounds(spec: Spec, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """--compile-only: ours (compile with weights + save, by stage) and each torch export, interleaved."""
+    """--compile-only: ours (compile with weights + save, by stage) and each torch export, interleaved.
+
+    Each measurement runs in a process of its own (unless --compile-in-process), after imports and an
+    untimed compile or export of the tiny model there: in one process, what ran before changes the
+    next tool's time, since both spend much of it faulting in fresh memory. (GPT-2's legacy export
+    took 7 s after the old pseudoformer compile had left 1 GB of freed heap behind, 10 s after the
+    new one, and 12 s with neither before it.)
+    """
     d = work / spec.name
     d.mkdir(exist_ok=True)
     log(f"{spec.name}: building the HF model and its checkpoint")
@@ -456,31 +463,74 @@ def compile_rounds(spec: Spec, args: argparse.Namespace, work: Path) -> dict[str
     ckpt = d / "hf"
     with quiet():
         hf.save_pretrained(ckpt)
+    tiny = work / "warmup" / spec.name
+    if not tiny.exists():
+        with quiet():
+            build_hf(spec, True, args.seed).save_pretrained(tiny)
     import torch
 
     trace = torch.randint(0, spec.vocab(args.quick), (2, 16), generator=torch.Generator().manual_seed(1))
     rounds: list[dict[str, Any]] = []
     for rep in range(args.compile_reps):
         row: dict[str, Any] = {}
-        clock = StageClock()
-        with clock.installed():
-            row["ours"], _ = compile_ours(spec, ckpt, d / "ours.onnx", args.opt_level)
-        row["stages"] = dict(clock.seconds, other=row["ours"] - sum(clock.seconds.values()))
-        for ex in args.exporters:
-            row[f"torch-{ex}"] = torch_export(spec, hf, ex, d / f"{ex}.onnx", args.opset, trace)
+        if args.compile_in_process:
+            clock = StageClock()
+            with clock.installed():
+                row["ours"], _ = compile_ours(spec, ckpt, d / "ours.onnx", args.opt_level)
+            row["stages"] = dict(clock.seconds, other=row["ours"] - sum(clock.seconds.values()))
+            for ex in args.exporters:
+                row[f"torch-{ex}"] = torch_export(spec, hf, ex, d / f"{ex}.onnx", args.opset, trace)
+        else:
+            job = {"model": spec.name, "ckpt": str(ckpt), "tiny": str(tiny), "dir": str(d), "quick": args.quick,
+                   "opt_level": args.opt_level, "opset": args.opset, "threads": args.threads}
+            ours = _in_child(dict(job, tool="ours"))
+            row["ours"], row["stages"] = ours["seconds"], ours["stages"]
+            for ex in args.exporters:
+                row[f"torch-{ex}"] = _in_child(dict(job, tool=ex))["seconds"]
         log(f"{spec.name} round {rep + 1}/{args.compile_reps}: "
             + ", ".join(f"{k} {v:.2f} s" for k, v in row.items() if k != "stages"))
         rounds.append(row)
     (d / "ours.onnx").unlink(missing_ok=True)
-    return {"model": spec.name, "weights_bytes": (ckpt / "model.safetensors").stat().st_size, "rounds": rounds}
+    return {"model": spec.name, "weights_bytes": (ckpt / "model.safetensors").stat().st_size,
+            "fresh_processes": not args.compile_in_process, "rounds": rounds}
+
+
+def _in_child(job: dict[str, Any]) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--compile-child", json.dumps(job)],
+                          capture_output=True, text=True, timeout=1800)
+    if proc.returncode:
+        raise RuntimeError(f"{job['tool']} compile of {job['model']} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def compile_child(job: dict[str, Any]) -> dict[str, Any]:
+    """One timed compile (ours) or export (torch), in this fresh process, after an untimed tiny one."""
+    spec = SPECS[job["model"]]
+    d = Path(job["dir"])
+    if job["tool"] == "ours":
+        compile_ours(spec, Path(job["tiny"]), d / "warmup-ours.onnx", job["opt_level"])
+        clock = StageClock()
+        with clock.installed():
+            seconds, _ = compile_ours(spec, Path(job["ckpt"]), d / "ours.onnx", job["opt_level"])
+        return {"seconds": seconds, "stages": dict(clock.seconds, other=seconds - sum(clock.seconds.values()))}
+    import torch
+
+    torch.set_num_threads(job["threads"])
+    trace = torch.randint(0, spec.vocab(job["quick"]), (2, 16), generator=torch.Generator().manual_seed(1))
+    small = torch.randint(0, spec.vocab(True), (2, 8), generator=torch.Generator().manual_seed(1))
+    torch_export(spec, load_hf(spec, Path(job["tiny"]), "eager"), job["tool"], d / f"warmup-{job['tool']}.onnx",
+                 job["opset"], small)
+    hf = load_hf(spec, Path(job["ckpt"]), "eager")  # untimed, as in the in-process rounds
+    return {"seconds": torch_export(spec, hf, job["tool"], d / f"{job['tool']}.onnx", job["opset"], trace)}
 
 
 def render_compile(results: list[dict[str, Any]], args: argparse.Namespace, facts: dict[str, Any]) -> str:
     out = [f"Machine: {facts['cpu']}, {facts['logical_cpus']} logical CPUs; torch {facts['torch']}; pseudoformer "
            f"{facts['pseudoformer_commit'] or '?'}; load average at start "
            f"{', '.join(f'{v:.2f}' for v in facts['loadavg_at_start'] or [])}. Medians (min) of "
-           f"{args.compile_reps} interleaved rounds after an untimed warm-up of each tool; ours = compile with "
-           "weights + save, torch = torch.onnx.export incl. save.", ""]
+           f"{args.compile_reps} interleaved rounds, each tool "
+           f"{'in this process' if args.compile_in_process else 'in a fresh process per measurement'}, after an "
+           "untimed warm-up of it; ours = compile with weights + save, torch = torch.onnx.export incl. save.", ""]
     for r in results:
         rounds = r["rounds"]
         stages = list(dict.fromkeys(k for row in rounds for k in row["stages"]))
@@ -813,6 +863,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--compile-only", action="store_true",
                     help="time only compilation: ours by stage against the exports, interleaved rounds")
     ap.add_argument("--compile-reps", type=int, default=5, help="rounds for --compile-only (default 5)")
+    ap.add_argument("--compile-in-process", action="store_true",
+                    help="--compile-only in this one process (default: a fresh process per measurement)")
+    ap.add_argument("--compile-child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--workdir", type=Path, default=None, help="keep checkpoints and .onnx files here")
     ap.add_argument("--json", type=Path, default=None, help="write the raw numbers here")
     ap.add_argument("--markdown", type=Path, default=None, help="also write the tables here")
@@ -837,6 +890,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.compile_child is not None:
+        print(json.dumps(compile_child(json.loads(args.compile_child))))
+        return 0
     import torch
 
     torch.set_num_threads(args.threads)
@@ -850,7 +906,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             work.mkdir(parents=True, exist_ok=True)
         else:
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="pf-bench-")))
-        if args.warm_tools:
+        if args.warm_tools and not (args.compile_only and not args.compile_in_process):
             log("warming up the compilers (untimed)")
             warm_up_tools(work, args, args.exporters)
         if args.compile_only:
