@@ -50,13 +50,19 @@ def _try(f: Any, *args: Any) -> bool:
     return True
 
 
-def _matmul(func: Any, target: Any, _tunable: bool) -> Any:
+def _cpu_blocks(func: Any, target: Any) -> tuple[Any, list[Any]] | None:
+    """(schedule, blocks) of a PrimFunc for an LLVM target, or None where our CPU rules don't apply."""
     if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
         return None
     sch = s_tir.Schedule(func)
     blocks = normalize_prim_func(sch)
-    if blocks is None:
+    return None if blocks is None else (sch, blocks)
+
+
+def _matmul(func: Any, target: Any, _tunable: bool) -> Any:
+    if (found := _cpu_blocks(func, target)) is None:
         return None
+    sch, blocks = found
     reductions = [b for b in blocks if not b.is_injective()]
     kinds = reductions[0].dom_kind() if len(reductions) == 1 else ""
     if not kinds.endswith("SSR") or kinds.count("R") != 1:
@@ -152,11 +158,10 @@ def _rows(func: Any, target: Any, _tunable: bool) -> Any:
     LLVM vectorises them itself. dlight's CPU rule splits them by the vector width, which for a
     row of symbolic length ("seq") leaves a bounds check in every vector, and runs 3.5× slower.
     """
-    if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+    if (found := _cpu_blocks(func, target)) is None:
         return None
-    sch = s_tir.Schedule(func)
-    blocks = normalize_prim_func(sch)
-    if blocks is None or len(blocks) < 2 or not blocks[-1].is_injective():
+    sch, blocks = found
+    if len(blocks) < 2 or not blocks[-1].is_injective():
         return None
     if all(b.is_injective() for b in blocks):
         return None
@@ -177,12 +182,9 @@ def _rows(func: Any, target: Any, _tunable: bool) -> Any:
 
 def _fallback(func: Any, target: Any, _tunable: bool) -> Any:
     """Any other PrimFunc: inline what can be, then parallel outer loops and vector inner ones."""
-    if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+    if (found := _cpu_blocks(func, target)) is None:
         return None
-    sch = s_tir.Schedule(func)
-    blocks = normalize_prim_func(sch)
-    if blocks is None:
-        return None
+    sch, blocks = found
     blocks = try_inline(sch, list(blocks))
     for b in blocks:
         loops = sch.get_loops(b.block_rv)

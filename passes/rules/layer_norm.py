@@ -228,20 +228,30 @@ def _vector_problem(what: str, v: Node, x: Node, axis: int) -> str | None:
     return None
 
 
-def check(m: Match, ctx: Context) -> str | None:
-    d = m.x.shape[m.axis]
+def norm_problem(x: Node, axis: int, divisors: list[float], mean: str, eps: Node | None,
+                 vectors: dict[str, Node], root: Node) -> str | None:
+    """What the layer-norm and RMS-norm rules both refuse: a divisor other than the axis size, an ε
+    that is not a constant, scale/offset vectors not over the axis, a result of another type."""
+    d = x.shape[axis]
     if not isinstance(d, int):
-        return f"axis {m.axis} of {m.x.type} has the symbolic size {d!r}: the divisor cannot be checked"
-    for divisor in m.divisors:
+        return f"axis {axis} of {x.type} has the symbolic size {d!r}: the divisor cannot be checked"
+    for divisor in divisors:
         if not close(divisor, float(d)):
-            return f"a mean divides by {divisor:g}, not by the size {d} of the reduced axis {m.axis}"
-    if m.eps is not None and const_value(m.eps) is None:
-        return f"ε ({describe(m.eps)}) is not a scalar constant"
-    for what, v in (("γ", m.gamma), ("β", m.beta)):
-        if (why := _vector_problem(what, v, m.x, m.axis)) is not None:
+            return f"{mean} divides by {divisor:g}, not by the size {d} of the reduced axis {axis}"
+    if eps is not None and const_value(eps) is None:
+        return f"ε ({describe(eps)}) is not a scalar constant"
+    for what, v in vectors.items():
+        if (why := _vector_problem(what, v, x, axis)) is not None:
             return why
-    if m.root.type != m.x.type:
-        return f"the result {m.root.type} does not have the type of the input {m.x.type}"
+    if root.type != x.type:
+        return f"the result {root.type} does not have the type of the input {x.type}"
+    return None
+
+
+def check(m: Match, ctx: Context) -> str | None:
+    why = norm_problem(m.x, m.axis, m.divisors, "a mean", m.eps, {"γ": m.gamma, "β": m.beta}, m.root)
+    if why is not None:
+        return why
     shared = escaping(ctx, m.src, m.interior)
     if shared is not None:
         return f"{_role(shared)} ({describe(shared)}) is also used outside the layer norm"

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 from pseudoformer.ir import Node, Op
 from pseudoformer.passes.rule import Context, Rule
-from pseudoformer.passes.rules.layer_norm import _centred, _mean, _strip, _vector_problem, root_of
-from pseudoformer.passes.rules.matching import close, const_value, describe, escaping, same
+from pseudoformer.passes.rules.layer_norm import _centred, _mean, _strip, norm_problem, root_of
+from pseudoformer.passes.rules.matching import const_value, describe, escaping, same
 
 
 @dataclass
@@ -78,18 +78,9 @@ def match(n: Node, src: tuple[Node, ...], ctx: Context) -> Match | None:
 
 
 def check(m: Match, ctx: Context) -> str | None:
-    d = m.x.shape[m.axis]
-    if not isinstance(d, int):
-        return f"axis {m.axis} of {m.x.type} has the symbolic size {d!r}: the divisor cannot be checked"
-    for divisor in m.divisors:
-        if not close(divisor, float(d)):
-            return f"the mean square divides by {divisor:g}, not by the size {d} of the reduced axis {m.axis}"
-    if m.eps is not None and const_value(m.eps) is None:
-        return f"ε ({describe(m.eps)}) is not a scalar constant"
-    if (why := _vector_problem("γ", m.gamma, m.x, m.axis)) is not None:
+    why = norm_problem(m.x, m.axis, m.divisors, "the mean square", m.eps, {"γ": m.gamma}, m.root)
+    if why is not None:
         return why
-    if m.root.type != m.x.type:
-        return f"the result {m.root.type} does not have the type of the input {m.x.type}"
     shared = escaping(ctx, m.src, m.interior)
     if shared is not None:
         return f"an intermediate of the RMS norm ({describe(shared)}) is also used outside it"

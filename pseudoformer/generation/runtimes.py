@@ -73,8 +73,6 @@ class OnnxRuntime:
                         if self.encoder_model is not None else None)
         self.ort = self.runner._ort
         self.device = self.runner.device
-        self._empty = {s.past_key: _empty(s.key_type, 0) for s in dec.slots}
-        self._empty.update({s.past_value: _empty(s.value_type, 0) for s in dec.slots})
 
     def encode(self, inputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
         assert self.encoder is not None
@@ -82,8 +80,7 @@ class OnnxRuntime:
         return {k: self.ort.OrtValue.ortvalue_from_numpy(v, self.device) for k, v in values.items()}
 
     def prefill(self, feed: Mapping[str, Any]) -> tuple[np.ndarray, Cache]:
-        batch = int(np.asarray(feed[self.dec.step.inputs[0].attrs["name"]]).shape[0])
-        empty = {k: np.zeros((batch, *v.shape[1:]), v.dtype) for k, v in self._empty.items()}
+        empty = empty_cache(self.dec, feed)
         return self.step(feed, {k: self.ort.OrtValue.ortvalue_from_numpy(v, self.device) for k, v in empty.items()})
 
     def step(self, feed: Mapping[str, Any], cache: Cache) -> tuple[np.ndarray, Cache]:
@@ -104,6 +101,12 @@ class OnnxRuntime:
         return values[self.output].numpy(), _next_cache(self.dec, values)
 
 
-def _empty(t: TensorType, past: int) -> np.ndarray:
-    shape = [1 if d == "batch" else past if isinstance(d, str) else d for d in t.shape]
-    return np.zeros(shape, dtype=t.dtype.value)
+def empty_cache(dec: IncrementalDecoder, feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Past keys and values of no positions, for the batch of `feed`: the step graph then prefills."""
+    batch = int(np.asarray(feed[dec.step.inputs[0].attrs["name"]]).shape[0])
+
+    def empty(t: TensorType) -> np.ndarray:
+        shape = [batch if d == "batch" else 0 if isinstance(d, str) else d for d in t.shape]
+        return np.zeros(shape, dtype=t.dtype.value)
+
+    return {name: empty(t) for s in dec.slots for name, t in ((s.past_key, s.key_type), (s.past_value, s.value_type))}

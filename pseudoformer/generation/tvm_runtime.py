@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.frontend.errors import UsageError
-from pseudoformer.generation.runtimes import Cache, _empty, _next_cache
+from pseudoformer.generation.runtimes import Cache, _next_cache, empty_cache
 from pseudoformer.passes.kv_cache import IncrementalDecoder
 
 
@@ -32,16 +32,13 @@ class TvmRuntime:
             self.encoder_model = build.compile_graph(dec.encoder, weights) if dec.encoder is not None else None
         except BackendError as e:
             raise UsageError(str(e)) from None
-        self._empty = {s.past_key: _empty(s.key_type, 0) for s in dec.slots}
-        self._empty.update({s.past_value: _empty(s.value_type, 0) for s in dec.slots})
 
     def encode(self, inputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
         assert self.encoder_model is not None
         return self.encoder_model.run(dict(inputs))
 
     def prefill(self, feed: Mapping[str, Any]) -> tuple[np.ndarray, Cache]:
-        batch = int(np.asarray(feed[self.dec.step.inputs[0].attrs["name"]]).shape[0])
-        return self.step(feed, {k: np.zeros((batch, *v.shape[1:]), v.dtype) for k, v in self._empty.items()})
+        return self.step(feed, empty_cache(self.dec, feed))
 
     def step(self, feed: Mapping[str, Any], cache: Cache) -> tuple[np.ndarray, Cache]:
         out = self.step_model.run({**feed, **cache})
