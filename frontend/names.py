@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from functools import lru_cache
 
 _SUPER = dict(zip("⁰¹²³⁴⁵⁶⁷⁸⁹ʰˡⁱⁿᵉᵈᵏᵠᵛ", "0123456789hlinedkqv", strict=True))
 _SUB = dict(zip("₀₁₂₃₄₅₆₇₈₉ₗₕᵢₜ", "0123456789lhit", strict=True))
@@ -47,6 +48,7 @@ class Name:
     def indices(self, index_vars: frozenset[str]) -> tuple[str, ...]:
         return tuple(s for _, s in self.scripts if s in index_vars)
 
+    @lru_cache(maxsize=65536)  # noqa: B019 (Names are frozen and few; elaboration asks for the same ones often)
     def ascii(self, index_vars: frozenset[str] = frozenset()) -> str:
         parts = [ascii_base(self.base)]
         parts += ["prime"] * self.primes
@@ -66,6 +68,7 @@ class Name:
         return out
 
 
+@lru_cache(maxsize=65536)  # a model's few hundred names are parsed tens of thousands of times
 def parse_name(text: str) -> Name:
     """Split a NAME token. LaTeX spellings (\\tilde{X}, \\gamma, \\mathcal{W}) map to the Unicode ones."""
     text = _delatex(text)
