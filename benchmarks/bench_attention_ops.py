@@ -7,11 +7,16 @@
   ms-mha      com.microsoft MultiHeadAttention on [batch, seq, heads·d], unidirectional
   ms-attn     com.microsoft Attention: the QKV projection fused in (its time includes the projection)
   proj+onnx   the same projection as MatMul + Add + Split, then onnx-3d: ms-attn's fair comparison
+  parts-4d    by parts, as torch.onnx exports it: softmax(q kᵀ · scale + causal mask) v on the heads
+              (the lowering's form for opsets before 23); the −∞ mask is a precomputed initializer here
 
-Causal, 12 heads of 64, batch 1, fp32, 2 threads; interleaved repetitions (round-robin over the
-variants after warm-up), medians. Every variant's output is checked against onnx-4d.
+Causal, 12 heads of 64, batch 1, fp32, 2 threads. The variants alternate in blocks: a block is a few
+warm-up runs and then `--runs` timed runs of one session in a tight loop, so that no other session's
+spinning worker threads compete with it (run by run round-robin, they did, and the seq-512 figures
+contradicted each other); the figure is the median over `--blocks` blocks of each block's mean.
+Every variant's output is checked against onnx-4d.
 
-    python benchmarks/bench_attention_ops.py [--seqs 128 512] [--reps 40]
+    python benchmarks/bench_attention_ops.py [--seqs 128 512] [--blocks 10] [--runs 20]
 """
 
 from __future__ import annotations
@@ -63,29 +68,39 @@ def variants(seq: int, threads: int, w: np.ndarray, b: np.ndarray) -> dict[str, 
     fused = [h.make_node("Attention", ["x", "W", "b"], ["y"], domain="com.microsoft", num_heads=H, unidirectional=1)]
     proj = [h.make_node("MatMul", ["x", "W"], ["p"]), h.make_node("Add", ["p", "b"], ["pb"]),
             h.make_node("Split", ["pb", "split"], ["q", "k", "v"], axis=2), *three]
+    keep = np.tril(np.ones((seq, seq), dtype=bool))
+    mask = h.make_tensor("mask", T.FLOAT, [seq, seq], np.where(keep, 0, -np.inf).astype(np.float32).tobytes(), raw=True)
+    sc = h.make_tensor("sc", T.FLOAT, [], [scale])
+    parts = heads[:] + [h.make_node("Transpose", ["kt"], ["ktt"], perm=[0, 1, 3, 2]),
+                        h.make_node("MatMul", ["qt", "ktt"], ["s0"]), h.make_node("Mul", ["s0", "sc"], ["s1"]),
+                        h.make_node("Add", ["s1", "mask"], ["s2"]), h.make_node("Softmax", ["s2"], ["p"], axis=-1),
+                        h.make_node("MatMul", ["p", "vt"], ["y4"]),
+                        h.make_node("Transpose", ["y4"], ["yt"], perm=[0, 2, 1, 3]), h.make_node("Reshape", ["yt", "shp3"], ["y"])]
     return {
         "onnx-4d": (_session(four, ["q", "k", "v"], seq, [shp4, shp3], threads), "qkv"),
         "onnx-3d": (_session(three, ["q", "k", "v"], seq, [], threads), "qkv"),
         "ms-mha": (_session(mha, ["q", "k", "v"], seq, [], threads, ms=True), "qkv"),
         "ms-attn": (_session(fused, ["x"], seq, [wi, bi], threads, ms=True), "x"),
         "proj+onnx": (_session(proj, ["x"], seq, [wi, bi, split], threads), "x"),
+        "parts-4d": (_session(parts, ["q", "k", "v"], seq, [shp4, shp3, mask, sc], threads), "qkv"),
     }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seqs", type=int, nargs="+", default=[128, 512])
-    ap.add_argument("--reps", type=int, default=40)
+    ap.add_argument("--blocks", type=int, default=10)
+    ap.add_argument("--runs", type=int, default=20, help="timed runs per block")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((D, 3 * D)) * 0.05).astype(np.float32)
     b = (rng.standard_normal(3 * D) * 0.05).astype(np.float32)
     print(f"# attention ops on ORT {ort.__version__} CPU, {args.threads} threads, load {os.getloadavg()[0]:.1f}; "
-          f"medians of {args.reps} interleaved runs, ms")
+          f"ms per run, median of {args.blocks} blocks of {args.runs} runs")
     print()
-    print("| seq | " + " | ".join(["onnx-4d", "onnx-3d", "ms-mha", "ms-attn", "proj+onnx"]) + " |")
-    print("|---|" + "---|" * 5)
+    print("| seq | " + " | ".join(["onnx-4d", "onnx-3d", "ms-mha", "ms-attn", "proj+onnx", "parts-4d"]) + " |")
+    print("|---|" + "---|" * 6)
     for seq in args.seqs:
         x = rng.standard_normal((1, seq, D)).astype(np.float32)
         qkv = x @ w + b
@@ -96,12 +111,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             err = np.abs(s.run(None, feeds[feed])[0] - ref).max()
             assert err < 1e-4, f"{name} differs from onnx-4d by {err}"
         times: dict[str, list[float]] = {k: [] for k in vs}
-        for rep in range(args.reps + 3):
+        for _ in range(args.blocks):
             for name, (s, feed) in vs.items():
+                for _ in range(3):
+                    s.run(None, feeds[feed])
                 start = time.perf_counter()
-                s.run(None, feeds[feed])
-                if rep >= 3:
-                    times[name].append(time.perf_counter() - start)
+                for _ in range(args.runs):
+                    s.run(None, feeds[feed])
+                times[name].append((time.perf_counter() - start) / args.runs)
         print(f"| {seq} | " + " | ".join(f"{statistics.median(t) * 1e3:.2f}" for t in times.values()) + " |")
     return 0
 
