@@ -10,10 +10,9 @@
   parts-4d    by parts, as torch.onnx exports it: softmax(q kᵀ · scale + causal mask) v on the heads
               (the lowering's form for opsets before 23); the −∞ mask is a precomputed initializer here
 
-Causal, 12 heads of 64, batch 1, fp32, 2 threads. The variants alternate in blocks: a block is a few
-warm-up runs and then `--runs` timed runs of one session in a tight loop, so that no other session's
-spinning worker threads compete with it (run by run round-robin, they did, and the seq-512 figures
-contradicted each other); the figure is the median over `--blocks` blocks of each block's mean.
+Causal, 12 heads of 64, batch 1, fp32, 2 threads. The variants alternate in blocks of tight loops
+(block_timing.py; run by run round-robin, the seq-512 figures contradicted each other); the figure
+is the median over `--blocks` blocks of each block's mean.
 Every variant's output is checked against onnx-4d.
 
     python benchmarks/bench_attention_ops.py [--seqs 128 512] [--blocks 10] [--runs 20]
@@ -23,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+from block_timing import block_medians  # beside this script
 from onnx import TensorProto as T
 from onnx import helper as h
 
@@ -110,16 +109,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, (s, feed) in vs.items():
             err = np.abs(s.run(None, feeds[feed])[0] - ref).max()
             assert err < 1e-4, f"{name} differs from onnx-4d by {err}"
-        times: dict[str, list[float]] = {k: [] for k in vs}
-        for _ in range(args.blocks):
-            for name, (s, feed) in vs.items():
-                for _ in range(3):
-                    s.run(None, feeds[feed])
-                start = time.perf_counter()
-                for _ in range(args.runs):
-                    s.run(None, feeds[feed])
-                times[name].append((time.perf_counter() - start) / args.runs)
-        print(f"| {seq} | " + " | ".join(f"{statistics.median(t) * 1e3:.2f}" for t in times.values()) + " |")
+        t = block_medians({n: partial(s.run, None, feeds[feed]) for n, (s, feed) in vs.items()},
+                          blocks=args.blocks, runs=args.runs)
+        print(f"| {seq} | " + " | ".join(f"{v * 1e3:.2f}" for v in t.values()) + " |")
     return 0
 
 

@@ -7,10 +7,8 @@ One GPT-2-small residual junction, h = x + (m + b), y = LayerNorm(h; γ, β), on
   ms-skip-ln  SkipLayerNormalization(m, x, γ, β, b) → y, h (h is the op's fourth output)
 
 Both graphs output y and h (pre-norm: h feeds the next residual add), and both run with ORT's graph
-optimisations off, so each runs exactly the ops written. The variants alternate in blocks: a block
-is a few warm-up runs and then `--runs` timed runs of one session in a tight loop, so no other
-session's spinning worker threads compete with it; the figure is the median over blocks of each
-block's mean. The outputs are checked against numpy in float64.
+optimisations off, so each runs exactly the ops written. The variants alternate in blocks of tight
+loops (block_timing.py); the figure is the median over blocks of each block's mean. The outputs are checked against numpy in float64.
 
     python benchmarks/bench_norm_ops.py [--seqs 1 128 512] [--blocks 10] [--runs 200] [--provider cpu|cuda]
 """
@@ -19,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 import onnx
 import onnxruntime as ort
+from block_timing import block_medians  # beside this script
 from onnx import TensorProto as T
 from onnx import helper as h
 
@@ -88,16 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             err = max(np.abs(y - want_y).max(), np.abs(hh - want_h).max())
             if err > 1e-4:
                 raise SystemExit(f"{name} at seq {seq} is off the float64 reference by {err:.2e}")
-        per_block: dict[str, list[float]] = {name: [] for name in sessions}
-        for _ in range(args.blocks):
-            for name, s in sessions.items():
-                for _ in range(5):
-                    s.run(None, {"m": m, "x": x})
-                start = time.perf_counter()
-                for _ in range(args.runs):
-                    s.run(None, {"m": m, "x": x})
-                per_block[name].append((time.perf_counter() - start) / args.runs)
-        plain, fused = (statistics.median(per_block[n]) * 1e6 for n in ("onnx", "ms-skip-ln"))
+        feed = {"m": m, "x": x}
+        t = block_medians({n: partial(s.run, None, feed) for n, s in sessions.items()},
+                          blocks=args.blocks, runs=args.runs, warmup=5)
+        plain, fused = (t[n] * 1e6 for n in ("onnx", "ms-skip-ln"))
         print(f"| {seq} | {plain:.1f} | {fused:.1f} | {fused / plain:.2f}× |")
     return 0
 
