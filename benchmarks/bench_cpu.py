@@ -380,11 +380,11 @@ def profile_ops(path: Path, x: np.ndarray, threads: int, runs: int, prefix: Path
 # covers is "other". Attributes a pseudoformer does not have are skipped, so the same table can be
 # taken of an older commit (ours before the fast path: to_onnx, _fill_tensor, _byte_size).
 STAGES = [
-    ("pseudoformer.pipeline", "load_program", "parse .alg"),
-    ("pseudoformer.pipeline", "elaborate", "elaborate"),
+    ("pseudoformer.model", "load_program", "parse .alg"),
+    ("pseudoformer.model", "elaborate", "elaborate"),
     ("pseudoformer.weights.hf_checkpoint", "read_hf_tensors", "read safetensors"),
     ("pseudoformer.weights.loader", "fit", "fit (transposes, copies)"),
-    ("pseudoformer.deploy", "model_metadata", "metadata (source sha256)"),
+    ("pseudoformer.model", "model_metadata", "metadata (source sha256)"),
     ("pseudoformer.optimize", "optimize", "passes (-O2)"),
     ("pseudoformer.backends.onnx", "to_onnx", "lower to ONNX"),
     ("pseudoformer.backends.onnx.lower", "lower_model", "lower to ONNX"),

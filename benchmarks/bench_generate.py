@@ -70,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     sys.path.insert(0, str(ROOT))
     from pseudoformer.generation import Generator, Sampling
-    from pseudoformer.pipeline import load
+    from pseudoformer.model import load
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)

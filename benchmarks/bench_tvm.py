@@ -75,8 +75,8 @@ def time_one(backend: str, model: str, defines: list[str], seqs: list[int], reps
     from pseudoformer.backends.onnx import OnnxRunner
     from pseudoformer.backends.tvm import compile_graph
     from pseudoformer.deploy import lower
+    from pseudoformer.model import load
     from pseudoformer.optimize import optimize
-    from pseudoformer.pipeline import load
 
     m = load(model, defines=defines)
     if backend == "tvm":
@@ -101,8 +101,8 @@ def bench_model(model: str, defines: list[str], seqs: list[int], reps: int, para
     from pseudoformer.backends.onnx import OnnxRunner
     from pseudoformer.backends.tvm import compile_graph, load_model
     from pseudoformer.deploy import lower
+    from pseudoformer.model import load
     from pseudoformer.optimize import optimize
-    from pseudoformer.pipeline import load
 
     m = load(model, defines=defines)
     t0 = time.perf_counter()
@@ -173,7 +173,7 @@ def bench_generate(model: str, defines: list[str], prompt_len: int, new: int, ro
     reported: the medians over the rounds, and TVM / ORT.
     """
     from pseudoformer.generation import Generator, Sampling
-    from pseudoformer.pipeline import load
+    from pseudoformer.model import load
 
     m = load(model, defines=defines)
     gens, build_s = {}, {}

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from lark import Tree
 
+from pseudoformer.errors import AlgError, Diagnostics, Pos
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Module, Stmt, Type, Use
-from pseudoformer.frontend.errors import AlgError, AlgSyntaxError, BadTypeError, Diagnostics, LayoutError, Pos
+from pseudoformer.frontend.errors import AlgSyntaxError, BadTypeError, LayoutError
 from pseudoformer.frontend.layout import Kind, Line, split_lines
 from pseudoformer.frontend.parser import parse_line
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pseudoformer.frontend.errors import Pos
+from pseudoformer.errors import Pos
 
 
 @dataclass(frozen=True)

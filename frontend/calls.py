@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from pseudoformer.errors import AlgError
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt
-from pseudoformer.frontend.errors import AlgError, ArityError, BadTypeError, HyperparameterError, ShapeError
+from pseudoformer.frontend.errors import ArityError, BadTypeError, HyperparameterError, ShapeError
 from pseudoformer.frontend.exprs import as_size, describe, distinct_index_vars, ev, ev_val
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.inference import is_inference

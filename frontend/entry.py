@@ -10,18 +10,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pseudoformer.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
 from pseudoformer.frontend.ast import Algorithm, Decl
 from pseudoformer.frontend.calls import input_decl, run_body
-from pseudoformer.frontend.errors import (
-    AlgError,
-    BadTypeError,
-    CompileError,
-    Diagnostics,
-    HyperparameterError,
-    Pos,
-    UnknownNameError,
-    UsageError,
-)
+from pseudoformer.frontend.errors import BadTypeError, HyperparameterError, UnknownNameError
 from pseudoformer.frontend.frame import Frame, Weights
 from pseudoformer.frontend.inference import is_inference, plan_inference
 from pseudoformer.frontend.modules import Program

@@ -6,8 +6,9 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from pseudoformer.errors import AlgError
 from pseudoformer.frontend.ast import Expr
-from pseudoformer.frontend.errors import AlgError, BadTypeError, ShapeError, UnknownNameError
+from pseudoformer.frontend.errors import BadTypeError, ShapeError, UnknownNameError
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import GroupVal

@@ -6,9 +6,9 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
+from pseudoformer.errors import AlgError
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Type
 from pseudoformer.frontend.errors import (
-    AlgError,
     BadTypeError,
     DuplicateError,
     HyperparameterError,

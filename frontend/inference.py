@@ -22,15 +22,9 @@ import difflib
 import re
 from collections.abc import Iterator
 
+from pseudoformer.errors import AlgError, CompileError, Pos
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt
-from pseudoformer.frontend.errors import (
-    AlgError,
-    CompileError,
-    HyperparameterError,
-    InferenceError,
-    Pos,
-    UnknownNameError,
-)
+from pseudoformer.frontend.errors import HyperparameterError, InferenceError, UnknownNameError
 from pseudoformer.frontend.generation_plan import GenerationPlan
 from pseudoformer.frontend.inference_steps import Step, check_loop
 from pseudoformer.frontend.modules import Program

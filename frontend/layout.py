@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from pseudoformer.frontend.errors import Diagnostics, LayoutError, Pos
+from pseudoformer.errors import Diagnostics, Pos
+from pseudoformer.frontend.errors import LayoutError
 
 
 class Kind(Enum):

@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pseudoformer.errors import CompileError, Diagnostics, Pos
 from pseudoformer.frontend.assemble import parse_module
 from pseudoformer.frontend.ast import Algorithm, Module
-from pseudoformer.frontend.errors import CompileError, Diagnostics, ModuleError, Pos, UnknownNameError
+from pseudoformer.frontend.errors import ModuleError, UnknownNameError
 
 
 @dataclass

@@ -11,8 +11,9 @@ from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from lark.lexer import PatternStr
 
+from pseudoformer.errors import Pos
 from pseudoformer.frontend.ast import Expr, Type
-from pseudoformer.frontend.errors import AlgSyntaxError, Pos
+from pseudoformer.frontend.errors import AlgSyntaxError
 from pseudoformer.frontend.layout import Kind, Line
 
 _START = {Kind.HEADER: "header", Kind.SECTION: "section", Kind.CONTINUATION: "decl_line",

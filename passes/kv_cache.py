@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pseudoformer.frontend.errors import AlgError, CompileError, Pos
+from pseudoformer.errors import AlgError, CompileError, Pos
 from pseudoformer.ir import Graph, Node, Op, TensorType
 from pseudoformer.ir.ops import ARITH, COMPARE, LOGICAL, UNARY
 

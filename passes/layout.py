@@ -37,10 +37,10 @@ from pseudoformer.passes.layout_rules import (
     AxisOp,
     Elementwise,
     IndexMask,
+    LayoutRule,
     Matmul,
     Perm,
     Reduce,
-    Rule,
     SizeOf,
     Transpose,
     compose,
@@ -49,7 +49,7 @@ from pseudoformer.passes.layout_rules import (
 )
 from pseudoformer.passes.layout_shape_rules import Gather, Reshape, Squeeze, Unsqueeze
 
-RULES: dict[Op, Rule] = {
+RULES: dict[Op, LayoutRule] = {
     **{op: Elementwise() for op in UNARY | ARITH | COMPARE | LOGICAL | {Op.WHERE, Op.NOT, Op.CAST}},
     Op.TRANSPOSE: Transpose(), Op.MATMUL: Matmul(), Op.ATTENTION: Attention(),
     Op.SOFTMAX: AxisOp(), Op.LAYER_NORM: AxisOp(), Op.RMS_NORM: AxisOp(), Op.SLICE: AxisOp(), Op.CONCAT: AxisOp(),
@@ -57,14 +57,14 @@ RULES: dict[Op, Rule] = {
     Op.UNSQUEEZE: Unsqueeze(), Op.SQUEEZE: Squeeze(), Op.GATHER: Gather(), Op.RESHAPE: Reshape(),
     Op.INDEX_MASK: IndexMask(), Op.DIM: SizeOf(),
 }
-_IDENTITY_ONLY = Rule()  # INPUT, PARAM, CONST, ARANGE and any op without a rule
+_IDENTITY_ONLY = LayoutRule()  # INPUT, PARAM, CONST, ARANGE and any op without a rule
 
 
-def rule(op: Op) -> Rule:
+def rule(op: Op) -> LayoutRule:
     return RULES.get(op, _IDENTITY_ONLY)
 
 
-class LayoutError(Exception):
+class LayoutRuleError(Exception):
     """A rule built a node whose type is not the layout it promised: a bug in this pass."""
 
 
@@ -215,7 +215,7 @@ class _Builder:
             if best is None or cost < best[0] - 1e-9:
                 best = (cost, L, plan)
         if best is None:
-            raise LayoutError(f"{n.op.value} absorbs no layout, not even the identity")
+            raise LayoutRuleError(f"{n.op.value} absorbs no layout, not even the identity")
         _, L, plan = best
         src, lay = self._operands(n, plan)
         v = r.build(n, L, src, lay)
@@ -292,7 +292,7 @@ def _moves_only_units(v: Node, perm: Perm) -> bool:
 def _check(n: Node, L: Perm, v: Node) -> None:
     expect = TensorType(n.dtype, tuple(n.shape[a] for a in L))
     if v.type != expect:
-        raise LayoutError(f"{n.op.value} in layout {list(L)} was built as {v.type}, expected {expect}")
+        raise LayoutRuleError(f"{n.op.value} in layout {list(L)} was built as {v.type}, expected {expect}")
 
 
 def same_graph(a: Graph, b: Graph) -> bool:

@@ -82,7 +82,7 @@ def restrict(L: Perm, rank: int) -> tuple[Perm, list[int]]:
     return q, ins
 
 
-class Rule:
+class LayoutRule:
     """The default: an op that only absorbs the identity layout (INPUT, PARAM, and anything unknown)."""
 
     def plan(self, n: Node, L: Perm, avail: Avail) -> list[Perm | None] | None:
@@ -103,7 +103,7 @@ class Rule:
         return 0.0
 
 
-class Elementwise(Rule):
+class Elementwise(LayoutRule):
     """Unary and broadcasting n-ary ops: each operand takes the output layout restricted to its axes."""
 
     def plan(self, n: Node, L: Perm, avail: Avail) -> list[Perm | None] | None:
@@ -156,7 +156,7 @@ def _strip_leading(s: Node) -> Node:
     return Node(Op.UNSQUEEZE, s.src, {"axes": rest}, span=s.span, scope=s.scope)
 
 
-class Transpose(Rule):
+class Transpose(LayoutRule):
     """A transpose is absorbed by its operand's layout: it becomes no node at all."""
 
     def plan(self, n: Node, L: Perm, avail: Avail) -> list[Perm | None] | None:
@@ -182,7 +182,7 @@ def _batch_plan(B: Perm, rank: int, out_batch: int) -> Perm | None:
     return tuple(a - off for a in B if a >= off)
 
 
-class Matmul(Rule):
+class Matmul(LayoutRule):
     """W X in [b, out, s] is Xᵀ Wᵀ in [b, s, out]: a swapped output layout swaps and permutes operands."""
 
     def plan(self, n: Node, L: Perm, avail: Avail) -> list[Perm | None] | None:
@@ -220,7 +220,7 @@ class Matmul(Rule):
         return L if self.plan(n, L, None) is not None else ident(R - 2) + tail
 
 
-class Attention(Rule):
+class Attention(LayoutRule):
     """ATTENTION works on the last two axes, already row-major: only its batch axes may permute."""
 
     def plan(self, n: Node, L: Perm, avail: Avail) -> list[Perm | None] | None:
@@ -257,7 +257,7 @@ class Attention(Rule):
 NORMALISING = (Op.SOFTMAX, Op.LAYER_NORM, Op.RMS_NORM)
 
 
-class AxisOp(Rule):
+class AxisOp(LayoutRule):
     """SOFTMAX, LAYER_NORM, RMS_NORM, SLICE, CONCAT: one `axis` attribute, remapped; other operands are
     scalars or per-axis vectors, or, for CONCAT, tensors in the same layout."""
 
@@ -286,7 +286,7 @@ class AxisOp(Rule):
         return 0.0 if last or n.op not in NORMALISING else 2.0
 
 
-class Reduce(Rule):
+class Reduce(LayoutRule):
     """REDUCE_*: with keepdims the axes are remapped; without, the reduced axes may sit anywhere in
     the operand's layout, and the canonical choice is last."""
 
@@ -325,7 +325,7 @@ class Reduce(Rule):
         return P
 
 
-class IndexMask(Rule):
+class IndexMask(LayoutRule):
     """bool[r, c] with i rel j, transposed, is bool[c, r] with j rel' i."""
 
     FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
@@ -340,7 +340,7 @@ class IndexMask(Rule):
         return Node(Op.INDEX_MASK, (src[1], src[0]), attrs, span=n.span, scope=n.scope)
 
 
-class SizeOf(Rule):
+class SizeOf(LayoutRule):
     """DIM reads a size, which every layout of its operand has: it never asks for a transpose."""
 
     def plan(self, n: Node, L: Perm, avail: Avail) -> list[Perm | None] | None:

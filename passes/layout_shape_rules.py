@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pseudoformer.ir import Dim, Node, Op
-from pseudoformer.passes.layout_rules import Avail, Perm, Rule, ident, new_node, norm_axes, respell
+from pseudoformer.passes.layout_rules import Avail, LayoutRule, Perm, ident, new_node, norm_axes, respell
 
 
-class Unsqueeze(Rule):
+class Unsqueeze(LayoutRule):
     def _split(self, n: Node) -> tuple[list[int], list[int]]:
         R = len(n.shape)
         ins = norm_axes(n.attrs["axes"], R)
@@ -38,7 +38,7 @@ class Unsqueeze(Rule):
         return P
 
 
-class Squeeze(Rule):
+class Squeeze(LayoutRule):
     def _split(self, n: Node) -> tuple[list[int], list[int]]:
         r = n.src[0].type.rank
         sq = norm_axes(n.attrs["axes"], r)
@@ -68,7 +68,7 @@ class Squeeze(Rule):
         return P
 
 
-class Gather(Rule):
+class Gather(LayoutRule):
     """GATHER(data, idx, axis) puts idx's axes in place of data's axis: a layout that keeps them
     together is a layout of data (with the block as its axis) and of idx (the order inside the block).
     The embedding's GATHER(W_e, x, axis=1) in [d, b, s], wanted as [b, s, d], becomes GATHER(W_eᵀ, x, axis=0)."""
@@ -161,7 +161,7 @@ def reshape_groups(src: Sequence[Dim], dst: Sequence[Dim]) -> list[tuple[list[in
     return groups
 
 
-class Reshape(Rule):
+class Reshape(LayoutRule):
     """A reshape that only merges or splits neighbouring axes absorbs any layout that moves those
     groups whole: [b, H·d, s] → [b, H, d, s] is, row-major, [b, s, H·d] → [b, s, H, d]."""
 

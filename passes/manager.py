@@ -24,8 +24,7 @@ class Pass:
 
 def _registry() -> dict[str, Pass]:
     from pseudoformer.passes.cse import cse
-    from pseudoformer.passes.fuse_activations import fuse_gelu, fuse_norms
-    from pseudoformer.passes.fuse_attention import fuse_attention
+    from pseudoformer.passes.fusions import fuse_attention, fuse_gelu, fuse_norms
     from pseudoformer.passes.head_batching import batch_heads
     from pseudoformer.passes.layout import to_row_major
     from pseudoformer.passes.simplify import simplify

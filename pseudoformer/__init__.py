@@ -10,9 +10,9 @@ def __getattr__(name: str) -> object:
 
         return getattr(deploy, name)
     if name in ("load", "check", "Model"):
-        from pseudoformer import pipeline
+        from pseudoformer import model as model_api
 
-        return getattr(pipeline, name)
+        return getattr(model_api, name)
     if name == "generate":
         from pseudoformer.generation.api import generate
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pseudoformer import __version__
-from pseudoformer.frontend.errors import AlgError, CompileError, UsageError
+from pseudoformer.errors import AlgError, CompileError, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -129,7 +129,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from pseudoformer.pipeline import check_report
+    from pseudoformer.model import check_report
 
     errors: list[AlgError] = []
     for f in args.files:
@@ -148,8 +148,8 @@ def _check(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from pseudoformer.ir.printer import format_graph
     from pseudoformer.ir.view import to_dot, to_json
+    from pseudoformer.model import load
     from pseudoformer.optimize import after_pass, describe_passes, diff_pass, optimize
-    from pseudoformer.pipeline import load
 
     if args.passes:
         print(describe_passes())
@@ -224,7 +224,7 @@ def _compile(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from pseudoformer.pipeline import check_inputs, load
+    from pseudoformer.model import check_inputs, load
 
     inputs = _read_inputs(args.inputs)
     is_onnx = Path(args.file).suffix == ".onnx"
@@ -239,7 +239,7 @@ def _run(args: argparse.Namespace) -> int:
     if backend != "tvm" and args.target != "llvm":
         raise UsageError(f"--target {args.target} is for the tvm backend")
     if is_so:
-        from pseudoformer.backends.tvm.api import run_library
+        from pseudoformer.deploy_tvm import run_library
 
         if backend != "tvm":
             raise UsageError("a .so file runs on the tvm backend; run the .alg source for numpy or onnx")
@@ -255,7 +255,7 @@ def _run(args: argparse.Namespace) -> int:
                      seed=args.seed)
         feed = check_inputs(model.graph, inputs)
         if backend == "tvm":
-            from pseudoformer.backends.tvm.api import compile_model
+            from pseudoformer.deploy_tvm import compile_model
 
             level = 2 if args.opt is None else args.opt
             outputs = compile_model(model, target=args.target, opt_level=level).run(feed)

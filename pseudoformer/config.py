@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pseudoformer.frontend.errors import UsageError
+from pseudoformer.errors import UsageError
 from pseudoformer.frontend.names import parse_name
 
 

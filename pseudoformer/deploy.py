@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pseudoformer import __version__
-from pseudoformer.frontend.errors import UsageError
-from pseudoformer.pipeline import Model, check_inputs, load
+from pseudoformer.errors import UsageError
+from pseudoformer.model import Model, check_inputs, load, model_metadata
 
 if TYPE_CHECKING:
-    from pseudoformer.backends.tvm.api import TVMCompiledModel
+    from pseudoformer.deploy_tvm import TVMCompiledModel
 
 BACKENDS = ("onnx", "tvm")
 DTYPES = ("float32", "float16")
@@ -105,24 +102,11 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
         raise UsageError("--tvm-params is for the tvm backend")
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed)
     if backend == "tvm":
-        from pseudoformer.backends.tvm.api import compile_model
+        from pseudoformer.deploy_tvm import compile_model
 
         return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args")
     lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False)
     return CompiledModel(lowered, model, dtype, padding_mask)
-
-
-def model_metadata(model: Model, opt_level: int) -> dict[str, str]:
-    """What a compiled artefact records about where it came from (ONNX metadata_props, TVM's .so)."""
-    return {
-        "source": model.source.name,
-        "source_sha256": hashlib.sha256(model.source.read_bytes()).hexdigest(),
-        "entry": model.entry,
-        "hyperparameters": json.dumps(model.graph.meta.get("hyperparameters", {}), sort_keys=True),
-        "weights": model.weights_source or f"random (seed {model.meta.get('seed', 0)})",
-        "pseudoformer_version": __version__,
-        "opt_level": str(opt_level),
-    }
 
 
 def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,

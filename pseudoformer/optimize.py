@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 
-from pseudoformer.frontend.errors import UsageError
+from pseudoformer.errors import UsageError
 from pseudoformer.ir import Graph
 from pseudoformer.ir.printer import format_graph
 from pseudoformer.passes.manager import LEVELS, Pass, passes, pipeline, run_passes

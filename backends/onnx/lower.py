@@ -20,8 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import pseudoformer
 from pseudoformer.backends.onnx.attention3d import Heads3D, find_3d_attention
-from pseudoformer.backends.onnx.errors import BackendError
 from pseudoformer.backends.onnx.precision import fp32_nodes
+from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import ARITH, COMPARE, LOGICAL, UNARY, Op

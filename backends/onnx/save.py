@@ -25,8 +25,8 @@ import onnx
 from google.protobuf.message import Message
 from onnx import TensorProto, helper
 
-from pseudoformer.backends.onnx.errors import BackendError
 from pseudoformer.backends.onnx.lower import LoweredModel, initializer_header
+from pseudoformer.errors import BackendError
 
 # Protobuf refuses to serialise a message of 2 GiB or more; keep a margin for the graph itself.
 EXTERNAL_DATA_THRESHOLD = 2**31 - 2**26

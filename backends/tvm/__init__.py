@@ -10,7 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from pseudoformer.backends.tvm.errors import INSTALL_HINT, BackendError, require_tvm
+from pseudoformer.backends.tvm.guard import INSTALL_HINT, require_tvm
+from pseudoformer.errors import BackendError
 
 _LAZY = {
     "TVMModel": "build", "compile_graph": "build", "load_model": "build", "make_target": "build",

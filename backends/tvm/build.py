@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.backends.tvm.dedup import dedup_prim_funcs
-from pseudoformer.backends.tvm.errors import BackendError, require_tvm
 from pseudoformer.backends.tvm.fastmath import fast_math
 from pseudoformer.backends.tvm.fold import fold_weights
+from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.lower import Lowered, to_relax
 from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
+from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.ops import Op
 from pseudoformer.ir.types import TensorType

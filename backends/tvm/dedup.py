@@ -11,7 +11,7 @@ from typing import Any
 
 import tvm_ffi
 
-from pseudoformer.backends.tvm.errors import require_tvm
+from pseudoformer.backends.tvm.guard import require_tvm
 
 tvm = require_tvm()
 from tvm import relax, tirx  # noqa: E402

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pseudoformer.backends.tvm.errors import require_tvm
+from pseudoformer.backends.tvm.guard import require_tvm
 
 tvm = require_tvm()
 from tvm import relax, te, tirx, topi  # noqa: E402

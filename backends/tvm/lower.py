@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pseudoformer.backends.tvm.errors import BackendError, require_tvm
+from pseudoformer.backends.tvm.guard import require_tvm
+from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op

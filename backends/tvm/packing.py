@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer.backends.tvm.errors import require_tvm
 from pseudoformer.backends.tvm.fold import pack
+from pseudoformer.backends.tvm.guard import require_tvm
 
 tvm = require_tvm()
 from tvm import relax, te  # noqa: E402

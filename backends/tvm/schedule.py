@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pseudoformer.backends.tvm.errors import require_tvm
+from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.packing import PANEL
 
 tvm = require_tvm()

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pseudoformer.frontend.errors import UsageError
+from pseudoformer.errors import UsageError
 from pseudoformer.frontend.generation_plan import GenerationPlan
 from pseudoformer.generation.generator import Generation, Generator
 from pseudoformer.generation.sampling import Sampling, SamplingError
@@ -36,7 +36,7 @@ def prepare(path: str | Path, *, inference: str | None = None, config: str | Pat
     """Check `path`'s inference algorithm and build the generator for the model it calls."""
     from pseudoformer.frontend.inference import plan_inference
     from pseudoformer.frontend.modules import load_program
-    from pseudoformer.pipeline import load, resolve_source
+    from pseudoformer.model import load, resolve_source
 
     plan = plan_inference(load_program(resolve_source(path)), inference)
     model = load(path, entry=plan.model, config=config, defines=defines, weights=weights, seed=seed)

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from pseudoformer.frontend.errors import UsageError
+from pseudoformer.errors import UsageError
 from pseudoformer.generation.generator import BACKENDS
 
 

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer.frontend.errors import UsageError
+from pseudoformer.errors import UsageError
 from pseudoformer.generation.runtimes import Cache, NumpyRuntime, OnnxRuntime, Runtime
 from pseudoformer.generation.sampling import Sampling, log_probabilities, sample
 from pseudoformer.ir import Graph, Op
+from pseudoformer.model import Model
 from pseudoformer.passes.kv_cache import IncrementalDecoder, derive_incremental
 from pseudoformer.passes.last_position import keep_last_position
-from pseudoformer.pipeline import Model
 
 BACKENDS = ("onnx", "numpy", "tvm")
 
@@ -154,7 +154,7 @@ def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, t
     if backend == "numpy":
         return NumpyRuntime(dec, output, model.weights)
     if backend == "onnx":
-        from pseudoformer.deploy import model_metadata
+        from pseudoformer.model import model_metadata
 
         return OnnxRuntime(dec, output, model.weights, provider=provider, threads=threads,
                            metadata=model_metadata(model, 2))

@@ -18,7 +18,7 @@ import pytest
 
 from pseudoformer.backends.onnx import OnnxRunner
 from pseudoformer.deploy import lower
-from pseudoformer.pipeline import Model, load
+from pseudoformer.model import Model, load
 
 TOL = 1e-5
 TINY = dict(L=2, H=2, d_e=8, d_mlp=16, d_attn=4, d_mid=4, ell_max=40, N_V=11)

@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 
 from pseudoformer.cli import main
+from pseudoformer.errors import AlgError, CompileError
 from pseudoformer.frontend.errors import (
-    AlgError,
     ArityError,
     BadTypeError,
-    CompileError,
     HyperparameterError,
     InferenceError,
     UnknownNameError,
@@ -29,7 +28,7 @@ from pseudoformer.frontend.errors import (
 from pseudoformer.frontend.generation_plan import GenerationPlan
 from pseudoformer.frontend.inference import inference_algorithms, is_inference, plan_inference
 from pseudoformer.frontend.modules import load_program
-from pseudoformer.pipeline import load
+from pseudoformer.model import load
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "models"

@@ -21,12 +21,11 @@ import numpy as np
 import pytest
 
 from pseudoformer.cli import main
+from pseudoformer.errors import AlgError, CompileError
 from pseudoformer.frontend.errors import (
-    AlgError,
     AlgSyntaxError,
     ArityError,
     BadTypeError,
-    CompileError,
     DuplicateError,
     HyperparameterError,
     LayoutError,
@@ -34,7 +33,7 @@ from pseudoformer.frontend.errors import (
     ShapeError,
     UnknownNameError,
 )
-from pseudoformer.pipeline import check, load
+from pseudoformer.model import check, load
 
 INVALID = Path(__file__).parent / "invalid"
 CASES = sorted(p.name for p in INVALID.glob("*.alg"))

@@ -7,7 +7,7 @@ import pytest
 
 from pseudoformer.ir import DType, Node, Op, TensorType
 from pseudoformer.ir.ops import IRTypeError
-from pseudoformer.pipeline import load
+from pseudoformer.model import load
 
 SOURCE = """Algorithm: c ← count(x)
   Input: x ∈ ℝ^{n}

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from pseudoformer.errors import CompileError
 from pseudoformer.frontend.entry import elaborate
-from pseudoformer.frontend.errors import CompileError, ShapeError
+from pseudoformer.frontend.errors import ShapeError
 from pseudoformer.frontend.modules import load_program
 from pseudoformer.ir.printer import format_graph
 from pseudoformer.ir.verify import verify

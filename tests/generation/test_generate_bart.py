@@ -8,7 +8,7 @@ import torch
 from transformers import BartConfig, BartForConditionalGeneration
 
 from pseudoformer.generation import Generator, Sampling
-from pseudoformer.pipeline import load
+from pseudoformer.model import load
 from tests.models.test_bart_vs_hf import SMALL, _hf
 
 START, EOS = 2, 2  # BART decodes from </s>

@@ -17,7 +17,7 @@ pytest.importorskip("tvm.relax", reason="the TVM backend needs apache-tvm: pip i
 
 from pseudoformer.cli import main  # noqa: E402  (after the skip: without TVM nothing here runs)
 from pseudoformer.generation import Generation, Generator, Sampling  # noqa: E402
-from pseudoformer.pipeline import load  # noqa: E402
+from pseudoformer.model import load  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[2] / "models" / "paper"
 # Small, as in tests/passes/test_kv_cache.py, with two layers each side so that the cache has several slots.

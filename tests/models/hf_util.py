@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from pseudoformer.pipeline import Model, load
+from pseudoformer.model import Model, load
 
 
 def log_softmax(a: np.ndarray) -> np.ndarray:

@@ -17,8 +17,8 @@ from transformers import BartConfig, BartForConditionalGeneration, BartModel
 
 from pseudoformer.cli import main
 from pseudoformer.deploy import compile
-from pseudoformer.frontend.errors import UsageError
-from pseudoformer.pipeline import load
+from pseudoformer.errors import UsageError
+from pseudoformer.model import load
 from pseudoformer.weights import WeightsError, hf_hyperparameters, load_weights, read_hf_config
 from tests.models.hf_util import log_softmax, ours, save_hf, tokens
 

@@ -21,7 +21,7 @@ import torch
 from transformers import BartConfig, BartForConditionalGeneration
 
 from pseudoformer.deploy import compile
-from pseudoformer.pipeline import load
+from pseudoformer.model import load
 from pseudoformer.weights import save_weights
 from pseudoformer.weights.hf_bart import POSITION_OFFSET, to_ours
 from tests.models.hf_util import tokens

@@ -13,7 +13,7 @@ import pytest
 
 from pseudoformer.ir.printer import format_graph
 from pseudoformer.ir.verify import verify
-from pseudoformer.pipeline import load
+from pseudoformer.model import load
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 TINY = dict(L=1, H=2, d_e=4, d_mlp=8, d_attn=2, d_mid=2, ell_max=8, N_V=5)

@@ -55,7 +55,7 @@ def test_gpt2_small_size_matches_hf(tmp_path) -> None:
 
 
 def test_default_config_is_gpt2_small() -> None:
-    from pseudoformer.pipeline import load
+    from pseudoformer.model import load
 
     m = load("models/gpt2.alg")
     n = sum(w.size for w in m.weights.values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pseudoformer.pipeline import load
+from pseudoformer.model import load
 
 PRIMS = "models/paper/primitives.alg"
 RNG = np.random.default_rng(0)

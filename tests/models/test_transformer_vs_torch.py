@@ -21,7 +21,7 @@ import torch
 
 from pseudoformer.cli import main
 from pseudoformer.deploy import compile
-from pseudoformer.pipeline import load
+from pseudoformer.model import load
 from pseudoformer.weights import save_weights
 from tests.models.hf_util import tokens
 

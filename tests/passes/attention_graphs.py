@@ -13,9 +13,9 @@ import numpy as np
 from pseudoformer.ir import DType, Graph, Node, Op
 from pseudoformer.ir.interpreter import run
 from pseudoformer.ir.types import TensorType
+from pseudoformer.model import Model, load
 from pseudoformer.passes.cse import cse
 from pseudoformer.passes.simplify import simplify
-from pseudoformer.pipeline import Model, load
 
 F32 = DType.float32
 TINY = dict(L=2, H=3, d_e=6, d_mlp=8, d_attn=2, d_mid=2, ell_max=16, N_V=7)

@@ -15,8 +15,8 @@ from pseudoformer.ir import Graph, Node, Op
 from pseudoformer.ir.interpreter import run
 from pseudoformer.ir.types import DType, TensorType
 from pseudoformer.ir.verify import verify
+from pseudoformer.model import Model, load
 from pseudoformer.passes.manager import passes, run_passes
-from pseudoformer.pipeline import Model, load
 
 F32 = DType.float32
 TOL = 1e-5

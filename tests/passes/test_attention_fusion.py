@@ -12,8 +12,8 @@ from pseudoformer.frontend.entry import elaborate
 from pseudoformer.frontend.modules import load_program
 from pseudoformer.ir import DType, Op
 from pseudoformer.ir.verify import verify
-from pseudoformer.passes.fuse_attention import fuse_attention
-from pseudoformer.pipeline import resolve_source
+from pseudoformer.model import resolve_source
+from pseudoformer.passes.fusions import fuse_attention
 from tests.passes.attention_graphs import (
     NEG_INF,
     SIZES,

@@ -16,9 +16,9 @@ from pseudoformer.frontend.modules import load_program
 from pseudoformer.ir import DType, Op
 from pseudoformer.ir.interpreter import run
 from pseudoformer.ir.verify import verify
-from pseudoformer.passes.fuse_attention import fuse_attention
+from pseudoformer.model import resolve_source
+from pseudoformer.passes.fusions import fuse_attention
 from pseudoformer.passes.head_batching import batch_heads
-from pseudoformer.pipeline import resolve_source
 from tests.passes.attention_graphs import (
     SIZES,
     TINY,

@@ -9,13 +9,13 @@ import onnx
 import pytest
 
 from pseudoformer.backends.onnx import to_onnx
-from pseudoformer.frontend.errors import CompileError
+from pseudoformer.errors import CompileError
 from pseudoformer.ir.interpreter import run
 from pseudoformer.ir.verify import verify
+from pseudoformer.model import load
 from pseudoformer.optimize import optimize
 from pseudoformer.passes.kv_cache import NotCacheableError, derive_incremental
 from pseudoformer.passes.last_position import keep_last_position
-from pseudoformer.pipeline import load
 from tests.models.test_golden_ir import CASES
 from tests.passes.test_semantics import _inputs
 

@@ -7,8 +7,8 @@ import pytest
 
 from pseudoformer.ir import Graph, Node, Op
 from pseudoformer.ir.verify import verify
-from pseudoformer.passes.fuse_activations import fuse_norms
-from pseudoformer.pipeline import load
+from pseudoformer.model import load
+from pseudoformer.passes.fusions import fuse_norms
 from tests.passes.fusion_cases import (
     L,
     assert_same,

@@ -17,9 +17,9 @@ import pytest
 from pseudoformer.ir import Graph, Node, Op
 from pseudoformer.ir.interpreter import run
 from pseudoformer.ir.verify import verify
+from pseudoformer.model import Model, load
 from pseudoformer.passes.layout import activation_transposes, static_nodes, to_row_major
 from pseudoformer.passes.manager import passes, run_passes
-from pseudoformer.pipeline import Model, load
 from tests.passes.layout_cases import (
     feed,
     hand_params,

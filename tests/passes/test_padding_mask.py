@@ -18,9 +18,9 @@ from transformers import (
 from pseudoformer.backends.onnx import OnnxRunner, to_onnx
 from pseudoformer.ir.interpreter import run
 from pseudoformer.ir.verify import verify
+from pseudoformer.model import load
 from pseudoformer.optimize import optimize
 from pseudoformer.passes.padding_mask import PaddingMaskError, add_padding_masks
-from pseudoformer.pipeline import load
 from tests.models.test_bart_vs_hf import SMALL as BART_SMALL
 from tests.models.test_bart_vs_hf import _hf as bart_hf
 
@@ -112,7 +112,7 @@ def test_unfused_attention_is_refused_with_the_reason() -> None:
 def test_compile_api_and_cli_take_the_mask(tmp_path, capsys) -> None:
     from pseudoformer.cli import main
     from pseudoformer.deploy import compile
-    from pseudoformer.frontend.errors import UsageError
+    from pseudoformer.errors import UsageError
 
     defines = ["L=1", "H=2", "d_e=8", "d_mlp=16", "d_attn=4", "d_mid=4", "ell_max=16", "N_V=11"]
     compiled = compile("models/bert.alg", entry="BERTEncoder", defines=defines, padding_mask=True)

@@ -11,9 +11,9 @@ import pytest
 from pseudoformer.generation import Generator, Sampling
 from pseudoformer.ir import Op
 from pseudoformer.ir.verify import verify
+from pseudoformer.model import load
 from pseudoformer.optimize import optimize
-from pseudoformer.passes.fuse_activations import fuse_norms
-from pseudoformer.pipeline import load
+from pseudoformer.passes.fusions import fuse_norms
 from tests.passes.fusion_cases import (
     assert_same,
     const,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from pseudoformer.ir.interpreter import run
+from pseudoformer.model import load
 from pseudoformer.optimize import trace
-from pseudoformer.pipeline import load
 from tests.models.test_golden_ir import CASES
 
 

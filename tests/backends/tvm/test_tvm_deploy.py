@@ -17,8 +17,8 @@ from pseudoformer.backends.tvm import compile_graph, load_model
 from pseudoformer.backends.tvm.build import weights_path
 from pseudoformer.cli import main
 from pseudoformer.deploy import compile
-from pseudoformer.frontend.errors import UsageError
-from pseudoformer.pipeline import load
+from pseudoformer.errors import UsageError
+from pseudoformer.model import load
 
 ROOT = Path(__file__).resolve().parents[3]
 TINY = ["L=1", "H=2", "d_e=16", "d_mlp=32", "d_attn=8", "d_mid=8", "ell_max=32", "N_V=50", "eps=1e-5"]

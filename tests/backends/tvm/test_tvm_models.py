@@ -22,8 +22,8 @@ from pseudoformer.backends.tvm import compile_graph
 from pseudoformer.ir import interpreter
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.ops import Op
+from pseudoformer.model import load
 from pseudoformer.optimize import optimize
-from pseudoformer.pipeline import load
 
 TOL = 1e-4
 

@@ -12,8 +12,8 @@ from tvm_util import BACKENDS  # noqa: F401  (skips this module without TVM, and
 
 from hf_cases import BERT, BERT_SMALL, GPT2, GPT2_SMALL, SIZES, small_bert_mlm, small_gpt2  # isort: skip
 
-from pseudoformer.backends.tvm.api import TVMCompiledModel
 from pseudoformer.deploy import compile
+from pseudoformer.deploy_tvm import TVMCompiledModel
 from tests.models.hf_util import log_softmax, save_hf, tokens
 
 TOL = 1e-4

@@ -1,7 +1,9 @@
-"""The Python API: load a .alg model with its config and weights, check it, run it on the interpreter."""
+"""The Python API for models: load a .alg model with its config and weights, check it, run it on the interpreter."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -10,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer import __version__
 from pseudoformer.config import Config, resolve
+from pseudoformer.errors import CompileError, UsageError
 from pseudoformer.frontend.entry import elaborate
-from pseudoformer.frontend.errors import CompileError, UsageError
 from pseudoformer.frontend.generation_plan import GenerationPlan
 from pseudoformer.frontend.inference import (
     check_plan_config,
@@ -226,3 +229,16 @@ def check_inputs(graph: Graph, given: Mapping[str, Any]) -> dict[str, np.ndarray
 
 def _spec(node: Any) -> str:
     return f"{node.attrs['name']}: {node.type}"
+
+
+def model_metadata(model: Model, opt_level: int) -> dict[str, str]:
+    """What a compiled artefact records about where it came from (ONNX metadata_props, TVM's .so)."""
+    return {
+        "source": model.source.name,
+        "source_sha256": hashlib.sha256(model.source.read_bytes()).hexdigest(),
+        "entry": model.entry,
+        "hyperparameters": json.dumps(model.graph.meta.get("hyperparameters", {}), sort_keys=True),
+        "weights": model.weights_source or f"random (seed {model.meta.get('seed', 0)})",
+        "pseudoformer_version": __version__,
+        "opt_level": str(opt_level),
+    }

@@ -1,13 +1,13 @@
-"""The one exception the TVM backend raises for problems a user can act on, and the TVM import guard."""
+"""The TVM import guard: the tvm module, or a BackendError that says how to install it."""
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
 
-from pseudoformer.backends.errors import BackendError
+from pseudoformer.errors import BackendError
 
-__all__ = ["BackendError", "INSTALL_HINT", "require_tvm"]
+__all__ = ["INSTALL_HINT", "require_tvm"]
 
 INSTALL_HINT = "the TVM backend needs apache-tvm, which is not installed: install pseudoformer[tvm]"
 

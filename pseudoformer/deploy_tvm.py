@@ -1,4 +1,4 @@
-"""The TVM backend behind `pseudoformer.compile(..., backend="tvm")` and `pseudoformer run model.so`.
+"""Deploying with the TVM backend: `pseudoformer.compile(..., backend="tvm")` and `pseudoformer run model.so`.
 
 Importable without TVM: every entry point imports it on use and turns a missing TVM, and every
 BackendError, into the UsageError that the API raises and the CLI prints (exit 1).
@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer.backends.tvm.errors import BackendError
-from pseudoformer.frontend.errors import UsageError
-from pseudoformer.pipeline import Model, check_inputs
+from pseudoformer.errors import BackendError, UsageError
+from pseudoformer.model import Model, check_inputs, model_metadata
 
 
 def _build() -> Any:
@@ -54,7 +53,6 @@ class TVMCompiledModel:
 def compile_model(model: Model, *, target: str = "llvm", opt_level: int = 2, dtype: str = "float32",
                   params: str = "args") -> TVMCompiledModel:
     """Optimise `model`'s graph at `opt_level` and compile it with TVM for `target` ("llvm" or "cuda")."""
-    from pseudoformer.deploy import model_metadata
     from pseudoformer.optimize import optimize
 
     if dtype != "float32":

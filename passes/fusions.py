@@ -1,0 +1,43 @@
+"""The fusion passes: each replaces the formulas one family of rules (passes/rules/) matches with a single op.
+
+The paper defines layer_norm (Algorithm 6), GPT-2's GELU and attention (Algorithm 4) as formulas,
+and the frontend lowers them literally: about twenty nodes per layer norm, eleven per tanh GELU,
+a masked softmax and two products per head. Backends have one kernel for each, which is faster
+and, for layer norm, more accurate than the sum-of-quotients form.
+
+  layer_norm_fusion   rules/layer_norm.py  →  LAYER_NORM(x, γ, β; axis, eps)
+                      rules/rms_norm.py    →  RMS_NORM(x, γ; axis, eps)
+  gelu_fusion         rules/gelu_tanh.py   →  GELU(x; approximate="tanh" | "none")
+  attention_fusion    rules/attention.py   →  ATTENTION(q, k, v[, mask]; scale, causal)
+
+They expect `cse` and `simplify` to have run (they also work on the raw graph, just with more to
+look through); attention fusion runs after CSE so that the causal mask each head rebuilds is one
+node and every head's match sees the same mask. A match a rule refuses (a wrong divisor or
+constant, an intermediate used elsewhere) leaves the formula as it is, a correct program still;
+pass a list as `refusals` to collect the reasons as (rule name, reason, span).
+"""
+
+from __future__ import annotations
+
+from pseudoformer.ir import Graph
+from pseudoformer.passes.rule import apply_rules
+from pseudoformer.passes.rules import attention, gelu_tanh, layer_norm, rms_norm
+
+NORM_RULES = [layer_norm.RULE, rms_norm.RULE]
+GELU_RULES = [gelu_tanh.RULE]
+ATTENTION_RULES = [attention.RULE]
+
+
+def fuse_norms(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Replace every Algorithm 6 / 6ε layer norm with one LAYER_NORM node, every RMS norm with RMS_NORM."""
+    return apply_rules(graph, NORM_RULES, refusals)
+
+
+def fuse_gelu(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Replace every written-out GELU (tanh approximation or erf form) with one GELU node."""
+    return apply_rules(graph, GELU_RULES, refusals)
+
+
+def fuse_attention(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Fuse every matching head of Algorithm 4 into one ATTENTION op."""
+    return apply_rules(graph, ATTENTION_RULES, refusals)

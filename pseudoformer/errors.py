@@ -1,0 +1,112 @@
+"""The errors every stage shares: a user's mistake at a source position, and the collection of them.
+
+Each stage (frontend, passes, backends, the API) imports its base classes from here, so that no stage
+imports a later or an earlier one just to raise an error. Stage-specific kinds of mistake subclass
+AlgError in their own stage (frontend/errors.py, passes/kv_cache.py).
+
+Every user error is rendered as `file:line:col: error: …`, the line and a caret; errors are collected
+into a `Diagnostics` and raised together as a `CompileError`, so a user sees every independent
+mistake of a file in one run.
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Pos:
+    file: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+class AlgError(Exception):
+    """A mistake in user input, reported at a source position."""
+
+    kind = "error"
+
+    def __init__(self, message: str, pos: Pos | None = None, source_line: str | None = None,
+                 notes: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.message = message
+        self.pos = pos
+        self.source_line = source_line
+        self.notes = notes
+
+    def render(self) -> str:
+        where = f"{self.pos}: " if self.pos else ""
+        out = [f"{where}error: {self.message}"]
+        line = self.source_line
+        if line is None and self.pos is not None:
+            line = _read_line(self.pos)
+        if line is not None and self.pos is not None:
+            line = line.rstrip("\n")
+            out.append(f"    {line}")
+            # Keep tabs so the caret lines up under tab-indented text.
+            pad = "".join(c if c == "\t" else " " for c in line[: max(self.pos.col - 1, 0)])
+            out.append(f"    {pad}^")
+        out.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+class UsageError(AlgError):
+    """A bad command-line argument or configuration file."""
+
+
+class BackendError(Exception):
+    """A model that cannot be lowered, compiled, saved or run as asked; the message says what to do."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class Diagnostics:
+    errors: list[AlgError] = field(default_factory=list)
+
+    def add(self, err: AlgError) -> None:
+        if not any(e.pos == err.pos and e.message == err.message for e in self.errors):
+            self.errors.append(err)
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            raise CompileError(self.errors)
+
+
+class CompileError(Exception):
+    """One or more user errors, rendered together."""
+
+    def __init__(self, errors: list[AlgError]) -> None:
+        # Checking every entry of a file meets a shared callee's mistake once per entry: report it once.
+        unique: dict[tuple[Pos | None, str], AlgError] = {}
+        for e in errors:
+            unique.setdefault((e.pos, e.message), e)
+        self.errors = sorted(unique.values(), key=lambda e: (e.pos.file, e.pos.line, e.pos.col) if e.pos else ("", 0, 0))
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        parts = [e.render() for e in self.errors]
+        if len(self.errors) > 1:
+            parts.append(f"{len(self.errors)} errors")
+        return "\n".join(parts)
+
+
+def _read_line(pos: Pos) -> str | None:
+    try:
+        lines = Path(pos.file).read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return lines[pos.line - 1] if 0 < pos.line <= len(lines) else None
