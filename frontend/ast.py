@@ -6,6 +6,7 @@ dispatches on the tag; statements, declarations and algorithms are plain datacla
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,3 +117,14 @@ class Module:
     def line(self, n: int) -> str:
         lines = self.source.splitlines()
         return lines[n - 1] if 0 < n <= len(lines) else ""
+
+
+def _statements(stmts: list[Stmt]) -> Iterator[Stmt]:
+    for s in stmts:
+        yield s
+        yield from _statements(s.body)
+
+
+def is_inference(alg: Algorithm) -> bool:
+    """An algorithm that samples is an inference algorithm: generation runs it, not a backend."""
+    return any(s.kind == "sample" for s in _statements(alg.body))

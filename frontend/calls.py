@@ -6,11 +6,18 @@ from dataclasses import replace
 from typing import Any
 
 from pseudoformer.errors import AlgError
-from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt
+from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt, is_inference
 from pseudoformer.frontend.errors import ArityError, BadTypeError, HyperparameterError, ShapeError
-from pseudoformer.frontend.exprs import as_size, describe, distinct_index_vars, ev, ev_val
+from pseudoformer.frontend.expressions import (
+    as_size,
+    call_builtin,
+    describe,
+    distinct_index_vars,
+    ev,
+    ev_val,
+    handles,
+)
 from pseudoformer.frontend.frame import Frame, MapVar
-from pseudoformer.frontend.inference import is_inference
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import GroupVal, collection, top_entries
 from pseudoformer.frontend.tensor_ops import (
@@ -53,6 +60,14 @@ def _pick(f: Frame, e: Expr, cands: list[Algorithm], n_args: int, n_pos: int) ->
                       f"and {'/'.join(str(len(a.param_args)) for a in cands)} after `|`; this call gives {n_args} and "
                       f"{n_pos}", e.pos, (f"declared: {sig}",))
     return pool[-1]
+
+
+@handles("call")
+def call_expr(f: Frame, e: Expr) -> Any:
+    """`name(…)`: an algorithm in scope is inlined; otherwise a builtin."""
+    if f.prog.lookup(f.alg.module, e.text):
+        return call_algorithm(f, e)
+    return call_builtin(f, e)
 
 
 def call_algorithm(f: Frame, e: Expr) -> Any:

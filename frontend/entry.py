@@ -11,11 +11,11 @@ import math
 from typing import Any
 
 from pseudoformer.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
-from pseudoformer.frontend.ast import Algorithm, Decl
+from pseudoformer.frontend.ast import Algorithm, Decl, is_inference
 from pseudoformer.frontend.calls import input_decl, run_body
 from pseudoformer.frontend.errors import BadTypeError, HyperparameterError, UnknownNameError
 from pseudoformer.frontend.frame import Frame, Weights
-from pseudoformer.frontend.inference import is_inference, plan_inference
+from pseudoformer.frontend.inference import plan_inference
 from pseudoformer.frontend.modules import Program
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.sizes import Size

@@ -207,15 +207,9 @@ class Frame:
     def hyper_keys(self) -> set[str]:
         return {parse_name(k).key() for k in self.hyper}
 
-    def hyper_value(self, key: str, pos: Any) -> Any:
-        from pseudoformer.frontend.masks import evaluate_mask  # masks evaluates expressions
-
-        name = next(k for k in self.hyper if parse_name(k).key() == key)
-        v = self.hyper[name]
-        if not isinstance(v, Val):
-            v = evaluate_mask(self, name, v, pos)
-            self.hyper[name] = v
-        return v
+    def hyper_name(self, key: str) -> str:
+        """The hyperparameter's name as this frame holds it (its value, hyper[name], may be an unevaluated mask)."""
+        return next(k for k in self.hyper if parse_name(k).key() == key)
 
     # ------------------------------------------------------------------ parameters
     def param(self, name: Name, indices: dict[str, int], pos: Any) -> Any:

@@ -18,29 +18,16 @@ Every line that departs from it is reported where it is, all in one CompileError
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Iterator
 
 from pseudoformer.errors import AlgError, CompileError, Pos
-from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt
+from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt, is_inference
 from pseudoformer.frontend.errors import HyperparameterError, InferenceError, UnknownNameError
 from pseudoformer.frontend.generation_plan import GenerationPlan
 from pseudoformer.frontend.inference_steps import Step, check_loop
 from pseudoformer.frontend.modules import Program
 from pseudoformer.frontend.names import parse_name, unicode_name
 from pseudoformer.frontend.positions import Form
-
-
-def _statements(stmts: list[Stmt]) -> Iterator[Stmt]:
-    for s in stmts:
-        yield s
-        yield from _statements(s.body)
-
-
-def is_inference(alg: Algorithm) -> bool:
-    """An algorithm that samples is an inference algorithm: generation runs it, not a backend."""
-    return any(s.kind == "sample" for s in _statements(alg.body))
 
 
 def inference_algorithms(prog: Program) -> list[Algorithm]:
@@ -255,11 +242,6 @@ def _target_name(s: Stmt) -> str | None:
     if t is None or len(getattr(t, "children", ())) != 1:
         return None
     return str(t.children[0])
-
-
-def did_you_mean(name: str, options: list[str]) -> tuple[str, ...]:
-    close = difflib.get_close_matches(name, options, n=1)
-    return (f"did you mean {close[0]}?",) if close else ()
 
 
 def describe_plan(prog: Program, plan: GenerationPlan, hyper: dict[str, int | float] | None = None) -> str:

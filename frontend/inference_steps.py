@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pseudoformer.frontend import positions
-from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt
+from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt, is_inference
 from pseudoformer.frontend.errors import (
     ArityError,
     BadTypeError,
@@ -19,8 +19,8 @@ from pseudoformer.frontend.errors import (
     InferenceError,
     UnknownNameError,
 )
-from pseudoformer.frontend.exprs import BUILTINS
-from pseudoformer.frontend.names import parse_name
+from pseudoformer.frontend.expressions.builtin_calls import BUILTINS
+from pseudoformer.frontend.names import did_you_mean, parse_name
 from pseudoformer.frontend.positions import Form
 
 # The four lines of a step, in the order they must come.
@@ -187,8 +187,6 @@ def _model(step: Step, s: Stmt) -> None:
         check.error(InferenceError, "P is the model's output: P ← DTransformer(x | θ̂), or P ← softmax(GPT2(x | θ̂)) "
                     "for a model that returns logits", call.pos)
         return
-    from pseudoformer.frontend.inference import did_you_mean, is_inference  # inference imports this module
-
     found = check.prog.lookup(check.alg.module, call.text)
     scope_names = sorted(n for n, algs in check.prog.scopes.get(check.alg.module.path, {}).items()
                          if not any(is_inference(a) for a in algs))

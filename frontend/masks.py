@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pseudoformer.frontend.errors import BadTypeError, HyperparameterError
+from pseudoformer.frontend.expressions.core import ev_val
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.tensor_ops import free_to_dim
 from pseudoformer.frontend.values import MaskDef, Val
@@ -22,8 +23,6 @@ def evaluate_mask(f: Frame, name: str, spec: Any, pos: Any) -> Val:
     """Evaluate a mask definition at the shape the algorithm declares for it."""
     if not isinstance(spec, MaskDef):
         raise f.error(BadTypeError, f"{name} has no value", pos)
-    from pseudoformer.frontend.exprs import ev_val  # exprs imports frame
-
     dims = declared_dims(f, name, pos)
     g: Frame = spec.frame
     if not spec.vars:

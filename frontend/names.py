@@ -9,6 +9,7 @@ so γ¹_l → gamma_1, W^l_mlp1 → W_mlp1, W^{e/d}_l → W_e_d, X̃ → X_tilde
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -141,3 +142,8 @@ def unicode_name(text: str) -> str:
 def ascii_name(text: str) -> str:
     """The ASCII spelling of a whole name token, with every script kept."""
     return parse_name(text).ascii()
+
+
+def did_you_mean(name: str, options: list[str]) -> tuple[str, ...]:
+    close = difflib.get_close_matches(name, options, n=1)
+    return (f"did you mean {close[0]}?",) if close else ()

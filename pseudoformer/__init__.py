@@ -1,6 +1,8 @@
 """pseudoformer: compile transformer architectures written as in Formal Algorithms for Transformers."""
 
-__version__ = "0.1.0"
+from pseudoformer.version import __version__
+
+__all__ = ["__version__"]
 
 
 def __getattr__(name: str) -> object:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pseudoformer import __version__
 from pseudoformer.errors import AlgError, CompileError, UsageError
+from pseudoformer.version import __version__
 
 
 class _Parser(argparse.ArgumentParser):

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer import __version__
 from pseudoformer.config import Config, resolve
 from pseudoformer.errors import CompileError, UsageError
 from pseudoformer.frontend.entry import elaborate
@@ -26,6 +25,7 @@ from pseudoformer.frontend.inference import (
 )
 from pseudoformer.frontend.modules import load_program
 from pseudoformer.ir import DType, Graph
+from pseudoformer.version import __version__
 from pseudoformer.weights import (
     WeightsError,
     hf_hyperparameters,

@@ -18,7 +18,6 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import pseudoformer
 from pseudoformer.backends.onnx.attention3d import Heads3D, find_3d_attention
 from pseudoformer.backends.onnx.precision import fp32_nodes
 from pseudoformer.errors import BackendError
@@ -26,6 +25,7 @@ from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import ARITH, COMPARE, LOGICAL, UNARY, Op
 from pseudoformer.ir.types import DType, Span, TensorType
+from pseudoformer.version import __version__
 
 # The newest opset onnxruntime 1.31 loads (it refuses 27). Nothing here needs more than 20 (Gelu);
 # pass opset=21 for files that onnxruntime 1.20, the oldest the package allows, can load.
@@ -119,9 +119,9 @@ def lower_model(
         opset_imports=[helper.make_opsetid("", opset)],
         ir_version=ir_version,
         producer_name="pseudoformer",
-        producer_version=pseudoformer.__version__,
+        producer_version=__version__,
     )
-    props = {"pseudoformer_version": pseudoformer.__version__, **(metadata or {})}
+    props = {"pseudoformer_version": __version__, **(metadata or {})}
     helper.set_model_props(model, {str(k): str(v) for k, v in props.items()})
     lowered = LoweredModel(model, weights)
     if check:

@@ -33,7 +33,7 @@ from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.ops import Op
 from pseudoformer.ir.types import TensorType
-from pseudoformer.weights import WeightsError
+from pseudoformer.weights.errors import WeightsError
 from pseudoformer.weights.safetensors_io import read_safetensors, save_weights
 
 tvm = require_tvm()

@@ -1,0 +1,167 @@
+"""Σ sums, column lists [e_1, …, e_ℓ] and row stacks [Y¹; …; Y^H]."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from pseudoformer.frontend.ast import Expr
+from pseudoformer.frontend.errors import BadTypeError, ShapeError, UnknownNameError
+from pseudoformer.frontend.expressions.core import as_size, describe, ev, ev_val, handles, shown, size_val
+from pseudoformer.frontend.expressions.lookup import key_with_placeholder, script_int
+from pseudoformer.frontend.frame import Frame, MapVar
+from pseudoformer.frontend.names import parse_name
+from pseudoformer.frontend.sizes import ONE, Size
+from pseudoformer.frontend.tensor_ops import (
+    cast_real,
+    free_to_dim,
+    product,
+    reduce_free,
+    show,
+    to_layout,
+    unify,
+)
+from pseudoformer.frontend.values import Family, Val
+from pseudoformer.ir import Op, TensorType
+
+
+@handles("sum")
+def _sum(f: Frame, e: Expr) -> Val:
+    var, lo, hi, body = e.args
+    size: Size | None = None
+    if hi is not None:
+        lo_v = ev(f, lo)
+        if not (isinstance(lo_v, Val) and lo_v.const == 1):
+            raise f.error(ShapeError, "a sum starts at 1 (partial sums are not supported)", lo.pos)
+        size = as_size(ev(f, hi))
+        if size is None:
+            raise f.error(BadTypeError, "a sum's upper bound must be a size", hi.pos)
+    internal = f.b.fresh(var)
+    saved = f.maps.get(var)
+    f.maps[var] = MapVar(internal, size)
+    try:
+        v = ev_val(f, body)
+        if v.kind == "index":  # positions summed as numbers count from 1, term by term
+            v = cast_real(f.b, v)
+    finally:
+        mv = f.maps.pop(var)
+        if saved is not None:
+            f.maps[var] = saved
+    if internal not in v.free_vars:
+        if mv.size is None:
+            raise f.error(BadTypeError, f"the sum over {var} does not use {var}, so its range is unknown", e.pos)
+        return product(f.b, size_val(f, mv.size, e.pos), v)
+    if size is not None:
+        unify(f.b, size, v.free_size(internal), f"the range of {var}")
+    return reduce_free(f.b, v, internal)
+
+
+def _family_of(f: Frame, items: tuple, e: Expr) -> tuple[Any, list[str]]:
+    """[e_1, e_2, …, e_ℓ] → the family e and the scripts that index it."""
+    names = [it for it in items if it.op == "name"]
+    if len(names) != len(items) - 1 or len(names) < 2 or items[-2].op != "ellipsis":
+        raise f.error(BadTypeError, "write a family as [e_1, e_2, …, e_n]", e.pos)
+    parsed = [parse_name(n.text) for n in names]
+    first = parsed[0]
+    for i, _ in enumerate(first.scripts):
+        key = key_with_placeholder(first, i)
+        if all(len(p.scripts) == len(first.scripts) and key_with_placeholder(p, i) == key for p in parsed):
+            if key in f.vars:
+                return f.vars[key], [p.scripts[i][1] for p in parsed]
+            raise f.error(UnknownNameError, f"no family {names[0].text.split('_')[0]} has been assigned", e.pos)
+    raise f.error(BadTypeError, "the items of a list with … must differ in one index", e.pos)
+
+
+@handles("column_list")
+def _column_list(f: Frame, e: Expr) -> Val:
+    items = e.args
+    if not any(it.op == "ellipsis" for it in items):
+        cols = [ev_val(f, it) for it in items]
+        for it, c in zip(items, cols, strict=True):
+            _check_column(f, c, it)
+        return _stack(f, [replace(c, node=f.b.node(Op.UNSQUEEZE, c.node, axes=[c.paper_axis0 + 1]),
+                                  dims=c.dims + (ONE,)) for c in cols], axis=1, e=e)
+    fam, scripts = _family_of(f, items, e)
+    last = scripts[-1]
+    if isinstance(fam, tuple):  # vectorised: (Val, vars)
+        val, own = fam
+        n = f.size_of_name(last, e.pos, create=False) if not last.isdigit() else Size.of(int(last))
+        if n is None:
+            raise f.error(UnknownNameError, f"unknown size {last}", e.pos)
+        unify(f.b, n, val.free_size(own[0]), "the list's length")
+        return free_to_dim(f.b, val, own[0])
+    count = script_int(f, last, e.pos)
+    missing = [k for k in range(1, count + 1) if (k,) not in fam.members]
+    if missing:
+        raise f.error(UnknownNameError, f"members {missing} of the list have not been assigned", e.pos)
+    cols = [fam.members[(k,)] for k in range(1, count + 1)]
+    for c in cols:
+        _check_column(f, c, e)
+    return _stack(f, [replace(c, node=f.b.node(Op.UNSQUEEZE, c.node, axes=[c.paper_axis0 + 1]),
+                              dims=c.dims + (ONE,)) for c in cols], axis=1, e=e)
+
+
+def _check_column(f: Frame, c: Any, it: Expr) -> None:
+    if not isinstance(c, Val) or len(c.dims) != 1:
+        raise f.error(ShapeError, f"a list [a, b, …] puts vectors side by side as columns; {describe(it)} is "
+                      f"{shown(c)}", it.pos)
+
+
+@handles("row_stack")
+def _row_stack(f: Frame, e: Expr) -> Val:
+    items = e.args
+    if not any(it.op == "ellipsis" for it in items):
+        return _stack(f, [ev_val(f, it) for it in items], axis=0, e=e)
+    fam, scripts = _family_of(f, items, e)
+    if not isinstance(fam, Family):
+        raise f.error(BadTypeError, "row-stacking needs a family assigned in a loop", e.pos)
+    last = scripts[-1]
+    s = f.size_of_name(last, e.pos, create=False) if not last.isdigit() else Size.of(int(last))
+    if s is not None and not f.b.resolve(s).is_int:
+        # checking without a config: one member stands for all
+        m = next(iter(fam.members.values()))
+        if not isinstance(m, Val) or not m.dims:
+            raise f.error(ShapeError, f"only vectors and matrices can be stacked, not {shown(m)}", e.pos)
+        dims = (m.dims[0] * f.b.resolve(s),) + m.dims[1:]
+        shape = list(m.node.type.shape)
+        shape[m.paper_axis0] = dims[0].dim()
+        node = f.b.node(Op.CONCAT, m.node, axis=m.paper_axis0, type=TensorType(m.node.dtype, tuple(shape)))
+        return replace(m, node=node, dims=dims)
+    count = script_int(f, last, e.pos)
+    missing = [k for k in range(1, count + 1) if (k,) not in fam.members]
+    if missing:
+        raise f.error(UnknownNameError, f"members {missing} of the stack have not been assigned", e.pos)
+    return _stack(f, [fam.members[(k,)] for k in range(1, count + 1)], axis=0, e=e)
+
+
+def _stack(f: Frame, vals: list[Val], axis: int, e: Expr) -> Val:
+    if not all(isinstance(v, Val) for v in vals):
+        raise f.error(BadTypeError, "only vectors and matrices can be stacked", e.pos)
+    if len({len(v.dims) for v in vals}) != 1 or len({v.free_vars for v in vals}) != 1:
+        raise f.error(ShapeError, f"the stacked values differ in shape: {', '.join(show(v) for v in vals)}", e.pos)
+    rank = len(vals[0].dims)
+    if rank <= axis:
+        raise f.error(ShapeError, f"only vectors and matrices can be stacked, not {show(vals[0])}", e.pos)
+    for k in range(rank):
+        if k != axis:
+            for v in vals[1:]:
+                unify(f.b, vals[0].dims[k], v.dims[k], "stacking")
+    batched = any(v.batched for v in vals)
+    target = [("b", None)] * batched + [("d", i) for i in range(rank)] + [("f", n) for n, _ in vals[0].free]
+    nodes = [to_layout(f.b, v, target) for v in vals]
+    if batched and not all(v.batched for v in vals):
+        raise f.error(ShapeError, "cannot stack per-example values with parameters", e.pos)
+    total = vals[0].dims[axis]
+    for v in vals[1:]:
+        total = total + v.dims[axis]
+    dims = vals[0].dims[:axis] + (total,) + vals[0].dims[axis + 1:]
+    concat_axis = (1 if batched else 0) + axis
+    explicit = None
+    if total.unknowns:
+        # Sizes not yet inferred: name the stacked size as the Size algebra does (2·?d_mid, not
+        # ?d_mid+?d_mid), so a parameter declared with H·d_mid meets the same dim.
+        shape = list(nodes[0].type.shape)
+        shape[concat_axis] = total.dim()
+        explicit = TensorType(nodes[0].dtype, tuple(shape))
+    node = f.b.node(Op.CONCAT, *nodes, axis=concat_axis, type=explicit)
+    return Val(node, vals[0].kind, dims, vals[0].free, batched)

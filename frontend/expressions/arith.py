@@ -1,0 +1,154 @@
+"""Arithmetic, powers, transposes, Iverson brackets, comparisons and truth values."""
+
+from __future__ import annotations
+
+import math
+
+from pseudoformer.frontend.ast import Expr
+from pseudoformer.frontend.errors import BadTypeError
+from pseudoformer.frontend.expressions.core import const, describe, ev_val, handles, size_node
+from pseudoformer.frontend.frame import Frame
+from pseudoformer.frontend.sizes import BROADCAST, ONE
+from pseudoformer.frontend.tensor_ops import cast_real, elementwise, product, show, transpose, unary
+from pseudoformer.frontend.values import Val
+from pseudoformer.ir import DType, Op
+
+REL_OPS = {"<": Op.LT, "<=": Op.LE, ">": Op.GT, ">=": Op.GE, "==": Op.EQ, "!=": Op.NE}
+
+
+@handles("number")
+def _number(f: Frame, e: Expr) -> Val:
+    return const(f, e.args[0])
+
+
+@handles("inf")
+def _inf(f: Frame, e: Expr) -> Val:
+    return const(f, math.inf)
+
+
+@handles("add", "sub", "div", "hadamard")
+def _elementwise(f: Frame, e: Expr) -> Val:
+    op = e.op
+    x, y = ev_val(f, e.args[0]), ev_val(f, e.args[1])
+    if x.const is not None and y.const is not None and isinstance(x.const, (int, float)) \
+            and isinstance(y.const, (int, float)) and op != "hadamard":
+        return _fold(f, op, x.const, y.const)
+    opc = {"add": Op.ADD, "sub": Op.SUB, "div": Op.DIV, "hadamard": Op.MUL}[op]
+    what = {"add": "add", "sub": "subtract", "div": "divide", "hadamard": "multiply element-wise"}[op]
+    return elementwise(f.b, opc, [cast_real(f.b, x), cast_real(f.b, y)], what)
+
+
+@handles("juxt", "matmul")
+def _product(f: Frame, e: Expr) -> Val:
+    x, y = ev_val(f, e.args[0]), ev_val(f, e.args[1])
+    if x.const is not None and y.const is not None and not x.dims and not y.dims:
+        return _fold(f, "mul", x.const, y.const)
+    return product(f.b, cast_real(f.b, x), cast_real(f.b, y))
+
+
+@handles("neg")
+def _neg(f: Frame, e: Expr) -> Val:
+    x = ev_val(f, e.args[0])
+    if isinstance(x.const, (int, float)) and not isinstance(x.const, bool):
+        return const(f, -x.const)
+    return unary(f.b, Op.NEG, x)
+
+
+@handles("sqrt")
+def _sqrt(f: Frame, e: Expr) -> Val:
+    x = ev_val(f, e.args[0])
+    if isinstance(x.const, (int, float)) and not isinstance(x.const, bool):
+        return const(f, math.sqrt(x.const))
+    return unary(f.b, Op.SQRT, x)
+
+
+@handles("power")
+def _power_form(f: Frame, e: Expr) -> Val:
+    return power(f, ev_val(f, e.args[0]), e.args[1])
+
+
+@handles("real_power")
+def _real_power(f: Frame, e: Expr) -> Val:
+    raise f.error(BadTypeError, "a power other than a whole number (p^{1/τ}) is only for sampling, in an "
+                  "inference algorithm: sample a token y from q ∝ p^{1/τ}", e.pos)
+
+
+@handles("transpose")
+def _transpose(f: Frame, e: Expr) -> Val:
+    if e.args[0].op == "number" and e.args[0].args[0] == 1:
+        # 1ᵀ: a row of ones whose length is whatever it meets
+        return Val(f.b.node(Op.UNSQUEEZE, f.b.const(1.0), axes=[0, 1]), "real", (ONE, BROADCAST), const="ones_row")
+    return transpose(f.b, ev_val(f, e.args[0]))
+
+
+@handles("iverson")
+def _iverson(f: Frame, e: Expr) -> Val:
+    v = ev_val(f, e.args[0])
+    if isinstance(v.const, bool):
+        return const(f, 1.0 if v.const else 0.0)
+    return v  # a {0,1} value; arithmetic casts it to ℝ where it meets reals
+
+
+@handles("not")
+def _not(f: Frame, e: Expr) -> Val:
+    v = ev_val(f, e.args[0])
+    if isinstance(v.const, bool):
+        return _bool(f, not v.const)
+    return unary(f.b, Op.NOT, _to_bool(f, v, e))
+
+
+@handles("and", "or")
+def _logic(f: Frame, e: Expr) -> Val:
+    x, y = (_to_bool(f, ev_val(f, a), a) for a in e.args)
+    return elementwise(f.b, Op.AND if e.op == "and" else Op.OR, [x, y], e.op, kind="bool")
+
+
+def _fold(f: Frame, op: str, x: float, y: float) -> Val:
+    if op == "add":
+        return const(f, x + y)
+    if op == "sub":
+        return const(f, x - y)
+    if op == "mul":
+        return const(f, x * y)
+    return const(f, x / y if y else math.copysign(math.inf, x))
+
+
+def _bool(f: Frame, value: bool) -> Val:
+    return Val(f.b.const(value, DType.bool), "bool", const=value)
+
+
+def _to_bool(f: Frame, v: Val, e: Expr) -> Val:
+    if v.kind == "bool":
+        return v
+    raise f.error(BadTypeError, f"{describe(e)} is {show(v)}, not a truth value", e.pos)
+
+
+def power(f: Frame, x: Val, k: int) -> Val:
+    if isinstance(x.const, (int, float)) and not isinstance(x.const, bool):
+        return const(f, x.const ** k)
+    out = x
+    for _ in range(k - 1):  # small integer powers as products: exact, and what fusions look for
+        out = elementwise(f.b, Op.MUL, [out, x], "multiply")
+    return out
+
+
+@handles("compare")
+def _compare(f: Frame, e: Expr) -> Val:
+    operands, rels = e.args
+    # [[t ≤ t']] over two index variables is a mask op, the form fusion passes look for
+    if len(rels) == 1 and all(o.op == "name" and o.text in f.maps for o in operands) \
+            and operands[0].text != operands[1].text:  # [[t ≤ t]] is no mask over two indices
+        a, b = (f.maps[o.text] for o in operands)
+        if a.size is not None and b.size is not None:
+            node = f.b.node(Op.INDEX_MASK, size_node(f, a.size, e.pos), size_node(f, b.size, e.pos), rel=rels[0],
+                            dims=[f.b.resolve(a.size).dim(), f.b.resolve(b.size).dim()])
+            return Val(node, "bool", (), ((a.internal, a.size), (b.internal, b.size)))
+    vals = [ev_val(f, o) for o in operands]
+    out: Val | None = None
+    for (x, y), rel in zip(zip(vals, vals[1:], strict=False), rels, strict=True):
+        if x.kind != y.kind:
+            x, y = cast_real(f.b, x), cast_real(f.b, y)
+        c = elementwise(f.b, REL_OPS[rel], [x, y], "compare", kind="bool")
+        out = c if out is None else elementwise(f.b, Op.AND, [out, c], "and", kind="bool")
+    assert out is not None
+    return out

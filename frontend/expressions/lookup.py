@@ -1,0 +1,145 @@
+"""Names: map and loop variables, assigned values and families, hyperparameters, parameters, sizes, constants."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from pseudoformer.frontend.errors import BadTypeError, UnknownNameError
+from pseudoformer.frontend.expressions.arith import power
+from pseudoformer.frontend.expressions.core import const, handles, index_var_val
+from pseudoformer.frontend.frame import Frame
+from pseudoformer.frontend.masks import evaluate_mask
+from pseudoformer.frontend.names import parse_name
+from pseudoformer.frontend.tensor_ops import unify
+from pseudoformer.frontend.values import Family, SizeVal, Val
+
+
+@handles("name")
+def _name(f: Frame, e: Any) -> Any:
+    return lookup(f, e.text, e.pos)
+
+
+def lookup(f: Frame, text: str, pos: Any) -> Any:
+    if text in f.maps:
+        return index_var_val(f, text, pos)
+    if text in f.loops:
+        return const(f, f.loops[text])
+    name = parse_name(text)
+    active = f.active()
+    key = name.key(active)
+    loop_idx = {s: f.loops[s] for _, s in name.scripts if s in f.loops}
+    map_idx = [s for _, s in name.scripts if s in f.maps]
+    if key in f.vars:
+        v = f.vars[key]
+        if isinstance(v, Family):
+            member = tuple(loop_idx.values())
+            if member not in v.members:
+                raise f.error(UnknownNameError, f"{text} has not been assigned for {_fmt_idx(loop_idx)}", pos)
+            return v.members[member]
+        if map_idx and isinstance(v, tuple):  # a vectorised family: (Val, its variables)
+            val, own = v
+            return _rename(val, dict(zip(own, (f.maps[s].internal for s in map_idx), strict=True)), f, map_idx)
+        return v
+    if key in f.hyper_keys():
+        return _hyper(f, key, pos)
+    p = f.param(name, loop_idx, pos)
+    if p is not None:
+        return p
+    ascii_key = name.ascii()
+    real = _real_hyper(f, ascii_key)
+    if real is not None:
+        return const(f, real)
+    s = f.size_of_name(text, pos, create=False)
+    if s is not None:
+        return SizeVal(s)
+    if name.base in ("π", "pi") and not name.scripts:
+        return const(f, math.pi)
+    if name.base == "e" and not name.scripts and not name.primes:
+        return const(f, math.e)
+    # Y¹, e_1, e_ℓ: a script that is a number or a size picks a member of a family.
+    for i, (_kind, script) in enumerate(name.scripts):
+        fam_key = key_with_placeholder(name, i)
+        if fam_key in f.vars:
+            return _member(f, f.vars[fam_key], script, text, pos)
+    # x³: a power of a value
+    if name.sups and all(s.isdigit() for s in name.sups) and not name.subs:
+        base = name.without_script(name.sups[-1])
+        inner = lookup(f, str(base), pos)
+        if isinstance(inner, Val):
+            return power(f, inner, int(name.sups[-1]))
+    raise f.unknown_name(text, pos)
+
+
+def _real_hyper(f: Frame, key: str) -> float | None:
+    g: Frame | None = f
+    while g is not None:
+        if key in g.reals:
+            return g.reals[key]
+        g = g.caller
+    # A callee's real hyperparameter (ε of layer_norm) that no caller declares: the config's value.
+    declared = any(d.type is not None and d.type.kind == "real" and parse_name(d.name).ascii() == key
+                   for d in f.alg.hyper)
+    root = f.root()
+    if declared and root.config is not None and key in root.config:
+        v = root.config[key]
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            root.config_used.add(key)
+            return float(v)
+    return None
+
+
+def _fmt_idx(idx: dict[str, int]) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in idx.items()) or "these indices"
+
+
+def key_with_placeholder(name: Any, i: int) -> str:
+    scripts = list(name.scripts)
+    kind, _ = scripts[i]
+    sups = [("•" if j == i else s) for j, (k, s) in enumerate(scripts) if k == "^"]
+    subs = [("•" if j == i else s) for j, (k, s) in enumerate(scripts) if k == "_"]
+    return f"{name.base}{chr(39) * name.primes}^{','.join(sups)}_{','.join(subs)}"
+
+
+def _member(f: Frame, fam: Any, script: str, text: str, pos: Any) -> Any:
+    if isinstance(fam, Family):
+        idx = script_int(f, script, pos)
+        if (idx,) not in fam.members:
+            raise f.error(UnknownNameError, f"{text} has not been assigned", pos)
+        return fam.members[(idx,)]
+    raise f.error(BadTypeError, f"{text}: a single member of a vectorised family cannot be taken; "
+                  "use the whole family in a column list", pos)
+
+
+def script_int(f: Frame, script: str, pos: Any) -> int:
+    if script.isdigit():
+        return int(script)
+    s = f.size_of_name(script, pos, create=False)
+    if s is not None and f.b.resolve(s).is_int:
+        return f.b.resolve(s).value
+    raise f.error(BadTypeError, f"cannot use {script} as an index here", pos)
+
+
+def _rename(v: Val, mapping: dict[str, str], f: Frame, map_idx: list[str]) -> Val:
+    free = []
+    for name, size in v.free:
+        new = mapping.get(name, name)
+        mv = next((m for m in f.maps.values() if m.internal == new), None)
+        if mv is not None:
+            if mv.size is None:
+                mv.size = size
+            else:
+                unify(f.b, mv.size, size, f"index {new.split('#')[0]}")
+        free.append((new, size))
+    return replace(v, free=tuple(free))
+
+
+def _hyper(f: Frame, key: str, pos: Any) -> Any:
+    """A hyperparameter's value; a mask passed to the algorithm is evaluated the first time it is read."""
+    name = f.hyper_name(key)
+    v = f.hyper[name]
+    if not isinstance(v, Val):
+        v = evaluate_mask(f, name, v, pos)
+        f.hyper[name] = v
+    return v

@@ -1,0 +1,83 @@
+"""The pipeline's layering, read off the import statements: no cycles, and no stage importing a later one.
+
+    ir  ←  frontend, passes  ←  backends  ←  pseudoformer (the API, CLI, weights, generation)
+
+`pseudoformer.errors`, `pseudoformer.version` and the safetensors file format (`pseudoformer.weights.errors`,
+`.safetensors_io`, which the TVM backend saves its weights in) sit below every stage; function-level and
+relative imports count too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = {"pseudoformer": "pseudoformer", "pseudoformer.frontend": "frontend", "pseudoformer.ir": "ir",
+           "pseudoformer.passes": "passes", "pseudoformer.backends": "backends"}
+SHARED = {"pseudoformer.errors", "pseudoformer.version", "pseudoformer.weights.errors",
+          "pseudoformer.weights.safetensors_io"}
+# What each stage may import besides itself and the shared modules.
+ALLOWED = {
+    "ir": set(),
+    "frontend": {"ir"},
+    "passes": {"ir"},
+    "backends": {"ir", "passes"},
+}
+
+
+def _modules() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for pkg, folder in FOLDERS.items():
+        for f in (ROOT / folder).rglob("*.py"):
+            parts = [p for p in f.relative_to(ROOT / folder).with_suffix("").parts if p != "__init__"]
+            mods[".".join([pkg, *parts])] = f
+    return mods
+
+
+def _imports() -> nx.DiGraph:
+    mods = _modules()
+    g = nx.DiGraph()
+    g.add_nodes_from(mods)
+    for m, f in mods.items():
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = m if f.name == "__init__.py" else m.rsplit(".", 1)[0]
+                for _ in range(node.level - 1):
+                    base = base.rsplit(".", 1)[0]
+                module = node.module if not node.level else ".".join(filter(None, [base, node.module]))
+                # `from pkg import sub` imports the submodule; `from pkg import name`, the package.
+                targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in mods else module for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            g.add_edges_from((m, t) for t in targets if t in mods and t != m)
+    return g
+
+
+def _stage(module: str) -> str:
+    parts = module.split(".")
+    if module in SHARED:
+        return "shared"
+    return parts[1] if len(parts) > 1 and parts[1] in ALLOWED else "api"
+
+
+def test_shared_modules_import_nothing_above_them() -> None:
+    g = _imports()
+    assert not [(a, b) for a, b in g.edges if a in SHARED and b not in SHARED]
+
+
+def test_no_import_cycles() -> None:
+    cycles = list(nx.simple_cycles(_imports()))
+    assert not cycles, "\n".join(" -> ".join(c) for c in cycles[:10])
+
+
+@pytest.mark.parametrize("stage", sorted(ALLOWED))
+def test_no_stage_imports_a_later_one(stage: str) -> None:
+    g = _imports()
+    bad = [(a, b) for a, b in g.edges if _stage(a) == stage and _stage(b) not in {stage, "shared", *ALLOWED[stage]}]
+    assert not bad, "\n".join(f"{a} imports {b}" for a, b in bad)
