@@ -44,8 +44,44 @@ class Graph:
                 out.setdefault(n.attrs["name"], n)
         return list(out.values())
 
+    def consumers(self) -> Consumers:
+        """Who reads each node: id(node) → [(user, operand index)], in topological order of the users;
+        graph outputs are in `Consumers.outputs`."""
+        return Consumers(self)
+
     def input(self, name: str) -> Node:
         for n in self.inputs:
             if n.attrs["name"] == name:
                 return n
         raise KeyError(name)
+
+
+class Consumers:
+    """The users of every node of a graph, built once: the one consumer map passes and backends share."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.users: dict[int, list[tuple[Node, int]]] = {}
+        for n in graph.nodes():
+            for i, s in enumerate(n.src):
+                self.users.setdefault(id(s), []).append((n, i))
+        self.outputs: dict[int, list[str]] = {}
+        for name, n in graph.outputs:
+            self.outputs.setdefault(id(n), []).append(name)
+
+    def of(self, n: Node) -> list[Node]:
+        """The nodes that read n (a node that reads it twice, twice)."""
+        return [u for u, _ in self.users.get(id(n), [])]
+
+    def slots(self, n: Node) -> list[tuple[Node, int]]:
+        return self.users.get(id(n), [])
+
+    def is_output(self, n: Node) -> bool:
+        return id(n) in self.outputs
+
+    def count(self, n: Node) -> int:
+        """Operand slots and graph outputs that read n."""
+        return len(self.users.get(id(n), [])) + len(self.outputs.get(id(n), []))
+
+    def only_user(self, n: Node, user: Node) -> bool:
+        """Whether `user` is the one reader of n (in one slot) and n is no graph output."""
+        return [id(u) for u in self.of(n)] == [id(user)] and not self.is_output(n)

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from pseudoformer.ir.ops import Op, infer_type
-from pseudoformer.ir.types import DType, Span, TensorType
+from pseudoformer.ir.types import DType, Span, TensorType, TupleType
 
 
 class Node:
@@ -22,7 +22,7 @@ class Node:
         *,
         span: Span | None = None,
         scope: str = "",
-        type: TensorType | None = None,
+        type: TensorType | TupleType | None = None,
     ) -> None:
         self.op = op
         self.src = tuple(src)

@@ -21,8 +21,8 @@ import numpy as np
 
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
-from pseudoformer.ir.ops import Op
-from pseudoformer.ir.types import DType, Span, TensorType
+from pseudoformer.ir.ops import op_def
+from pseudoformer.ir.types import DType, Span, TensorType, TupleType
 
 
 def value_numbers(nodes: Sequence[Node]) -> dict[int, int]:
@@ -46,7 +46,7 @@ def format_value(v: Any) -> str:
         return quote(v)
     if isinstance(v, DType):
         return v.value
-    if isinstance(v, TensorType):
+    if isinstance(v, TensorType | TupleType):
         return str(v)
     if isinstance(v, Span):
         return location(v)
@@ -82,15 +82,13 @@ def format_node(n: Node, numbers: dict[int, int], declared: set[int], with_locat
     """One line for one node, without indentation."""
     attrs = dict(n.attrs)
     head = n.op.value
-    if n.op in (Op.INPUT, Op.PARAM):
-        # The type is the result type printed after the colon; the name reads best inline.
-        attrs.pop("type", None)
-        if "name" in attrs:
-            head += " " + format_value(attrs.pop("name"))
-    elif n.op is Op.CONST:
-        attrs.pop("dtype", None)
-        if "value" in attrs:
-            head += " " + format_value(attrs.pop("value"))
+    d = op_def(n.op)
+    # What the result type after the colon says is not repeated (a param's type, a constant's dtype),
+    # and a leaf's defining attribute reads best inline: param "W_e", const 3.0.
+    for a in d.implied:
+        attrs.pop(a, None)
+    if d.inline is not None and d.inline in attrs:
+        head += " " + format_value(attrs.pop(d.inline))
     if n.src:
         head += " " + ", ".join(_ref(s, numbers, declared) for s in n.src)
     if attrs:

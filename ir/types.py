@@ -47,6 +47,26 @@ class TensorType:
         return f"{self.dtype.value}[{', '.join(str(d) for d in self.shape)}]"
 
 
+@dataclass(frozen=True, slots=True)
+class TupleType:
+    """The type of an op with several results (attention that also returns its key/value cache); its
+    elements are taken apart with `get`."""
+
+    types: tuple[TensorType, ...]
+
+    @property
+    def rank(self) -> int:
+        # A tuple has no axes of its own: to passes that lay out or slice axes it is a fixed rank-0 value.
+        return 0
+
+    @property
+    def shape(self) -> tuple[()]:
+        return ()
+
+    def __str__(self) -> str:
+        return "(" + ", ".join(str(t) for t in self.types) + ")"
+
+
 def broadcast_shapes(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...] | None:
     """numpy/ONNX multidirectional broadcasting over symbolic dims; None when incompatible."""
     out: list[Dim] = []

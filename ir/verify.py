@@ -1,22 +1,23 @@
 """The IR verifier: structural and typing invariants every pass and backend may rely on.
 
-It collects every problem before raising, because a frontend bug usually breaks several nodes at
+What an op requires (its attributes, their kinds and choices, its arity, its typing rule and any
+further checks) is read from its definition in the op registry (ir/ops/). It collects every
+problem before raising, because a frontend bug usually breaks several nodes at
 once and the first message alone rarely points at the cause. Node numbers in messages are the
 printer's, so a message can be read next to `format_graph`.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import networkx as nx
 
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
-from pseudoformer.ir.ops import ARITY, IRTypeError, Op, infer_type
+from pseudoformer.ir.ops import IRTypeError, Op, attr_problem, infer_type, op_def
 from pseudoformer.ir.printer import location, value_numbers
-from pseudoformer.ir.types import DType, TensorType
+from pseudoformer.ir.types import DType, TensorType, TupleType
 
 
 class IRVerifyError(Exception):
@@ -28,35 +29,6 @@ class IRVerifyError(Exception):
         super().__init__(f"the graph is malformed ({len(self.problems)} problem(s)):\n{lines}")
 
 
-_REDUCE = (Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MEAN)
-
-# Attributes without which an op has no meaning. Optional ones with defaults (keepdims=False,
-# gelu approximate="none") are left out on purpose; backends must apply the same defaults.
-REQUIRED_ATTRS: dict[Op, tuple[str, ...]] = {
-    Op.INPUT: ("name", "type"),
-    Op.PARAM: ("name", "type"),
-    Op.CONST: ("value", "dtype"),
-    Op.CAST: ("dtype",),
-    Op.TRANSPOSE: ("perm",),
-    Op.UNSQUEEZE: ("axes",),
-    Op.SQUEEZE: ("axes",),
-    Op.RESHAPE: ("shape",),
-    Op.CONCAT: ("axis",),
-    **{op: ("axes",) for op in _REDUCE},
-    Op.SOFTMAX: ("axis",),
-    Op.GATHER: ("axis",),
-    Op.DIM: ("axis",),
-    Op.ARANGE: ("dim",),
-    Op.SLICE: ("axis", "dim"),
-    Op.INDEX_MASK: ("rel", "dims"),
-    Op.LAYER_NORM: ("axis", "eps"),
-    Op.RMS_NORM: ("axis", "eps"),
-    Op.ATTENTION: ("scale", "causal"),
-}
-
-GELU_APPROXIMATIONS = ("none", "tanh")
-
-
 def _describe(n: Node, numbers: dict[int, int]) -> str:
     what = n.op.value + (f" {n.attrs['name']!r}" if isinstance(n.attrs.get("name"), str) else "")
     loc = location(n.span, n.scope)
@@ -64,6 +36,8 @@ def _describe(n: Node, numbers: dict[int, int]) -> str:
 
 
 def _type_problem(t: Any) -> str | None:
+    if isinstance(t, TupleType):
+        return next((p for p in map(_type_problem, t.types) if p), None)
     if not isinstance(t, TensorType):
         return f"type is {t!r}, not a TensorType"
     if not isinstance(t.dtype, DType):
@@ -104,30 +78,20 @@ def _cycle_problems(nodes: list[Node], numbers: dict[int, int]) -> list[str]:
     return ["cycle through " + " -> ".join(f"%{u}" for u, _ in cycle) + f" -> %{cycle[0][0]}"]
 
 
-def _reshape_problems(n: Node) -> list[str]:
-    src, shape = n.src[0].type.shape, tuple(n.attrs["shape"])
-    # A symbolic target dim is read off the operand at run time, so it must name one of its dims.
-    problems = [f"reshape target dim {d!r} is not a dim of the operand {n.src[0].type}"
-                for d in shape if isinstance(d, str) and d not in src]
-    concrete = all(isinstance(d, int) for d in (*src, *shape))
-    if concrete and math.prod(src) != math.prod(shape):
-        problems.append(f"reshape of {n.src[0].type} to {list(shape)} changes the element count")
-    return problems
-
-
 def _node_problems(n: Node) -> list[str]:
-    """Everything wrong with one node in isolation: attrs, arity, type."""
+    """Everything wrong with one node in isolation: attrs, arity, type, and the op's own checks."""
     bad_type = _type_problem(n.type)
     if bad_type:
         return [bad_type]
-    missing = [a for a in REQUIRED_ATTRS.get(n.op, ()) if a not in n.attrs]
+    d = op_def(n.op)
+    missing = [a.name for a in d.attrs if a.required and a.name not in n.attrs]
     if missing:
         return [f"missing attribute(s) {', '.join(missing)}"]
-    want = ARITY.get(n.op, -1)
-    if (want >= 0 and len(n.src) != want) or (n.op is Op.CONCAT and not n.src) \
-            or (n.op is Op.ATTENTION and len(n.src) not in (3, 4)):
-        return [f"takes {want if want >= 0 else 'at least 1'} operand(s), has {len(n.src)}"]
-    problems: list[str] = []
+    if not d.accepts_arity(len(n.src)):
+        return [f"takes {d.describe_arity()} operand(s), has {len(n.src)}"]
+    problems = [p for a in d.attrs if a.name in n.attrs and (p := attr_problem(n.op, a, n.attrs[a.name]))]
+    if problems:
+        return problems
     try:
         inferred = infer_type(n.op, [s.type for s in n.src], n.attrs)
     except IRTypeError as e:
@@ -136,16 +100,8 @@ def _node_problems(n: Node) -> list[str]:
         return [f"ill-typed: {type(e).__name__}: {e}"]
     if inferred != n.type:
         problems.append(f"stored type {n.type} differs from the inferred type {inferred}")
-    if n.op is Op.GELU and n.attrs.get("approximate", "none") not in GELU_APPROXIMATIONS:
-        problems.append(f"gelu approximate={n.attrs['approximate']!r} is not one of {GELU_APPROXIMATIONS}")
-    if n.op is Op.INDEX_MASK and len(n.attrs["dims"]) != 2:
-        problems.append(f"index_mask dims {n.attrs['dims']!r} must name two dims")
-    if n.op is Op.RESHAPE:
-        problems += _reshape_problems(n)
-    if n.op in (Op.INPUT, Op.PARAM) and not isinstance(n.attrs["name"], str):
-        problems.append(f"name {n.attrs['name']!r} is not a string")
-    if n.op is Op.PARAM and any(isinstance(d, str) for d in n.type.shape):
-        problems.append(f"param type {n.type} has symbolic dims; weights have fixed shapes")
+    if d.check is not None:
+        problems += d.check(n)
     return problems
 
 

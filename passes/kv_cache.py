@@ -25,10 +25,9 @@ from dataclasses import dataclass
 
 from pseudoformer.errors import AlgError, CompileError, Pos
 from pseudoformer.ir import Graph, Node, Op, TensorType
-from pseudoformer.ir.ops import ARITH, COMPARE, LOGICAL, UNARY
+from pseudoformer.ir.ops import op_def
 
 PAST = "past"  # the run-time dim of the cache: positions already decoded
-_ELEMENTWISE = UNARY | ARITH | COMPARE | LOGICAL | {Op.WHERE, Op.CAST, Op.NOT, Op.GELU}
 
 
 class NotCacheableError(AlgError):
@@ -123,8 +122,8 @@ def _why_not_position_wise(n: Node, seq: str, attentions: list[Node]) -> str | N
     """None if output column t of n needs only column t of its operands (or n is causal attention)."""
     if not any(seq in s.shape for s in n.src):
         return None
-    op, src = n.op, n.src
-    if op is Op.ATTENTION:
+    if n.op is Op.ATTENTION:
+        src = n.src
         if src[1].shape[-2] != seq:
             return None if src[0].shape[-2] == seq else "queries from encoder positions"
         if len(src) > 3:
@@ -133,27 +132,14 @@ def _why_not_position_wise(n: Node, seq: str, attentions: list[Node]) -> str | N
             return "attention over the decoder's positions is not causal, so earlier outputs see later tokens"
         attentions.append(n)
         return None
-    if op in _ELEMENTWISE or op in (Op.TRANSPOSE, Op.UNSQUEEZE, Op.SQUEEZE):
-        return None
-    if op is Op.MATMUL:
-        if src[0].shape[-1] == seq or src[1].shape[-2] == seq:
-            return "a matrix product sums over positions"
-        return None
-    if op is Op.RESHAPE:
-        ok = list(n.attrs["shape"]).count(seq) == 1
-        return None if ok else "a reshape merges the position axis with another"
-    axis = n.attrs.get("axis")
-    along = n.src[0].shape[axis] == seq if isinstance(axis, int) else False
-    if op in (Op.LAYER_NORM, Op.RMS_NORM, Op.SOFTMAX, Op.CONCAT, Op.SLICE, Op.GATHER):
-        if op is Op.GATHER and seq in src[1].shape and not along:
-            return None  # token embedding lookup: indices per position
-        return f"{op.value} along the position axis" if along else None
-    if op in (Op.REDUCE_SUM, Op.REDUCE_MAX, Op.REDUCE_MEAN):
-        axes = {a % src[0].type.rank for a in n.attrs["axes"]}
-        return "a reduction over positions" if src[0].shape.index(seq) in axes else None
-    if op is Op.DIM:
+    if n.op is Op.DIM:
         return None  # the sequence length: rewritten to past + new
-    return f"{op.value} of values that vary by position"
+    # Every other op says in the registry how its output positions come from its operands'.
+    rule = op_def(n.op).positions
+    if rule is None:
+        return f"{n.op.value} of values that vary by position"
+    why = rule(n, seq)
+    return why if isinstance(why, str) else None
 
 
 def _split_encoder(graph: Graph, x: Node) -> tuple[Graph | None, Graph]:

@@ -15,11 +15,8 @@ other outputs need), so that no projection is computed twice.
 from __future__ import annotations
 
 from pseudoformer.ir import Graph, Node, Op
-from pseudoformer.ir.ops import ARITH, COMPARE, LOGICAL, UNARY
+from pseudoformer.ir.ops import op_def
 from pseudoformer.ir.types import DType
-
-_ELEMENTWISE = UNARY | ARITH | COMPARE | LOGICAL | {Op.WHERE, Op.CAST, Op.NOT}
-_MOVABLE = {Op.TRANSPOSE, Op.UNSQUEEZE, Op.SQUEEZE}
 
 
 def keep_last_position(graph: Graph, output: str, dim: str) -> Graph:
@@ -54,37 +51,19 @@ def _last(n: Node, dim: str, memo: dict[int, Node]) -> Node:
 
 
 def _push(n: Node, dim: str, memo: dict[int, Node]) -> Node | None:
-    """The last position of n computed from the last positions of its operands, or None."""
-    def last(s: Node) -> Node:
-        return _last(s, dim, memo)
+    """The last position of n computed from the last positions of its operands, or None.
 
-    def remake(src: tuple[Node, ...], **attrs: object) -> Node:
-        return Node(n.op, src, {**n.attrs, **attrs}, span=n.span, scope=n.scope)
-
-    op, src = n.op, n.src
-    if op in _ELEMENTWISE or op in _MOVABLE:
-        return remake(tuple(last(s) for s in src))
-    if op is Op.GELU:
-        return remake((last(src[0]),))
-    if op is Op.MATMUL:
-        a, b = src
-        if a.shape[-1] == dim or b.shape[-2] == dim:
-            return None  # positions are contracted: every one of them is needed
-        return remake((last(a), last(b)))
-    if op in (Op.LAYER_NORM, Op.RMS_NORM):
-        if n.shape[n.attrs["axis"]] == dim:
-            return None
-        return remake((last(src[0]), *src[1:]))
-    if op is Op.RESHAPE:
-        if dim not in src[0].shape or list(n.attrs["shape"]).count(dim) != 1:
-            return None  # positions merged with another axis
-        return remake((last(src[0]),), shape=[1 if d == dim else d for d in n.attrs["shape"]])
-    if op is Op.ATTENTION and len(src) == 3 and src[0].shape[-2] == dim:
-        # Queries are independent given K and V; keys and values keep every position.
-        return remake((last(src[0]), src[1], src[2]))
-    if op is Op.GATHER and dim not in src[0].shape:
-        return remake((src[0], last(src[1])))
-    return None
+    The op's position rule (its OpDef in the registry) says which operands carry the positions;
+    the others (weights, attention's keys and values) are read whole."""
+    rule = op_def(n.op).positions
+    carriers = rule(n, dim) if rule is not None else "no position rule"
+    if isinstance(carriers, str):
+        return None
+    src = tuple(_last(s, dim, memo) if i in carriers else s for i, s in enumerate(n.src))
+    attrs = dict(n.attrs)
+    if "shape" in attrs:  # a reshape's target keeps one position where it had `dim`
+        attrs["shape"] = [1 if d == dim else d for d in attrs["shape"]]
+    return Node(n.op, src, attrs, span=n.span, scope=n.scope)
 
 
 def _slice_last(n: Node, dim: str) -> Node:

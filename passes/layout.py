@@ -29,10 +29,9 @@ TRANSPOSE nodes of the input graph disappear into the layouts around them.
 
 from __future__ import annotations
 
-from pseudoformer.ir import Graph, Node, Op, TensorType
-from pseudoformer.ir.ops import ARITH, COMPARE, LOGICAL, UNARY
+from pseudoformer.ir import Graph, Node, Op, TensorType, TupleType
+from pseudoformer.ir.ops import op_def
 from pseudoformer.passes.layout_rules import (
-    NORMALISING,
     Attention,
     AxisOp,
     Elementwise,
@@ -46,22 +45,21 @@ from pseudoformer.passes.layout_rules import (
     compose,
     ident,
     inverse,
+    normalising,
 )
 from pseudoformer.passes.layout_shape_rules import Gather, Reshape, Squeeze, Unsqueeze
 
-RULES: dict[Op, LayoutRule] = {
-    **{op: Elementwise() for op in UNARY | ARITH | COMPARE | LOGICAL | {Op.WHERE, Op.NOT, Op.CAST}},
-    Op.TRANSPOSE: Transpose(), Op.MATMUL: Matmul(), Op.ATTENTION: Attention(),
-    Op.SOFTMAX: AxisOp(), Op.LAYER_NORM: AxisOp(), Op.RMS_NORM: AxisOp(), Op.SLICE: AxisOp(), Op.CONCAT: AxisOp(),
-    Op.REDUCE_SUM: Reduce(), Op.REDUCE_MAX: Reduce(), Op.REDUCE_MEAN: Reduce(),
-    Op.UNSQUEEZE: Unsqueeze(), Op.SQUEEZE: Squeeze(), Op.GATHER: Gather(), Op.RESHAPE: Reshape(),
-    Op.INDEX_MASK: IndexMask(), Op.DIM: SizeOf(),
+# The rule for each layout kind an op declares in the op registry (OpDef.layout).
+RULES: dict[str, LayoutRule] = {
+    "elementwise": Elementwise(), "transpose": Transpose(), "matmul": Matmul(), "attention": Attention(),
+    "normalise": AxisOp(), "axis": AxisOp(), "reduce": Reduce(), "unsqueeze": Unsqueeze(), "squeeze": Squeeze(),
+    "gather": Gather(), "reshape": Reshape(), "index_mask": IndexMask(), "size": SizeOf(),
+    "fixed": LayoutRule(),  # INPUT, PARAM, CONST, ARANGE: only the identity layout
 }
-_IDENTITY_ONLY = LayoutRule()  # INPUT, PARAM, CONST, ARANGE and any op without a rule
 
 
 def rule(op: Op) -> LayoutRule:
-    return RULES.get(op, _IDENTITY_ONLY)
+    return RULES[op_def(op).layout]
 
 
 class LayoutRuleError(Exception):
@@ -88,7 +86,7 @@ def data_movement(graph: Graph) -> int:
     """Transposes of activations a graph will run, counting the two ONNX Runtime's Softmax (and the
     backend's LayerNormalization) hide inside each one over another axis than the last."""
     hidden = sum(2 for n in graph.nodes()
-                 if n.op in NORMALISING and n.attrs["axis"] % n.type.rank != n.type.rank - 1)
+                 if normalising(n) and n.attrs["axis"] % n.type.rank != n.type.rank - 1)
     return activation_transposes(graph) + hidden
 
 
@@ -290,7 +288,10 @@ def _moves_only_units(v: Node, perm: Perm) -> bool:
 
 
 def _check(n: Node, L: Perm, v: Node) -> None:
-    expect = TensorType(n.dtype, tuple(n.shape[a] for a in L))
+    if isinstance(n.type, TupleType):  # several results: laid out by the `get`s that take them apart
+        expect: TensorType | TupleType = n.type
+    else:
+        expect = TensorType(n.dtype, tuple(n.shape[a] for a in L))
     if v.type != expect:
         raise LayoutRuleError(f"{n.op.value} in layout {list(L)} was built as {v.type}, expected {expect}")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pseudoformer.ir import Node, Op
+from pseudoformer.ir.ops import op_def
 
 Perm = tuple[int, ...]
 Avail = Sequence[Sequence[Perm]] | None
@@ -253,8 +254,10 @@ class Attention(LayoutRule):
         return L if self.plan(n, L, None) is not None else ident(R)
 
 
-# Ops over one axis whose backend kernels want it last (ONNX Softmax, LayerNormalization, RMSNormalization).
-NORMALISING = (Op.SOFTMAX, Op.LAYER_NORM, Op.RMS_NORM)
+def normalising(n: Node) -> bool:
+    """An op over one axis whose backend kernels want it last (layout kind "normalise" in the op
+    registry: ONNX Softmax, LayerNormalization, RMSNormalization)."""
+    return op_def(n.op).layout == "normalise"
 
 
 class AxisOp(LayoutRule):
@@ -275,7 +278,7 @@ class AxisOp(LayoutRule):
         return Q if n.op is Op.CONCAT or i == 0 else None
 
     def prefer(self, n: Node, P: Perm | None) -> Perm | None:
-        if n.op in NORMALISING:
+        if normalising(n):
             return move_last(P if P is not None else ident(len(n.shape)), [n.attrs["axis"] % len(n.shape)])
         return P
 
@@ -283,7 +286,7 @@ class AxisOp(LayoutRule):
         # Over any other axis than the last, ONNX Runtime's Softmax transposes in and out, and so does
         # the backend around LayerNormalization, which only normalises trailing axes.
         last = L[-1] == n.attrs["axis"] % len(L)
-        return 0.0 if last or n.op not in NORMALISING else 2.0
+        return 0.0 if last or not normalising(n) else 2.0
 
 
 class Reduce(LayoutRule):

@@ -1,28 +1,27 @@
-"""Named passes, optimisation levels, and the manager that runs them.
+"""Named passes, named pipelines of them, and the manager that runs them.
 
-A pass takes a graph and returns the rewritten graph and whether it changed anything. The
-pipeline is a flat list of named passes per level; `run_passes` runs them in order, each to a
-fixed point where it says so, and verifies the IR after every pass when asked (tests, --debug).
+A pass takes a graph and a PassContext and returns the rewritten graph and whether it changed
+anything. A pipeline is a flat list of pass names: the optimisation levels -O0, -O1, -O2, the
+preparation each backend needs before lowering (cache fusion, packed heads, decompositions, float16,
+constant folding), and the derivations generation runs (the incremental decoder's prefill and step,
+the last-position cut). `run_passes` runs a pipeline in order, each pass to a fixed point where it
+says so, and verifies the IR after every pass when asked (tests, --debug). `inspect --passes` lists
+them all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from pseudoformer.ir import Graph
 from pseudoformer.ir.verify import verify
+from pseudoformer.passes.pass_base import Pass, PassContext, plain, with_refusals
 
-
-@dataclass(frozen=True)
-class Pass:
-    name: str
-    run: Callable[[Graph], tuple[Graph, bool]]
-    doc: str
-    fixed_point: bool = False
+__all__ = ["LEVELS", "PIPELINES", "Pass", "PassContext", "named_pipeline", "passes", "pipeline", "run_passes"]
 
 
 def _registry() -> dict[str, Pass]:
+    from pseudoformer.passes import backend_prep, generation_passes
     from pseudoformer.passes.cse import cse
     from pseudoformer.passes.fusions import fuse_attention, fuse_gelu, fuse_norms
     from pseudoformer.passes.head_batching import batch_heads
@@ -30,16 +29,18 @@ def _registry() -> dict[str, Pass]:
     from pseudoformer.passes.simplify import simplify
 
     passes = [
-        Pass("cse", cse, "common subexpression elimination: one node per distinct computation"),
-        Pass("simplify", simplify, "algebraic simplification: transposes of transposes, identities", True),
-        Pass("layer_norm_fusion", fuse_norms, "Algorithm 6 (with or without ε) → one layer_norm op"),
-        Pass("gelu_fusion", fuse_gelu, "the tanh and erf GELU formulas → one gelu op"),
-        Pass("attention_fusion", fuse_attention,
+        Pass("cse", plain(cse), "common subexpression elimination: one node per distinct computation"),
+        Pass("simplify", plain(simplify), "algebraic simplification: transposes of transposes, identities", True),
+        Pass("layer_norm_fusion", with_refusals(fuse_norms), "Algorithm 6 (with or without ε) → one layer_norm op"),
+        Pass("gelu_fusion", with_refusals(fuse_gelu), "the tanh and erf GELU formulas → one gelu op"),
+        Pass("attention_fusion", with_refusals(fuse_attention),
              "Algorithm 4's masked softmax(KᵀQ/√d) and V · A → one attention op; [[t ≤ t']] → causal"),
-        Pass("head_batching", batch_heads,
+        Pass("head_batching", with_refusals(batch_heads),
              "Algorithm 5's H heads → one projection per Q/K/V (packed), one 4-D attention op"),
-        Pass("layout", to_row_major,
+        Pass("layout", plain(to_row_major),
              "the paper's features × positions → row-major [batch, positions, features], X·Wᵀ matmuls"),
+        *backend_prep.PASSES,
+        *generation_passes.PASSES,
     ]
     return {p.name: p for p in passes}
 
@@ -50,6 +51,19 @@ LEVELS: dict[int, list[str]] = {
     # Attention fusion reads the paper's layout, so it runs before any layout change.
     2: ["cse", "simplify", "cse", "layer_norm_fusion", "gelu_fusion", "attention_fusion", "head_batching",
         "cse", "simplify", "layout", "cse", "simplify"],
+}
+
+# Pipelines besides the levels, run after a level by what needs them.
+PIPELINES: dict[str, list[str]] = {
+    # ONNX opset ≥ 23 (the Attention op); before, only the decompositions and precision apply
+    "onnx": ["cache_fusion", "packed_heads", "decompose", "float16"],
+    "tvm": ["decompose", "float16", "fold_constants"],
+    "padding": ["padding_mask"],
+    # the incremental decoder of a -O2 graph: prefill, decode step, and the encoder's share
+    "generation-prefill": ["incremental_prefill", "last_position", *LEVELS[1]],
+    "generation-step": ["incremental_step", "last_position", *LEVELS[1]],
+    "generation-encoder": ["incremental_encoder", *LEVELS[1]],
+    "generation-uncached": ["last_position", *LEVELS[1]],
 }
 
 
@@ -64,11 +78,18 @@ def pipeline(level: int) -> list[Pass]:
     return [reg[name] for name in LEVELS[level]]
 
 
+def named_pipeline(name: str, skip: set[str] | frozenset[str] = frozenset()) -> list[Pass]:
+    """The passes of pipeline `name`, without those in `skip` (a backend option that turns one off)."""
+    reg = _registry()
+    return [reg[p] for p in PIPELINES[name] if p not in skip]
+
+
 def run_passes(graph: Graph, pipeline_: list[Pass], *, check: bool = False,
-               after: Callable[[Pass, Graph, bool], None] | None = None) -> Graph:
+               after: Callable[[Pass, Graph, bool], None] | None = None, ctx: PassContext | None = None) -> Graph:
+    ctx = ctx if ctx is not None else PassContext()
     for p in pipeline_:
         for _ in range(32 if p.fixed_point else 1):
-            graph, changed = p.run(graph)
+            graph, changed = p.run(graph, ctx)
             if check:
                 verify(graph)
             if after is not None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pseudoformer.ir import Graph, Node
+from pseudoformer.ir.graph import Consumers
 from pseudoformer.passes.rebuild import rebuild
 
 
@@ -19,7 +20,7 @@ from pseudoformer.passes.rebuild import rebuild
 class Context:
     """What a rule may ask about the graph being rewritten."""
 
-    uses: dict[int, int]  # id(node in the input graph) → number of operand slots that read it
+    consumers: Consumers  # of the input graph
     origins: dict[int, Node] = field(default_factory=dict)  # id(rebuilt node) → its input-graph node
     refusals: list[tuple[str, str, Any]] = field(default_factory=list)  # (rule, reason, span)
 
@@ -27,7 +28,7 @@ class Context:
         """Whether only one operand slot reads `n` (a rebuilt node or one of the input graph)."""
         old = self.origins.get(id(n), n)
         # A node a rule just created is not in the input graph: nothing else can use it yet.
-        return self.uses.get(id(old), 1) <= 1
+        return self.consumers.count(old) <= 1
 
 
 @dataclass(frozen=True)
@@ -39,18 +40,8 @@ class Rule:
     check: Callable[[Any, Context], str | None] = lambda m, ctx: None
 
 
-def use_counts(graph: Graph) -> dict[int, int]:
-    uses: dict[int, int] = {}
-    for n in graph.nodes():
-        for s in n.src:
-            uses[id(s)] = uses.get(id(s), 0) + 1
-    for _, n in graph.outputs:
-        uses[id(n)] = uses.get(id(n), 0) + 1
-    return uses
-
-
 def apply_rules(graph: Graph, rules: list[Rule], refusals: list | None = None) -> tuple[Graph, bool]:
-    ctx = Context(use_counts(graph))
+    ctx = Context(graph.consumers())
 
     def visit(n: Node, src: tuple[Node, ...]) -> Node | None:
         for r in rules:

@@ -115,13 +115,14 @@ def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt
     from pseudoformer.backends.onnx import BackendError
     from pseudoformer.backends.onnx.lower import lower_model
     from pseudoformer.optimize import optimize
-    from pseudoformer.passes.padding_mask import PaddingMaskError, add_padding_masks
+    from pseudoformer.passes.manager import named_pipeline, run_passes
+    from pseudoformer.passes.padding_mask import PaddingMaskError
 
     metadata = model_metadata(model, opt_level)
     graph = optimize(model.graph, opt_level)
     if padding_mask:
         try:
-            graph = add_padding_masks(graph)
+            graph = run_passes(graph, named_pipeline("padding"))
         except PaddingMaskError as e:
             raise UsageError(f"--padding-mask: {e}") from None
     try:

@@ -55,16 +55,15 @@ def compile_model(model: Model, *, target: str = "llvm", opt_level: int = 2, dty
     """Optimise `model`'s graph at `opt_level` and compile it with TVM for `target` ("llvm" or "cuda")."""
     from pseudoformer.optimize import optimize
 
-    if dtype != "float32":
-        raise UsageError(f"the TVM backend compiles float32 models only, not {dtype}")
     build = _build()
     metadata = model_metadata(model, opt_level)
     graph = optimize(model.graph, opt_level)
     try:
-        compiled = build.compile_graph(graph, model.weights, target=target, params=params, metadata=metadata)
+        compiled = build.compile_graph(graph, model.weights, target=target, params=params, dtype=dtype,
+                                       metadata=metadata)
     except BackendError as e:
         raise UsageError(str(e)) from None
-    return TVMCompiledModel(compiled, model)
+    return TVMCompiledModel(compiled, model, dtype)
 
 
 def run_library(path: str | Path, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:

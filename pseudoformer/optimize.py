@@ -8,7 +8,7 @@ import os
 from pseudoformer.errors import UsageError
 from pseudoformer.ir import Graph
 from pseudoformer.ir.printer import format_graph
-from pseudoformer.passes.manager import LEVELS, Pass, passes, pipeline, run_passes
+from pseudoformer.passes.manager import LEVELS, PIPELINES, Pass, passes, pipeline, run_passes
 
 DEFAULT_LEVEL = 2
 
@@ -26,10 +26,17 @@ def optimize(graph: Graph, level: int = DEFAULT_LEVEL, *, debug: bool | None = N
 
 
 def describe_passes() -> str:
-    lines = []
+    """The passes, the levels and pipelines each runs in, and the pipelines themselves."""
+    lines = ["passes:"]
     for name, p in passes().items():
-        levels = [f"-O{k}" for k, names in LEVELS.items() if name in names]
-        lines.append(f"{name:20s} {' '.join(levels) or '(not in a level)':12s} {p.doc}")
+        used = [f"-O{k}" for k, names in LEVELS.items() if name in names]
+        used += [k for k, names in PIPELINES.items() if name in names and not k.startswith("generation")]
+        if any(name in names for k, names in PIPELINES.items() if k.startswith("generation")):
+            used.append("generation")
+        lines.append(f"  {name:20s} {' '.join(used) or '(not in a pipeline)':24s} {p.doc}")
+    lines.append("pipelines (after the optimisation level):")
+    for key, names in PIPELINES.items():
+        lines.append(f"  {key:20s} {', '.join(names)}")
     return "\n".join(lines)
 
 

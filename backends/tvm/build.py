@@ -4,7 +4,7 @@ A compiled model is a `.so` (TVMModel.save) that loads in a fresh process (load_
 VM executable with its kernels, plus a `pseudoformer_meta` function that returns the names and
 types the positional arguments and results stand for. Weights are passed at run time
 (params="args", the default) and saved beside the library as `model.weights.safetensors`, in the
-form the compiled code takes them (folded and packed, see fold.py); or bound into the library as
+form the compiled code takes them (folded, passes/fold_constants.py, and packed, packing.py); or bound into the library as
 constants (params="bind"): one file, but slower to compile and to save.
 """
 
@@ -24,15 +24,16 @@ import numpy as np
 
 from pseudoformer.backends.tvm.dedup import dedup_prim_funcs
 from pseudoformer.backends.tvm.fastmath import fast_math
-from pseudoformer.backends.tvm.fold import fold_weights
 from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.lower import Lowered, to_relax
+from pseudoformer.backends.tvm.lowerings import accepts
 from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.ops import Op
 from pseudoformer.ir.types import TensorType
+from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
 from pseudoformer.weights.errors import WeightsError
 from pseudoformer.weights.safetensors_io import read_safetensors, save_weights
 
@@ -138,7 +139,7 @@ class TVMModel:
             missing = [n for n in names if n not in self.weights]
             if missing:
                 raise BackendError(f"no weights for parameters: {', '.join(missing)}")
-            self._params = [tvm.runtime.tensor(np.ascontiguousarray(self.weights[n], np.float32), dev)
+            self._params = [tvm.runtime.tensor(np.ascontiguousarray(self.weights[n]), dev)
                             for n in names]
         return self._params
 
@@ -231,14 +232,15 @@ def weights_path(path: Path) -> Path:
 
 
 def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: str = "llvm",
-                  params: str = "args", schedule: bool = True,
+                  params: str = "args", schedule: bool = True, dtype: str = "float32",
                   metadata: Mapping[str, str] | None = None) -> TVMModel:
     """Lower `graph`, compile it for `target` ("llvm" or "cuda"), and return a runnable TVMModel.
 
     params="args" (the default) passes the weights at run time and saves them beside the
     library; "bind" puts them into the library as constants, which for GPT-2 small doubles the
     compile time and makes saving five times slower, for no gain at run time (benchmarks/TVM.md).
-    schedule=False leaves TVM's default code, for comparison.
+    schedule=False leaves TVM's default code, for comparison. dtype="float16" computes in half
+    precision (passes/float16.py), the weights stored as float16.
     """
     if params not in PARAM_MODES:
         raise BackendError(f"params must be one of {', '.join(PARAM_MODES)}, got {params!r}")
@@ -248,7 +250,7 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     if missing:
         raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
     _check_shapes(graph, weights)
-    graph, folded = fold_weights(graph, weights)
+    graph, folded = prepare(graph, weights, dtype)
     lowered = to_relax(graph)
     mod = lowered.mod
     names = [n for n, _ in lowered.params]
@@ -260,7 +262,7 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     if params == "bind":
         main = mod["main"]
         n_in = len(lowered.inputs)
-        binding = {var: np.asarray(folded[name], np.float32)
+        binding = {var: np.ascontiguousarray(folded[name])
                    for var, name in zip(list(main.params)[n_in:], names, strict=True)}
         mod = relax.transform.BindParams("main", binding)(mod)
     t1 = time.perf_counter()
@@ -268,6 +270,17 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     t2 = time.perf_counter()
     kept = {n: folded[n] for n in names} if params == "args" else {}
     return TVMModel(ex, meta, kept, timings={"lower_s": t1 - t0, "compile_s": t2 - t1})
+
+
+def prepare(graph: Graph, weights: Mapping[str, np.ndarray], dtype: str = "float32",
+            ) -> tuple[Graph, dict[str, np.ndarray]]:
+    """`graph` as this backend lowers it (the "tvm" pipeline of passes), and the weights it then takes."""
+    if dtype not in ("float32", "float16"):
+        raise BackendError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
+    ctx = PassContext(accepts=accepts, weights={k: np.asarray(v) for k, v in weights.items()})
+    graph = run_passes(graph, named_pipeline("tvm", set() if dtype == "float16" else {"float16"}), ctx=ctx)
+    assert ctx.weights is not None
+    return graph, ctx.weights
 
 
 def _index_bounds(graph: Graph) -> dict[str, int]:

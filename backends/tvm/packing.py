@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer.backends.tvm.fold import pack
 from pseudoformer.backends.tvm.guard import require_tvm
 
 tvm = require_tvm()
@@ -26,6 +25,15 @@ from tvm.relax import op as R  # noqa: E402
 
 PANEL = 16  # columns per panel: two AVX2 vectors (one AVX-512 vector) of float32
 _MATMUL = tvm.ir.Op.get("relax.matmul")
+
+
+def pack(w: np.ndarray, panel: int) -> np.ndarray:
+    """W [K, N] → Wp [⌈N/panel⌉, K, panel], zero-padded: one panel of columns contiguous per k."""
+    k, n = w.shape
+    panels = -(-n // panel)
+    padded = np.zeros((k, panels * panel), np.float32)
+    padded[:, :n] = w
+    return np.ascontiguousarray(padded.reshape(k, panels, panel).transpose(1, 0, 2))
 
 
 def packed_matmul(a: te.Tensor, wp: te.Tensor) -> te.Tensor:

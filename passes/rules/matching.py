@@ -100,7 +100,7 @@ def escaping(ctx: Context, root_src: tuple[Node, ...], interior: Iterable[Node])
 def total_uses(ctx: Context, n: Node) -> int:
     """How many operand slots (and outputs) of the graph being rewritten read `n`."""
     old = ctx.origins.get(id(n), n)
-    return ctx.uses.get(id(old), 0)
+    return ctx.consumers.count(old)
 
 
 def describe(n: Node) -> str:

@@ -25,8 +25,9 @@ from pseudoformer.generation.runtimes import Cache, NumpyRuntime, OnnxRuntime, R
 from pseudoformer.generation.sampling import Sampling, log_probabilities, sample
 from pseudoformer.ir import Graph, Op
 from pseudoformer.model import Model
-from pseudoformer.passes.kv_cache import IncrementalDecoder, derive_incremental
-from pseudoformer.passes.last_position import keep_last_position
+from pseudoformer.passes.generation_passes import incremental
+from pseudoformer.passes.kv_cache import IncrementalDecoder
+from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
 
 BACKENDS = ("onnx", "numpy", "tvm")
 
@@ -65,18 +66,25 @@ class Generator:
         self.positions = seq
         limit = model.graph.meta.get("limits", {}).get(seq)
         self.max_positions: int | None = limit[0] if limit else None
+        # The generation pipelines of the pass manager (passes/manager.py): the incremental decoder's
+        # prefill and step graphs, each cut to the last position and cleaned up.
+        ctx = PassContext(decoder_input=decoder_input, output=self.output, positions=seq)
         if cache:
-            dec = derive_incremental(graph, decoder_input)
+            dec = incremental(graph, ctx)
+            encoder = None if dec.encoder is None else run_passes(graph, named_pipeline("generation-encoder"), ctx=ctx)
             if backend != "tvm":  # see tvm_runtime.py
                 dec = IncrementalDecoder(
-                    prefill=optimize(keep_last_position(dec.prefill, self.output, seq), 1),
-                    step=optimize(keep_last_position(dec.step, self.output, seq), 1),
-                    encoder=dec.encoder, slots=dec.slots, positions=seq)
+                    prefill=run_passes(graph, named_pipeline("generation-prefill"), ctx=ctx),
+                    step=run_passes(graph, named_pipeline("generation-step"), ctx=ctx),
+                    encoder=encoder, slots=dec.slots, positions=seq)
+            else:
+                dec = IncrementalDecoder(prefill=dec.prefill, step=dec.step, encoder=encoder, slots=dec.slots,
+                                         positions=seq)
             self.decoder: IncrementalDecoder | None = dec
             self.runtime: Runtime = _runtime(backend, dec, self.output, model, threads, provider)
         else:
             self.decoder = None
-            full = optimize(keep_last_position(graph, self.output, seq), 1)
+            full = run_passes(graph, named_pipeline("generation-uncached"), ctx=ctx)
             self.runtime = _FullRuntime(full, self.output, model, backend, decoder_input, threads, provider)
 
     def generate(self, prompt: Any, *, max_new_tokens: int, sampling: Sampling | None = None, seed: int | None = None,

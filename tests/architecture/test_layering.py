@@ -4,7 +4,7 @@
 
 `pseudoformer.errors`, `pseudoformer.version` and the safetensors file format (`pseudoformer.weights.errors`,
 `.safetensors_io`, which the TVM backend saves its weights in) sit below every stage; function-level and
-relative imports count too.
+relative imports count too; imports under `if TYPE_CHECKING:` do not (they never run).
 """
 
 from __future__ import annotations
@@ -43,7 +43,12 @@ def _imports() -> nx.DiGraph:
     g = nx.DiGraph()
     g.add_nodes_from(mods)
     for m, f in mods.items():
-        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                       for stmt in block.body for n in ast.walk(stmt)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue  # `if TYPE_CHECKING:` imports are for type hints and never run
             if isinstance(node, ast.ImportFrom):
                 base = m if f.name == "__init__.py" else m.rsplit(".", 1)[0]
                 for _ in range(node.level - 1):
@@ -57,6 +62,11 @@ def _imports() -> nx.DiGraph:
                 continue
             g.add_edges_from((m, t) for t in targets if t in mods and t != m)
     return g
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def _stage(module: str) -> str:

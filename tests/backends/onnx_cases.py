@@ -153,8 +153,22 @@ def fused() -> Graph:
     causal = op(Op.ATTENTION, q, k, v, mask, scale=0.5, causal=True)
     q3 = op(Op.TRANSPOSE, x, perm=(0, 2, 1))  # one head: [batch, seq, 6]
     plain = op(Op.ATTENTION, q3, q3, q3, scale=0.25, causal=False)
-    return Graph([x, q, k, v, mask], [("ln", ln), ("rms", rms), ("rms_last", rms_last), ("causal", causal),
-                                      ("plain", plain)], {"entry": "Fused"})
+    # heads packed as [batch, seq, H·d] (passes/packed_heads.py), 2 query heads sharing 1 key/value head
+    packed = op(Op.ATTENTION, q3, op(Op.SLICE, q3, _int(0), _int(3), axis=2, dim=3), q3, scale=0.5, causal=True,
+                q_heads=2, kv_heads=1)
+    # keys and values of 3 earlier positions, appended in the op (passes/cache_fusion.py)
+    past_k, past_v = (inp(n, F32, "batch", 2, 3, d) for n, d in (("past_k", 4), ("past_v", 3)))
+    cached = op(Op.CACHED_ATTENTION, q, k, v, past_k, past_v, scale=0.5, causal=True)
+    # 4 query heads over the 2 key/value heads: grouped-query attention
+    grouped = op(Op.ATTENTION, op(Op.CONCAT, q, q, axis=1), k, v, scale=0.5, causal=False)
+    outputs = [("ln", ln), ("rms", rms), ("rms_last", rms_last), ("causal", causal), ("plain", plain),
+               ("packed", packed), ("grouped", grouped)]
+    outputs += [(name, op(Op.GET, cached, index=i)) for i, name in enumerate(("cached", "present_k", "present_v"))]
+    return Graph([x, q, k, v, mask, past_k, past_v], outputs, {"entry": "Fused"})
+
+
+def _int(value: int) -> Node:
+    return Node(Op.CONST, (), {"value": value, "dtype": I64})
 
 
 def fused_params(seed: int = 3) -> dict[str, np.ndarray]:
@@ -169,6 +183,8 @@ def fused_inputs(batch: int, seq: int, seed: int = 4) -> dict[str, np.ndarray]:
     out = {"x": rng.standard_normal((batch, 6, seq)).astype(np.float32), "mask": mask}
     for n, d in (("q", 4), ("k", 4), ("v", 3)):
         out[n] = rng.standard_normal((batch, 2, seq, d)).astype(np.float32)
+    for n, d in (("past_k", 4), ("past_v", 3)):
+        out[n] = rng.standard_normal((batch, 2, 3, d)).astype(np.float32)
     return out
 
 

@@ -133,7 +133,7 @@ def test_cli_compile_passes_weights_as_arguments_by_default(tmp_path: Path, caps
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["compile", "gpt2", "--backend", "tvm", "--target", "cuda"], "cuda"),
-    (["compile", "gpt2", "--backend", "tvm", "--dtype", "float16"], "float32"),
+    (["compile", "gpt2", "--backend", "tvm", "--dtype", "bfloat16"], "dtype"),
     (["compile", "gpt2", "--target", "cuda"], "tvm backend"),
     (["compile", "gpt2", "--tvm-params", "bind"], "--tvm-params is for the tvm backend"),
 ])
@@ -172,3 +172,16 @@ def test_without_tvm_the_backend_says_how_to_install_it(tmp_path: Path) -> None:
     """, "compile", "gpt2", "--config", os.devnull, *_defines(), "--backend", "tvm", "-o", str(tmp_path / "m.so"))
     assert done.returncode == 1
     assert "install pseudoformer[tvm]" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_float16_compiles_and_matches_float32_within_half_precision() -> None:
+    """The float16 pass (passes/float16.py) runs in the TVM pipeline too: weights are stored in fp16."""
+    defines = list(TINY)
+    half = compile("gpt2", config=os.devnull, defines=defines, backend="tvm", dtype="float16", seed=3)
+    full = load("gpt2", config=os.devnull, defines=defines, seed=3)
+    x = np.random.default_rng(0).integers(0, 11, (2, 7))
+    got, want = half.run(x=x)["Y"], full.run(x=x)["Y"]
+    assert got.dtype == np.float16
+    assert {str(w.dtype) for w in half.compiled.weights.values()} == {"float16"}
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=2e-2, atol=2e-2)
+    assert not np.allclose(got.astype(np.float32), want, rtol=1e-6, atol=1e-6)  # it did compute in half

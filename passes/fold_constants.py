@@ -1,12 +1,12 @@
-"""Weight preprocessing in numpy, before TVM sees the graph: folding and packing.
+"""Constant folding: every float tensor computed from weights alone becomes a weight itself.
 
-Folding: every tensor computed from weights alone (GPT-2's tied unembedding Wᵀ, the transposes
-and concatenations that -O2 makes of per-head projections) is computed once, here, by the
-reference interpreter, and becomes a weight itself. TVM could do it (FoldConstant, or
-LiftTransformParams), but it runs each such op as an unscheduled kernel, one at a time: 90 s of
-the first GPT-2 small compile went there, against well under a second in numpy.
-
-Packing: see packing.py; the packed copy of a weight is made here too, for the same reason.
+GPT-2's tied unembedding Wᵀ, the transposes and concatenations of per-head projections that -O2
+makes: they are computed once, at compile time, by the reference interpreter, and the graph reads
+the result as a new PARAM ("folded.<i>"). A backend that would otherwise run each such op as a kernel
+at load time gains (TVM ran each as an unscheduled kernel: 90 s of the first GPT-2 small compile,
+against well under a second in numpy). ONNX Runtime folds initializers itself when a session
+starts, so the ONNX pipeline leaves them be and keeps its files' weights under their own names.
+Sizes stay in the graph: backends follow them symbolically.
 """
 
 from __future__ import annotations
@@ -22,22 +22,17 @@ from pseudoformer.ir.ops import Op
 from pseudoformer.passes.rebuild import rebuild
 
 
-def fold_weights(graph: Graph, weights: Mapping[str, np.ndarray]) -> tuple[Graph, dict[str, np.ndarray]]:
+def fold_constants(graph: Graph, weights: Mapping[str, np.ndarray]) -> tuple[Graph, dict[str, np.ndarray]]:
     """The graph with weight-only tensors replaced by new PARAMs, and the weights it now takes."""
     nodes = graph.nodes()
     static: set[int] = set()
     for n in nodes:
         if n.op in (Op.PARAM, Op.CONST) or (n.src and n.op is not Op.INPUT and all(id(s) in static for s in n.src)):
             static.add(id(n))
-    users: dict[int, list[Node]] = {}
-    for n in nodes:
-        for s in n.src:
-            users.setdefault(id(s), []).append(n)
-    outputs = {id(n) for _, n in graph.outputs}
-    # Sizes stay in the graph (the lowering follows them symbolically); only float tensors fold.
+    c = graph.consumers()
     boundary = [n for n in nodes if id(n) in static and n.op not in (Op.PARAM, Op.CONST)
                 and n.dtype.is_float and n.shape != ()
-                and (id(n) in outputs or any(id(u) not in static for u in users.get(id(n), [])))]
+                and (c.is_output(n) or any(id(u) not in static for u in c.of(n)))]
     if not boundary:
         return graph, dict(weights)
     taken = {p.attrs["name"] for p in graph.params()}
@@ -59,12 +54,3 @@ def fold_weights(graph: Graph, weights: Mapping[str, np.ndarray]) -> tuple[Graph
     folded, _ = rebuild(graph, replace)
     used = {p.attrs["name"] for p in folded.params()}
     return folded, {k: v for k, v in out.items() if k in used}
-
-
-def pack(w: np.ndarray, panel: int) -> np.ndarray:
-    """W [K, N] → Wp [⌈N/panel⌉, K, panel], zero-padded: one panel of columns contiguous per k."""
-    k, n = w.shape
-    panels = -(-n // panel)
-    padded = np.zeros((k, panels * panel), np.float32)
-    padded[:, :n] = w
-    return np.ascontiguousarray(padded.reshape(k, panels, panel).transpose(1, 0, 2))

@@ -1,0 +1,87 @@
+"""Attention → ONNX Attention (opset 23), 4-D or in its 3-D packed form, with past/present keys and values.
+
+ONNX's is_causal is top-left aligned without a past input and bottom-right aligned with one; the IR's
+causal attention is bottom-right aligned (ir/ops/attention.py). So a causal attention without a
+cache whose queries are neither one position nor all of the keys' is not taken here: the backend
+lowers its formula (passes/decompose.py). One query, bottom-right aligned, sees every key, so it
+needs no mask at all.
+"""
+
+from __future__ import annotations
+
+from onnx import TensorProto
+
+from pseudoformer.backends.onnx.emitter import Emitter
+from pseudoformer.backends.onnx.lowerings.registry import lowers
+from pseudoformer.ir.node import Node
+from pseudoformer.ir.ops import Op
+
+
+def _takes(n: Node, opset: int) -> bool:
+    if opset < 23:
+        return False
+    packed = bool(n.attrs.get("q_heads", 0))
+    if not packed and n.src[0].type.rank not in (3, 4):
+        return False
+    if n.op is Op.CACHED_ATTENTION:
+        return True  # with past_key given, ONNX aligns is_causal bottom-right, as the IR does
+    axis = 1 if packed else -2
+    sq, sk = n.src[0].shape[axis], n.src[1].shape[axis]
+    return not (n.attrs["causal"] and sq != 1 and sq != sk)
+
+
+def _attrs(n: Node) -> dict:
+    packed = bool(n.attrs.get("q_heads", 0))
+    sq = n.src[0].shape[1 if packed else -2]
+    attrs = {"scale": float(n.attrs["scale"]), "is_causal": int(bool(n.attrs["causal"]) and sq != 1)}
+    if packed:
+        attrs["q_num_heads"], attrs["kv_num_heads"] = int(n.attrs["q_heads"]), int(n.attrs["kv_heads"])
+    if n.attrs.get("softmax_fp32"):
+        attrs["softmax_precision"] = TensorProto.FLOAT  # the softmax is the sensitive part: fp32
+    return attrs
+
+
+def _mask(e: Emitter, n: Node, mask_node: Node, q: str) -> str:
+    """The mask as the Attention op takes it: 4-D like the op's scores, its query axis spelled out
+    (ORT does not broadcast it; a padding mask is [batch, 1, 1, s_k])."""
+    mask, m = e.value(mask_node), mask_node.type
+    q_type = n.src[0].type
+    packed = bool(n.attrs.get("q_heads", 0))
+    if not packed and q_type.rank == 3 and m.rank == 3:  # [batch, s_q, s_k] of one head → [batch, 1, s_q, s_k]
+        mask = e.emit("Unsqueeze", [mask, e.ints([1])])
+    if m.shape[-2] != q_type.shape[1 if packed else -2]:
+        # q's positions are axis 2 of [b, H, s_q, d], 1 of [b, s_q, H·d] (and of the unsqueezed 3-D q)
+        seq_axis = 1 if packed else 2
+        shape = e.emit("Concat", [e.ints([1, 1]), e.shape_dim(q, seq_axis), e.ints([1])], axis=0)
+        mask = e.emit("Expand", [mask, shape])
+    return mask
+
+
+def _operands(e: Emitter, n: Node, count: int) -> tuple[list[str], bool]:
+    """q, k, v (and past keys and values) as the op takes them; whether they were unsqueezed to 4-D."""
+    vals = [e.value(s) for s in n.src[:count]]
+    packed = bool(n.attrs.get("q_heads", 0))
+    if packed:
+        for name, s in zip(vals[:3], n.src[:3], strict=True):
+            e.annotate(name, s)
+        return vals, False
+    if n.src[0].type.rank == 3:  # one head: the op's 4-D form is [batch, heads, seq, dim]
+        return [e.emit("Unsqueeze", [t, e.ints([1])]) for t in vals], True
+    return vals, False
+
+
+@lowers(Op.ATTENTION, when=_takes)
+def _attention(e: Emitter, n: Node) -> str:
+    (q, k, v), unsqueezed = _operands(e, n, 3)
+    mask = [_mask(e, n, n.src[3], q)] if len(n.src) > 3 else []
+    out = e.emit("Attention", [q, k, v, *mask], out=None if unsqueezed else e.out, **_attrs(n))
+    return e.emit("Squeeze", [out, e.ints([1])], out=e.out) if unsqueezed else out
+
+
+@lowers(Op.CACHED_ATTENTION, when=_takes)
+def _cached_attention(e: Emitter, n: Node) -> tuple[str, ...]:
+    (q, k, v, pk, pv), _ = _operands(e, n, 5)
+    mask = _mask(e, n, n.src[5], q) if len(n.src) > 5 else ""
+    outputs = e.result_names(n, 3)
+    e.emit_multi("Attention", [q, k, v, mask, pk, pv], outputs, **_attrs(n))
+    return tuple(outputs)

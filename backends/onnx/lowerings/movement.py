@@ -1,0 +1,69 @@
+"""Data movement → ONNX: Transpose, Unsqueeze, Squeeze, Reshape (run-time dims read off the operand),
+Concat, Gather, Slice, and the elements of a tuple."""
+
+from __future__ import annotations
+
+from pseudoformer.backends.onnx.emitter import Emitter
+from pseudoformer.backends.onnx.lowerings.registry import lowers
+from pseudoformer.errors import BackendError
+from pseudoformer.ir.node import Node
+from pseudoformer.ir.ops import Op
+
+
+@lowers(Op.TRANSPOSE)
+def _transpose(e: Emitter, n: Node) -> str:
+    return e.emit("Transpose", [e.value(n.src[0])], out=e.out, perm=list(n.attrs["perm"]))
+
+
+@lowers(Op.UNSQUEEZE, Op.SQUEEZE)
+def _unit_axes(e: Emitter, n: Node) -> str:
+    op_type = "Unsqueeze" if n.op is Op.UNSQUEEZE else "Squeeze"
+    return e.emit(op_type, [e.value(n.src[0]), e.ints(sorted(n.attrs["axes"]))], out=e.out)
+
+
+@lowers(Op.CONCAT)
+def _concat(e: Emitter, n: Node) -> str:
+    return e.emit("Concat", [e.value(s) for s in n.src], out=e.out, axis=n.attrs["axis"])
+
+
+@lowers(Op.GATHER)
+def _gather(e: Emitter, n: Node) -> str:
+    return e.emit("Gather", [e.value(n.src[0]), e.value(n.src[1])], out=e.out, axis=n.attrs["axis"])
+
+
+@lowers(Op.SLICE)
+def _slice(e: Emitter, n: Node) -> str:
+    start = e.emit("Unsqueeze", [e.value(n.src[1]), e.ints([0])])
+    stop = e.emit("Unsqueeze", [e.value(n.src[2]), e.ints([0])])
+    axis = n.attrs["axis"] % n.src[0].type.rank
+    return e.emit("Slice", [e.value(n.src[0]), start, stop, e.ints([axis])], out=e.out)
+
+
+@lowers(Op.RESHAPE)
+def _reshape(e: Emitter, n: Node) -> str:
+    x = e.value(n.src[0])
+    # Every target dim is known, so allowzero: a 0 means an empty axis, not "copy the input's".
+    return e.emit("Reshape", [x, _target_shape(e, n, x)], out=e.out, allowzero=1)
+
+
+def _target_shape(e: Emitter, n: Node, x: str) -> str:
+    """Reshape's shape operand: int dims inline, symbolic dims read off the operand at run time."""
+    src = n.src[0].shape
+    pieces: list[str | list[int]] = []
+    for d in n.attrs["shape"]:
+        if isinstance(d, str):
+            if d not in src:  # the verifier rejects such graphs; say so rather than guess
+                raise BackendError(f"reshape to {n.type} at {n.span or n.scope or '?'}: "
+                                   f"dim {d!r} is not a dim of the operand {n.src[0].type}")
+            pieces.append(e.shape_dim(x, src.index(d)))
+        elif pieces and isinstance(pieces[-1], list):
+            pieces[-1].append(d)
+        else:
+            pieces.append([d])
+    parts = [e.ints(p) if isinstance(p, list) else p for p in pieces]
+    return parts[0] if len(parts) == 1 else e.emit("Concat", parts, axis=0)
+
+
+@lowers(Op.GET)
+def _get(e: Emitter, n: Node) -> str:
+    return e.vals[id(n.src[0])][n.attrs["index"]]

@@ -1,0 +1,32 @@
+"""Norms → ONNX LayerNormalization (opset 17) and RMSNormalization (opset 23), over the last axis."""
+
+from __future__ import annotations
+
+from pseudoformer.backends.onnx.emitter import Emitter
+from pseudoformer.backends.onnx.lowerings.registry import lowers
+from pseudoformer.ir.node import Node
+from pseudoformer.ir.ops import Op
+
+
+@lowers(Op.LAYER_NORM)
+def _layer_norm(e: Emitter, n: Node) -> str:
+    x, g, b = n.src
+    rank = x.type.rank
+    axis = n.attrs["axis"] % rank
+    xv = e.value(x)
+    # LayerNormalization normalises the trailing axes: move ours last and back if it is not.
+    perm = [i for i in range(rank) if i != axis] + [axis]
+    if axis != rank - 1:
+        xv = e.emit("Transpose", [xv], perm=perm)
+    y = e.emit("LayerNormalization", [xv, e.value(g), e.value(b)], out=None if axis != rank - 1 else e.out,
+               axis=-1, epsilon=float(n.attrs["eps"]))
+    if axis != rank - 1:
+        y = e.emit("Transpose", [y], out=e.out, perm=[perm.index(i) for i in range(rank)])
+    return y
+
+
+# Before opset 23, or over another axis than the last, the backend lowers the RMS norm's formula.
+@lowers(Op.RMS_NORM, when=lambda n, opset: opset >= 23 and n.attrs["axis"] % n.type.rank == n.type.rank - 1)
+def _rms_norm(e: Emitter, n: Node) -> str:
+    x, g = n.src
+    return e.emit("RMSNormalization", [e.value(x), e.value(g)], out=e.out, axis=-1, epsilon=float(n.attrs["eps"]))

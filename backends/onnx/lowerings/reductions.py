@@ -1,0 +1,28 @@
+"""Reductions and softmax → ONNX ReduceSum/ReduceMax/ReduceMean and Softmax."""
+
+from __future__ import annotations
+
+from pseudoformer.backends.onnx.emitter import Emitter
+from pseudoformer.backends.onnx.lowerings.registry import lowers
+from pseudoformer.ir.node import Node
+from pseudoformer.ir.ops import Op
+
+_REDUCE = {Op.REDUCE_SUM: "ReduceSum", Op.REDUCE_MAX: "ReduceMax", Op.REDUCE_MEAN: "ReduceMean"}
+
+
+@lowers(*_REDUCE)
+def _reduce(e: Emitter, n: Node) -> str:
+    x = e.value(n.src[0])
+    axes = sorted(ax % n.src[0].type.rank for ax in n.attrs["axes"])
+    keep = int(bool(n.attrs.get("keepdims", False)))
+    op_type = _REDUCE[n.op]
+    if not axes:  # "reduce nothing" to the IR, but "reduce everything" to ONNX
+        return e.emit("Identity", [x], out=e.out)
+    if op_type != "ReduceSum" and e.opset < 18:  # axes became an input in opset 18
+        return e.emit(op_type, [x], out=e.out, axes=axes, keepdims=keep)
+    return e.emit(op_type, [x, e.ints(axes)], out=e.out, keepdims=keep)
+
+
+@lowers(Op.SOFTMAX)
+def _softmax(e: Emitter, n: Node) -> str:
+    return e.emit("Softmax", [e.value(n.src[0])], out=e.out, axis=n.attrs["axis"])

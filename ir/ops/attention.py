@@ -1,0 +1,278 @@
+"""Attention, made by the attention fusion (passes/rules/attention.py) from Algorithm 4's masked softmax.
+
+    ATTENTION(q, k, v[, mask]; scale, causal) = softmax(q kᵀ·scale, masked) v   over the last two axes
+
+Batched form (q_heads = 0): q [..., s_q, d], k [..., s_k, d], v [..., s_k, d_v] → [..., s_q, d_v], the
+leading axes broadcast; the head axis (third from last) of k and v may divide q's, and then query
+head h reads key/value head ⌊h / G⌋, G = q's heads / k's heads (grouped-query attention).
+Packed form (q_heads = H_q > 0, kv_heads = H_kv): q [b, s_q, H_q·d], k [b, s_k, H_kv·d],
+v [b, s_k, H_kv·d_v] → [b, s_q, H_q·d_v], the heads side by side in the last axis, as ONNX's
+Attention takes them in 3-D (passes/packed_heads.py makes this form).
+
+The optional bool mask broadcasts to the scores [..., s_q, s_k] and is True where a query may attend.
+causal: query i sees key j iff j ≤ i + s_k − s_q — the queries are the last s_q of the s_k positions
+(bottom-right aligned), so a decode step whose keys include a cache of earlier positions means the
+same as the full run. softmax_fp32 (set by the float16 pass) computes the scores' softmax in float32.
+
+    CACHED_ATTENTION(q, k, v, past_k, past_v[, mask]) = (ATTENTION(q, [past_k; k], [past_v; v][, mask]),
+                                                         present_k, present_v)
+
+is attention that also returns its keys and values with the new positions appended (the KV cache);
+passes/cache_fusion.py makes it where a backend's kernel appends in place (ONNX Attention's past/present).
+The past and present caches are [..., positions, d] in the batched form and [b, H_kv, positions, d]
+in the packed one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.ir.ops.movement import _concat
+from pseudoformer.ir.ops.op import Op
+from pseudoformer.ir.ops.reductions import softmax
+from pseudoformer.ir.ops.registry import Attr, IRTypeError, NodeMaker, OpDef, register
+from pseudoformer.ir.types import Dim, DType, TensorType, TupleType, broadcast_shapes
+
+ATTRS = (Attr("scale", "float"), Attr("causal", "bool"), Attr("q_heads", "int", 0), Attr("kv_heads", "int", 0),
+         Attr("softmax_fp32", "bool", False))
+
+
+def _heads(a: Mapping[str, Any]) -> tuple[int, int]:
+    return int(a.get("q_heads", 0)), int(a.get("kv_heads", 0))
+
+
+def _split(width: Dim, heads: int, what: str) -> int:
+    if not isinstance(width, int) or width % heads:
+        raise IRTypeError(f"attention's {what} width {width} is not a multiple of its {heads} heads")
+    return width // heads
+
+
+def _packed_type(q: TensorType, k: TensorType, v: TensorType, hq: int, hkv: int) -> tuple[TensorType, tuple]:
+    if (q.rank, k.rank, v.rank) != (3, 3, 3) or hkv < 1 or hq % hkv:
+        raise IRTypeError(f"packed attention needs rank-3 q, k, v and q_heads a multiple of kv_heads, got "
+                          f"q {q}, k {k}, v {v}, q_heads={hq}, kv_heads={hkv}")
+    d = _split(q.shape[2], hq, "query")
+    if k.shape[2] != hkv * d or k.shape[1] != v.shape[1] or broadcast_shapes(q.shape[:1], k.shape[:1]) is None:
+        raise IRTypeError(f"attention of q {q}, k {k}, v {v} with {hq}/{hkv} heads")
+    dv = _split(v.shape[2], hkv, "value")
+    scores = (q.shape[0], hq, q.shape[1], k.shape[1])
+    return TensorType(q.dtype, (q.shape[0], q.shape[1], hq * dv)), scores
+
+
+def _batched_type(q: TensorType, k: TensorType, v: TensorType) -> tuple[TensorType, tuple]:
+    if min(q.rank, k.rank, v.rank) < 2 or q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise IRTypeError(f"attention of q {q}, k {k}, v {v}")
+    qlead, klead = q.shape[:-2], k.shape[:-2]
+    if _grouped(q, k):
+        qlead, klead = qlead[:-1], klead[:-1]
+    lead = broadcast_shapes(qlead, klead)
+    if lead is None:
+        raise IRTypeError(f"attention batch dims do not broadcast: {q}, {k}")
+    if _grouped(q, k):
+        lead = (*lead, q.shape[-3])
+    scores = (*lead, q.shape[-2], k.shape[-2])
+    return TensorType(q.dtype, (*lead, q.shape[-2], v.shape[-1])), scores
+
+
+def _grouped(q: TensorType, k: TensorType) -> bool:
+    """Whether k has fewer heads than q, each shared by a group of query heads."""
+    if q.rank < 3 or k.rank < 3:
+        return False
+    hq, hk = q.shape[-3], k.shape[-3]
+    return isinstance(hq, int) and isinstance(hk, int) and hk not in (1, hq) and hq % hk == 0
+
+
+def _check_mask(mask: TensorType, scores: tuple) -> None:
+    # The mask broadcasts to the scores: [s_q, s_k] for every example and head, or per example
+    # ([batch, 1, 1, s_k], a padding mask over the keys).
+    if mask.dtype is not DType.bool or mask.rank > len(scores) or broadcast_shapes(mask.shape, scores) != scores:
+        raise IRTypeError(f"attention mask must be bool and broadcast to [{', '.join(map(str, scores))}], "
+                          f"got {mask}")
+
+
+def _attention_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    if len(src) not in (3, 4):
+        raise IRTypeError(f"attention takes 3 or 4 operands, got {len(src)}")
+    hq, hkv = _heads(attrs)
+    out, scores = _packed_type(*src[:3], hq, hkv) if hq else _batched_type(*src[:3])
+    if len(src) == 4:
+        _check_mask(src[3], scores)
+    return out
+
+
+def _present(past: TensorType, new: TensorType, heads: int) -> TensorType:
+    if heads:  # the new positions' [b, s, H·d] as the cache's [b, H, s, d]
+        new = TensorType(new.dtype, (new.shape[0], heads, new.shape[1], _split(new.shape[2], heads, "cache")))
+    if past.rank != new.rank:
+        raise IRTypeError(f"a cache {past} cannot hold keys {new}")
+    return _concat([past, new], {"axis": past.rank - 2})
+
+
+def _cached_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TupleType:
+    q, k, v, pk, pv = src[:5]
+    hq, hkv = _heads(attrs)
+    keys, values = _present(pk, k, hkv), _present(pv, v, hkv)
+    if hq:  # attention over every position, in the packed form
+        merged = [TensorType(t.dtype, (t.shape[0], t.shape[2], hkv * t.shape[3])) for t in (keys, values)]
+        out, scores = _packed_type(q, *merged, hq, hkv)
+    else:
+        out, scores = _batched_type(q, keys, values)
+    if len(src) == 6:
+        _check_mask(src[5], scores)
+    return TupleType((out, keys, values))
+
+
+# ---- the reference semantics
+
+
+def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float, causal: bool,
+           softmax_fp32: bool = False) -> np.ndarray:
+    """Batched attention on arrays, grouped-query where k and v have fewer heads than q."""
+    if q.ndim >= 3 and k.shape[-3] not in (1, q.shape[-3]):
+        group = q.shape[-3] // k.shape[-3]
+        k, v = np.repeat(k, group, axis=-3), np.repeat(v, group, axis=-3)
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, q.dtype)
+    if softmax_fp32:
+        s = s.astype(np.float32)
+    keep = np.ones(s.shape[-2:], dtype=bool)
+    if mask is not None:
+        keep = keep & mask  # a per-example mask broadcasts keep to the scores' shape
+    if causal:  # bottom-right aligned: the queries are the last s_q of the s_k positions
+        sq, sk = s.shape[-2:]
+        keep &= np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq)
+    p = softmax(np.where(keep, s, np.asarray(-np.inf, s.dtype)), -1).astype(q.dtype)
+    return np.matmul(p, v).astype(q.dtype)
+
+
+def _to_heads(x: np.ndarray, heads: int) -> np.ndarray:
+    b, s, w = x.shape
+    return x.reshape(b, s, heads, w // heads).transpose(0, 2, 1, 3)
+
+
+def _from_heads(y: np.ndarray) -> np.ndarray:
+    b, h, s, d = y.shape
+    return y.transpose(0, 2, 1, 3).reshape(b, s, h * d)
+
+
+def _attention_impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
+    hq, hkv = _heads(n.attrs)
+    q, k, v = a[:3]
+    mask = a[3] if len(a) > 3 else None
+    args = (n.attrs["scale"], n.attrs["causal"], n.attrs.get("softmax_fp32", False))
+    if not hq:
+        return attend(q, k, v, mask, *args)
+    return _from_heads(attend(_to_heads(q, hq), _to_heads(k, hkv), _to_heads(v, hkv), mask, *args))
+
+
+def _cached_impl(n: Any, a: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    hq, hkv = _heads(n.attrs)
+    q, k, v, pk, pv = a[:5]
+    mask = a[5] if len(a) > 5 else None
+    if hkv:
+        k, v = _to_heads(k, hkv), _to_heads(v, hkv)
+    keys, values = np.concatenate([pk, k], axis=-2), np.concatenate([pv, v], axis=-2)
+    args = (n.attrs["scale"], n.attrs["causal"], n.attrs.get("softmax_fp32", False))
+    y = _from_heads(attend(_to_heads(q, hq), keys, values, mask, *args)) if hq else \
+        attend(q, keys, values, mask, *args)
+    return y, keys, values
+
+
+# ---- decompositions: attention by parts, for backends without an attention kernel
+
+
+def _swap_last(rank: int) -> list[int]:
+    return [*range(rank - 2), rank - 1, rank - 2]
+
+
+def _split_heads(make: NodeMaker, x: Any, heads: int) -> Any:
+    """[b, s, H·d] → [b, H, s, d]."""
+    b, s, w = x.shape
+    return make(Op.TRANSPOSE, make(Op.RESHAPE, x, shape=[b, s, heads, w // heads]), perm=[0, 2, 1, 3])
+
+
+def _merge_heads(make: NodeMaker, y: Any) -> Any:
+    """[b, H, s, d] → [b, s, H·d]."""
+    t = make(Op.TRANSPOSE, y, perm=[0, 2, 1, 3])
+    b, s, h, d = t.shape
+    return make(Op.RESHAPE, t, shape=[b, s, h * d])
+
+
+def by_parts(make: NodeMaker, q: Any, k: Any, v: Any, mask: Any | None, attrs: Mapping[str, Any]) -> Any:
+    """softmax(q kᵀ·scale, masked) v with matmul, where and softmax, for batched q, k, v."""
+    rank = q.type.rank
+    grouped = _grouped(q.type, k.type)
+    if grouped:  # q [.., H_q, s, d] as [.., H_kv, G, s, d]; k, v [.., H_kv, 1, s, d]: the products broadcast
+        *lead, hq, sq, d = q.shape
+        hk = k.shape[-3]
+        q = make(Op.RESHAPE, q, shape=[*lead, hk, hq // hk, sq, d])
+        k, v = (make(Op.UNSQUEEZE, t, axes=[rank - 2]) for t in (k, v))
+        if mask is not None and mask.type.rank >= 3:
+            mask = make(Op.UNSQUEEZE, mask, axes=[mask.type.rank - 2])
+        rank += 1
+    s = make(Op.MATMUL, q, make(Op.TRANSPOSE, k, perm=_swap_last(rank)))
+    s = make(Op.MUL, s, make.const(float(attrs["scale"]), s.dtype))
+    dtype = s.dtype
+    if attrs.get("softmax_fp32") and dtype is not DType.float32:
+        s = make(Op.CAST, s, dtype=DType.float32)
+    keep = mask
+    if attrs["causal"]:  # bottom-right aligned: query i is key position i + s_k − s_q
+        n_q, n_k = make(Op.DIM, q, axis=rank - 2), make(Op.DIM, k, axis=rank - 2)
+        first = make(Op.SUB, n_k, n_q)
+        rows = make(Op.ADD, make(Op.ARANGE, n_q, dim=q.shape[-2]), first)
+        cols = make(Op.ARANGE, n_k, dim=k.shape[-2])
+        causal = make(Op.GE, make(Op.UNSQUEEZE, rows, axes=[1]), make(Op.UNSQUEEZE, cols, axes=[0]))
+        keep = causal if keep is None else make(Op.AND, keep, causal)
+    if keep is not None:
+        s = make(Op.WHERE, keep, s, make.const(-math.inf, s.dtype))
+    p = make(Op.SOFTMAX, s, axis=-1)
+    if p.dtype is not dtype:
+        p = make(Op.CAST, p, dtype=dtype)
+    y = make(Op.MATMUL, p, v)
+    if grouped:
+        *lead, hk, g, sq, dv = y.shape
+        y = make(Op.RESHAPE, y, shape=[*lead, hk * g, sq, dv])
+    return y
+
+
+def _attention_formula(n: Any, make: NodeMaker) -> Any:
+    hq, hkv = _heads(n.attrs)
+    q, k, v = n.src[:3]
+    mask = n.src[3] if len(n.src) > 3 else None
+    if not hq:
+        return by_parts(make, q, k, v, mask, n.attrs)
+    heads = (_split_heads(make, q, hq), _split_heads(make, k, hkv), _split_heads(make, v, hkv))
+    return _merge_heads(make, by_parts(make, *heads, mask, n.attrs))
+
+
+def _cached_formula(n: Any, make: NodeMaker) -> tuple[Any, Any, Any]:
+    hq, hkv = _heads(n.attrs)
+    q, k, v, pk, pv = n.src[:5]
+    mask = n.src[5] if len(n.src) > 5 else None
+    if hkv:
+        k, v = _split_heads(make, k, hkv), _split_heads(make, v, hkv)
+    axis = pk.type.rank - 2
+    keys, values = make(Op.CONCAT, pk, k, axis=axis), make(Op.CONCAT, pv, v, axis=axis)
+    if hq:
+        y = _merge_heads(make, by_parts(make, _split_heads(make, q, hq), keys, values, mask, n.attrs))
+    else:
+        y = by_parts(make, q, keys, values, mask, n.attrs)
+    return y, keys, values
+
+
+def _positions(n: Any, dim: str) -> tuple[int, ...] | str:
+    # Queries are independent given the keys and values, which keep every position.
+    if len(n.src) == 3 and n.src[0].shape[-2] == dim:
+        return (0,)
+    return "attention whose mask or keys vary by query position"
+
+
+register(
+    OpDef(Op.ATTENTION, "softmax(q kᵀ·scale, masked) v", (3, 4), _attention_type, _attention_impl, attrs=ATTRS,
+          positions=_positions, layout="attention", decompose=_attention_formula),
+    OpDef(Op.CACHED_ATTENTION, "attention over [past; new] keys and values, returning them too", (5, 6),
+          _cached_type, _cached_impl, attrs=ATTRS, decompose=_cached_formula),
+)

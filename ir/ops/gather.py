@@ -1,0 +1,36 @@
+"""GATHER: numpy.take — the indices' axes replace the data's axis (embedding lookups, picked positions)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.ir.ops.movement import along_axis
+from pseudoformer.ir.ops.op import Op
+from pseudoformer.ir.ops.registry import Attr, IRTypeError, OpDef, axis_of, register
+from pseudoformer.ir.types import DType, TensorType
+
+
+def _type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    data, idx = src
+    if idx.dtype is not DType.int64:
+        raise IRTypeError(f"gather indices must be int64, got {idx}")
+    ax = axis_of(attrs["axis"], data.rank)
+    return TensorType(data.dtype, data.shape[:ax] + idx.shape + data.shape[ax + 1:])
+
+
+def _positions(n: Any, dim: str) -> tuple[int, ...] | str:
+    data, idx = n.src
+    if along_axis(n, dim):
+        return "gather along the position axis"
+    if dim in idx.shape:
+        # token embedding lookup: indices per position (data that has them too would repeat the axis)
+        return (1,) if dim not in data.shape else "gather of positions by positions"
+    return (0,)
+
+
+register(OpDef(Op.GATHER, "data[..., indices, ...] on one axis", 2, _type,
+               lambda n, a: np.take(a[0], a[1], axis=n.attrs["axis"]), attrs=(Attr("axis", "int"),),
+               positions=_positions, layout="gather"))

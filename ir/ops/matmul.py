@@ -1,0 +1,37 @@
+"""MATMUL: numpy's matmul of two tensors of rank ≥ 2, batch dims broadcast."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.ir.ops.op import Op
+from pseudoformer.ir.ops.registry import IRTypeError, OpDef, register
+from pseudoformer.ir.types import TensorType, broadcast_shapes
+
+
+def _type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    a, b = src
+    if a.rank < 2 or b.rank < 2:
+        raise IRTypeError(f"matmul needs rank >= 2 operands, got {a} and {b}")
+    if a.dtype != b.dtype:
+        raise IRTypeError(f"matmul on mixed dtypes {a} and {b}")
+    if a.shape[-1] != b.shape[-2]:
+        raise IRTypeError(f"matmul inner dims differ: {a} @ {b}")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    if batch is None:
+        raise IRTypeError(f"matmul batch dims do not broadcast: {a} @ {b}")
+    return TensorType(a.dtype, (*batch, a.shape[-2], b.shape[-1]))
+
+
+def _positions(n: Any, dim: str) -> tuple[int, ...] | str:
+    a, b = n.src
+    if a.shape[-1] == dim or b.shape[-2] == dim:
+        return "a matrix product sums over positions"
+    return (0, 1)
+
+
+register(OpDef(Op.MATMUL, "a @ b over the last two axes", 2, _type, lambda n, a: np.matmul(a[0], a[1]),
+               positions=_positions, layout="matmul"))

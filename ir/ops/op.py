@@ -1,0 +1,67 @@
+"""The op names of the IR. What each op means and how it types is defined once, in its family's module
+(ir/ops/*.py), and registered under its name here; see registry.py."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Op(enum.Enum):
+    # leaves (leaves.py)
+    INPUT = "input"
+    PARAM = "param"
+    CONST = "const"
+    # elementwise (elementwise.py, gelu.py)
+    NEG = "neg"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    TANH = "tanh"
+    ERF = "erf"
+    SIN = "sin"
+    COS = "cos"
+    ABS = "abs"
+    RELU = "relu"
+    GELU = "gelu"
+    NOT = "not"
+    CAST = "cast"
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    POW = "pow"
+    MAX = "max"
+    MIN = "min"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    EQ = "eq"
+    NE = "ne"
+    AND = "and"
+    OR = "or"
+    WHERE = "where"
+    # products, data movement, reductions (matmul.py, movement.py, reductions.py, gather.py)
+    MATMUL = "matmul"
+    TRANSPOSE = "transpose"
+    UNSQUEEZE = "unsqueeze"
+    SQUEEZE = "squeeze"
+    RESHAPE = "reshape"
+    CONCAT = "concat"
+    REDUCE_SUM = "reduce_sum"
+    REDUCE_MAX = "reduce_max"
+    REDUCE_MEAN = "reduce_mean"
+    SOFTMAX = "softmax"
+    GATHER = "gather"
+    # sizes and index sets known only at run time (sizes.py)
+    DIM = "dim"
+    ARANGE = "arange"
+    SLICE = "slice"
+    INDEX_MASK = "index_mask"
+    # fused ops, made by passes; the frontend never emits them (norms.py, attention.py)
+    LAYER_NORM = "layer_norm"
+    RMS_NORM = "rms_norm"
+    ATTENTION = "attention"
+    CACHED_ATTENTION = "cached_attention"
+    # several results (tuples.py)
+    GET = "get"

@@ -1,0 +1,66 @@
+"""Reductions over axes (sum, max, mean) and the softmax. Long sums and exponentials lose too much in
+float16, so under a float16 lowering these compute in float32 (precision "anchor")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.ir.ops.movement import along_axis
+from pseudoformer.ir.ops.op import Op
+from pseudoformer.ir.ops.registry import Attr, IRTypeError, OpDef, axis_of, register
+from pseudoformer.ir.types import DType, TensorType
+
+
+def _reduce_type(src: Sequence[TensorType], attrs: Mapping[str, Any], op: Op) -> TensorType:
+    if op is not Op.REDUCE_MAX and src[0].dtype is DType.bool:
+        raise IRTypeError(f"{op.value} of bool {src[0]}: cast to a number first")
+    axes = {axis_of(a, src[0].rank) for a in attrs["axes"]}
+    keep = attrs.get("keepdims", False)
+    dims = tuple(1 if i in axes else d for i, d in enumerate(src[0].shape) if keep or i not in axes)
+    return TensorType(src[0].dtype, dims)
+
+
+def _reduce_positions(n: Any, dim: str) -> tuple[int, ...] | str:
+    x = n.src[0]
+    axes = {a % x.type.rank for a in n.attrs["axes"]}
+    return "a reduction over positions" if x.shape.index(dim) in axes else (0,)
+
+
+def reduction(op: Op, doc: str, fn: Callable[..., Any]) -> OpDef:
+    def impl(n: Any, a: list[np.ndarray]) -> Any:
+        # numpy's mean of ints is float64; the IR keeps the operand's dtype.
+        out = fn(a[0], axis=tuple(n.attrs["axes"]), keepdims=bool(n.attrs.get("keepdims", False)))
+        return np.asarray(out).astype(a[0].dtype, copy=False)
+
+    return OpDef(op, doc, 1, lambda src, attrs: _reduce_type(src, attrs, op), impl,
+                 attrs=(Attr("axes", "ints"), Attr("keepdims", "bool", False)), positions=_reduce_positions,
+                 layout="reduce", precision="anchor")
+
+
+def softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    # Subtracting the max keeps exp in range; an all -inf row gives NaN, as it does in numpy and
+    # torch, and is left visible on purpose.
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _softmax_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    axis_of(attrs["axis"], src[0].rank)
+    return src[0]
+
+
+def along_positions(n: Any, dim: str) -> tuple[int, ...] | str:
+    """The position rule of an op over one axis: position-wise unless that axis is the positions."""
+    return f"{n.op.value} along the position axis" if along_axis(n, dim) else (0,)
+
+
+register(
+    reduction(Op.REDUCE_SUM, "Σ over axes", np.sum),
+    reduction(Op.REDUCE_MAX, "max over axes", np.max),
+    reduction(Op.REDUCE_MEAN, "mean over axes", np.mean),
+    OpDef(Op.SOFTMAX, "exp(x) / Σ exp(x) along an axis", 1, _softmax_type, lambda n, a: softmax(a[0], n.attrs["axis"]),
+          attrs=(Attr("axis", "int"),), positions=along_positions, layout="normalise", precision="anchor"),
+)
