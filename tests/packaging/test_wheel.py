@@ -52,3 +52,14 @@ def test_every_model_file_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
 def test_console_script(wheel: zipfile.ZipFile) -> None:
     ep = next(n for n in wheel.namelist() if n.endswith("entry_points.txt"))
     assert "pseudoformer = pseudoformer.cli:main" in wheel.read(ep).decode()
+
+
+def test_every_module_of_the_source_folders_is_in_the_wheel(wheel: zipfile.ZipFile) -> None:
+    """A subpackage missing from pyproject's package list would install without its modules."""
+    folders = {"pseudoformer": "pseudoformer", "frontend": "pseudoformer/frontend", "ir": "pseudoformer/ir",
+               "passes": "pseudoformer/passes", "backends": "pseudoformer/backends"}
+    names = set(wheel.namelist())
+    missing = [f"{target}/{f.relative_to(ROOT / folder).as_posix()}" for folder, target in folders.items()
+               for f in (ROOT / folder).rglob("*.py")]
+    missing = [m for m in missing if m not in names]
+    assert not missing, missing
