@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,9 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
+    # From a clean copy: setuptools reuses a build/ folder it finds, which would hide a module that
+    # the package list no longer ships.
+    src = tmp_path_factory.mktemp("src") / "pseudoformer"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv*", "build", "dist", "*.egg-info",
+                                                             "__pycache__", ".pytest_cache", ".ruff_cache", "shared"))
     # No build isolation: the build must not reach the network; setuptools comes with the venv.
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out),
-                    str(ROOT)], check=True, capture_output=True)
+                    str(src)], check=True, capture_output=True)
     (whl,) = out.glob("pseudoformer-*.whl")
     return zipfile.ZipFile(whl)
 
