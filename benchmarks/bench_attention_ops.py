@@ -11,7 +11,7 @@
               (the lowering's form for opsets before 23); the −∞ mask is a precomputed initializer here
 
 Causal, 12 heads of 64, batch 1, fp32, 2 threads. The variants alternate in blocks of tight loops
-(block_timing.py; run by run round-robin, the seq-512 figures contradicted each other); the figure
+(interleaved_timing.py; run by run round-robin, the seq-512 figures contradicted each other); the figure
 is the median over `--blocks` blocks of each block's mean.
 Every variant's output is checked against onnx-4d.
 
@@ -28,7 +28,7 @@ from functools import partial
 import numpy as np
 import onnx
 import onnxruntime as ort
-from block_timing import block_medians  # beside this script
+from interleaved_timing import block_medians  # beside this script
 from onnx import TensorProto as T
 from onnx import helper as h
 

@@ -37,27 +37,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from interleaved_timing import round_robin  # beside this script
 
 MATMULS = [(768, 2304), (768, 768), (768, 3072), (3072, 768)]  # GPT-2 small's (K, N) per layer
-PAUSE = 0.3  # seconds between runs of different backends (see _time)
+# Seconds before each timed run when two backends alternate (round_robin): ORT's idle worker threads
+# spin on for tens of milliseconds after a run and slow whatever runs next.
+PAUSE = 0.3
 QUICK = ["L=2", "H=2", "d_e=64", "d_mlp=256", "d_attn=32", "d_mid=32", "N_V=1000", "ell_max=256"]
 
 
-def _time(fns: dict[str, Callable[[], Any]], reps: int, pause: float = PAUSE) -> dict[str, list[float]]:
-    """Round-robin timing, so that a noisy neighbour slows every variant alike; `pause` seconds
-    before each switch, as ORT's idle worker threads spin on for tens of milliseconds after a run
-    and slow whatever runs next (TVM's first run after one: 30 ms instead of 1 on a toy model)."""
-    for f in fns.values():
-        f()
-    out: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(reps):
-        for name, f in fns.items():
-            if len(fns) > 1:
-                time.sleep(pause)
-            t = time.perf_counter()
-            f()
-            out[name].append(time.perf_counter() - t)
-    return out
+def _time(fns: dict[str, Callable[[], Any]], reps: int) -> dict[str, list[float]]:
+    """Seconds per run: a warm-up round, then `reps` rounds in a fixed order; PAUSE before each run
+    when both backends alternate."""
+    return round_robin(fns, reps=reps, warmup=1, gap_s=PAUSE, rotate=False)
 
 
 def _summary(ts: list[float]) -> dict[str, float]:
