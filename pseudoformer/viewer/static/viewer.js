@@ -244,7 +244,7 @@ class Viewer {
     pass.addEventListener("change", () => this.setPass(+pass.value));
     const box = r.querySelector(".pfv-search");
     box.addEventListener("keydown", (ev) => { if (ev.key === "Enter") this.search(box.value); });
-    box.addEventListener("search", () => this.search(box.value));
+    box.addEventListener("search", () => { if (!box.value) this.search(""); });  // the clear button
     const acts = {
       fit: () => this.graph.fit(false), zin: () => this.graph.zoom(1.25), zout: () => this.graph.zoom(0.8),
       more: () => this.expandLevel(1), less: () => this.expandLevel(-1),
