@@ -147,3 +147,18 @@ def test_two_notebook_outputs_on_one_page_do_not_meet(browser: object) -> None:
     passes = page.page.eval_on_selector_all(".pfv-pass", "els => els.map(e => e.selectedOptions[0].textContent)")
     assert passes[0].startswith("-O0") and "after simplify" in passes[1]  # each opened on its own level
     assert not page.errors and page.requests == []
+
+
+def test_notebook_output_works_in_a_sandboxed_frame(browser: object) -> None:
+    """As VS Code and Colab show outputs: in an iframe with scripts allowed and an opaque origin."""
+    import html
+
+    page = Page(browser)
+    frag = notebook_html(small("bart").graph)
+    page.page.set_content(f'<iframe sandbox="allow-scripts" style="width:1200px;height:700px" '
+                          f'srcdoc="{html.escape(frag, quote=True)}"></iframe>')
+    frame = page.page.frames[1]
+    frame.wait_for_selector("[data-ready]", timeout=30_000)
+    assert "BART" in frame.inner_text(".pfv-title")
+    assert frame.eval_on_selector_all(".pfv-cluster, .pfv-box", "els => els.length") > 3
+    assert not page.errors and [r for r in page.requests if not r.startswith("about:")] == []
