@@ -56,7 +56,8 @@ function layoutSnapshot(snap, expanded) {
     g.setNode("o" + j, { kind: "io", output: j, lines, ...boxSize(lines) });
     if (rep.has(e)) g.setEdge(rep.get(e), "o" + j);
   });
-  for (const e of snap.live) {
+  // Edges go in last to first: dagre then orders siblings as the program does (heads.0 on the left).
+  for (const e of [...snap.live].reverse()) {
     for (const se of snap.srcEntries(e)) {
       if (!rep.has(se)) continue;
       const a = rep.get(se), b = rep.get(e);
