@@ -1,5 +1,6 @@
 // The page: toolbar, graph, the selection's details and the source panel, kept in step.
 const BUDGET = 70; // things on screen that still read as an overview
+const MAX_BOXES = 600; // what "+ level" opens at most
 
 class Viewer {
   constructor(root, data) {
@@ -225,11 +226,19 @@ class Viewer {
 
   expandLevel(delta) {
     const d = this.depthOfExpansion() + (delta > 0 ? 1 : 0);
+    const next = new Set(this.expanded);
     for (const g of this.snap.size.keys()) {
       const [key, , , depth] = this.data.groups[g];
-      if (delta > 0 && depth <= d) this.expanded.add(key);
-      if (delta < 0 && depth >= d) this.expanded.delete(key);
+      if (delta > 0 && depth <= d) next.add(key);
+      if (delta < 0 && depth >= d) next.delete(key);
     }
+    // dagre takes seconds past several hundred boxes; open groups one by one instead.
+    const boxes = new Set(this.snap.live.map((e) => representative(this.snap, next, e))).size;
+    if (delta > 0 && boxes > MAX_BOXES) {
+      this.status.textContent = `another level would draw ${boxes} boxes; click the groups to open them one by one`;
+      return;
+    }
+    this.expanded = next;
     this.redraw();
     this.graph.fit();
   }
