@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--after", metavar="PASS", help="show the IR after this pass")
     i.add_argument("--diff", metavar="PASS", help="show what this pass changed")
     i.add_argument("--passes", action="store_true", help="list the passes and their levels")
-    i.add_argument("--format", choices=["text", "dot", "json"], default="text")
+    i.add_argument("--format", choices=["text", "dot", "json", "html", "svg"], default="text",
+                   help="html: an interactive viewer (one offline file) that steps through the passes; svg: a picture")
     i.add_argument("--locations", action="store_true", help="show each node's source line and scope")
     i.add_argument("-o", "--output", help="write to this file instead of stdout")
 
@@ -159,12 +160,20 @@ def _inspect(args: argparse.Namespace) -> int:
     model = load(args.file, entry=args.entry, config=args.config, defines=args.defines)
     if args.diff:
         text = diff_pass(model.graph, args.diff, max(args.opt, 2))
+    elif args.format == "html":
+        from pseudoformer.viewer import to_html
+
+        text = to_html(model.graph, args.opt, after=args.after)
     else:
         g = after_pass(model.graph, args.after, max(args.opt, 2)) if args.after else optimize(model.graph, args.opt)
         if args.format == "text":
             text = format_graph(g, with_locations=args.locations)
         elif args.format == "dot":
             text = to_dot(g)
+        elif args.format == "svg":
+            from pseudoformer.viewer import to_svg
+
+            text = to_svg(g, f"-O{args.opt}" if not args.after else f"after {args.after}")
         else:
             text = json.dumps(to_json(g), indent=1, ensure_ascii=False)
     if args.output:

@@ -28,7 +28,7 @@ class CompiledModel:
     is saved.
     """
 
-    def __init__(self, onnx: Any, model: Model, dtype: str, padding_mask: bool = False) -> None:
+    def __init__(self, onnx: Any, model: Model, dtype: str, padding_mask: bool = False, opt_level: int = 2) -> None:
         from pseudoformer.backends.onnx.lower import LoweredModel
 
         self._lowered = onnx if isinstance(onnx, LoweredModel) else None  # or a ModelProto:
@@ -36,6 +36,7 @@ class CompiledModel:
         self.model = model
         self.dtype = dtype
         self.padding_mask = padding_mask  # the model takes an attention_mask per token input (passes/padding_mask.py)
+        self.opt_level = opt_level
 
     @property
     def onnx(self) -> Any:
@@ -43,6 +44,12 @@ class CompiledModel:
         if self._proto is None:
             self._proto = self._lowered.to_proto()
         return self._proto
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the graph viewer, opened on the graph as compiled (-O`opt_level`)."""
+        from pseudoformer.viewer import notebook_html
+
+        return notebook_html(self.model.graph, self.opt_level)
 
     def __repr__(self) -> str:
         return f"CompiledModel({self.model.source.name}, entry={self.model.entry}, dtype={self.dtype})"
@@ -106,7 +113,7 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
 
         return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args")
     lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False)
-    return CompiledModel(lowered, model, dtype, padding_mask)
+    return CompiledModel(lowered, model, dtype, padding_mask, opt_level)
 
 
 def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,

@@ -32,6 +32,13 @@ class TVMCompiledModel:
     compiled: Any  # build.TVMModel
     model: Model
     dtype: str = "float32"
+    opt_level: int = 2
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the graph viewer, opened on the graph as compiled (-O`opt_level`)."""
+        from pseudoformer.viewer import notebook_html
+
+        return notebook_html(self.model.graph, self.opt_level)
 
     def save(self, path: str | Path) -> Path:
         """Write the .so (and its weights beside it, model.weights.safetensors)."""
@@ -63,7 +70,7 @@ def compile_model(model: Model, *, target: str = "llvm", opt_level: int = 2, dty
                                        metadata=metadata)
     except BackendError as e:
         raise UsageError(str(e)) from None
-    return TVMCompiledModel(compiled, model, dtype)
+    return TVMCompiledModel(compiled, model, dtype, opt_level=opt_level)
 
 
 def run_library(path: str | Path, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:

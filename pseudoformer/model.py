@@ -73,6 +73,12 @@ class Model:
     def output_names(self) -> list[str]:
         return [name for name, _ in self.graph.outputs]
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the graph viewer (pseudoformer.viewer), at -O0 with the passes of -O2."""
+        from pseudoformer.viewer import notebook_html
+
+        return notebook_html(self.graph, 0)
+
     def run(self, inputs: Mapping[str, Any] | None = None, **named: Any) -> dict[str, np.ndarray]:
         """Run on the numpy reference interpreter: `model.run(x=tokens)`."""
         from pseudoformer.ir.interpreter import run
