@@ -100,15 +100,12 @@ def _in_root(graph: Graph, n: Node) -> Node:
     root = graph.meta.get("source_path") or graph.meta.get("source")
     if root is None or n.span is None or n.span.file == str(root):
         return n
-    users: dict[int, list[Node]] = {}
-    for m in graph.nodes():
-        for s in m.src:
-            users.setdefault(id(s), []).append(m)
+    consumers = graph.consumers()
     frontier, seen = [n], {id(n)}
     while frontier:
         nxt = []
         for m in frontier:
-            for u in users.get(id(m), []):
+            for u in consumers.of(m):
                 if u.span is not None and u.span.file == str(root):
                     return u
                 if id(u) not in seen:
