@@ -126,7 +126,6 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
             raise UsageError(str(e)) from None
     else:
         params = random_weights(expected, seed=seed)
-    graph.meta["source_path"] = str(src)
     return Model(graph, params, src, cfg, str(wpath) if wpath else None, meta={"seed": seed})
 
 
