@@ -7,7 +7,7 @@ from typing import Any
 
 from pseudoformer.errors import AlgError
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt, is_inference
-from pseudoformer.frontend.errors import ArityError, BadTypeError, HyperparameterError, ShapeError
+from pseudoformer.frontend.errors import ArityError, BadTypeError, HyperparameterError, LimitError, ShapeError
 from pseudoformer.frontend.expressions import (
     as_size,
     call_builtin,
@@ -30,7 +30,7 @@ from pseudoformer.frontend.tensor_ops import (
     to_layout,
     unify,
 )
-from pseudoformer.frontend.values import Family, MaskDef, SizeVal, Val
+from pseudoformer.frontend.values import Family, MaskDef, NodeLimit, SizeVal, Val
 from pseudoformer.ir import Op, Span
 
 
@@ -221,6 +221,34 @@ def exec_stmt(f: Frame, s: Stmt) -> None:
         _exec(f, s)
     except ShapeMismatch as m:
         raise f.shape_error(m, s.pos) from None
+    except NodeLimit:
+        raise f.error(LimitError, f"the graph grows past {f.b.max_nodes:,} IR nodes here{_sizes(f)}; "
+                      "--max-nodes N raises the limit", s.pos) from None
+
+
+def _sizes(f: Frame) -> str:
+    config = f.root().config or {}
+    shown = ", ".join(f"{k} = {v}" for k, v in config.items() if isinstance(v, int) and not isinstance(v, bool))
+    return f" (with {shown})" if shown else ""
+
+
+def _unroll(f: Frame, s: Stmt, count: int) -> None:
+    """Unroll a block loop, refusing it after one iteration when all of them would pass the node limit."""
+    saved_scope = f.scope
+    start = f.b.nodes
+    for i in range(1, count + 1):
+        f.loops[s.name] = i
+        f.scope = f"{saved_scope}/{collection(s.name)}.{i - 1}"
+        exec_block(f, s.body)
+        projected = f.b.nodes + (f.b.nodes - start) * (count - i)
+        if i == 1 and projected > f.b.max_nodes:
+            bound = describe(s.bounds[-1])
+            times = f"{bound} = {count:,}" if bound != str(count) else f"{count:,}"
+            raise f.error(LimitError, f"this loop runs {times} times: unrolled, the graph would have about "
+                          f"{projected:,} IR nodes, more than the limit of {f.b.max_nodes:,}; --max-nodes N raises "
+                          "it", s.pos)
+    f.loops.pop(s.name, None)
+    f.scope = saved_scope
 
 
 def _exec(f: Frame, s: Stmt) -> None:
@@ -254,14 +282,7 @@ def _exec(f: Frame, s: Stmt) -> None:
             raise f.error(BadTypeError, f"a block loop is unrolled, so it needs a count known before run time, and "
                           f"{show_size(size)} is only known when the model runs; map over positions on one line instead: "
                           f"for {s.name} ∈ [n] : …", s.pos)
-        count = size.value if size.is_int else 1  # checking without a config: one iteration stands for all
-        saved_scope = f.scope
-        for i in range(1, count + 1):
-            f.loops[s.name] = i
-            f.scope = f"{saved_scope}/{collection(s.name)}.{i - 1}"
-            exec_block(f, s.body)
-        f.loops.pop(s.name, None)
-        f.scope = saved_scope
+        _unroll(f, s, size.value if size.is_int else 1)  # checking without a config: one iteration stands for all
     elif k == "forall":
         with _mapvars(f, [(v, None) for v in s.vars]):
             exec_block(f, s.body)

@@ -99,6 +99,8 @@ class Frame:
             root.config_used.add(key)
             if isinstance(v, bool) or not isinstance(v, int):
                 raise self.error(HyperparameterError, f"{text} is a size, so it must be a whole number (got {v!r})", pos)
+            if v < 1:  # a model of no layers, heads or features compiles, and computes nothing meaningful
+                raise self.error(HyperparameterError, f"{text} is a size, so it must be at least 1 (got {v})", pos)
             self.sizes[key] = Size.of(v)
             return self.sizes[key]
         if root.symbolic and self is root and (create or key in self.declared_sizes()):
