@@ -117,6 +117,6 @@ def test_file_without_inference_algorithm_is_refused(capsys: pytest.CaptureFixtu
 def test_token_ids_past_the_vocabulary_are_a_user_error(capsys: pytest.CaptureFixture, backend: str) -> None:
     assert main(["generate", "models/gpt2.alg", *TINY, "--prompt-ids", "1 2 60", "--backend", backend]) == 1
     err = capsys.readouterr().err
-    assert "token id 60 in x is out of range" in err and "vocabulary of 50" in err
+    assert "token id 60 in x is out of range" in err and "vocabulary has 50 tokens" in err
     assert main(["generate", "models/paper/edinference.alg", *ED, "--encoder-ids", "1 11"]) == 1
     assert "token id 11 in z is out of range" in capsys.readouterr().err
