@@ -22,6 +22,7 @@ from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import GroupVal, collection, top_entries
 from pseudoformer.frontend.tensor_ops import (
     ShapeMismatch,
+    cast_real,
     dim_to_free,
     elementwise,
     free_to_dim,
@@ -32,6 +33,7 @@ from pseudoformer.frontend.tensor_ops import (
 )
 from pseudoformer.frontend.values import Family, MaskDef, NodeLimit, SizeVal, Val
 from pseudoformer.ir import Op, Span
+from pseudoformer.ir.ops import IRTypeError
 
 
 class _Return(Exception):
@@ -224,6 +226,8 @@ def exec_stmt(f: Frame, s: Stmt) -> None:
     except NodeLimit:
         raise f.error(LimitError, f"the graph grows past {f.b.max_nodes:,} IR nodes here{_sizes(f)}; "
                       "--max-nodes N raises the limit", s.pos) from None
+    except IRTypeError as m:  # as in ev, for what a statement builds itself (an assignment's where)
+        raise f.error(ShapeError, f"the values of this line do not fit ({m})", s.pos) from None
 
 
 def _sizes(f: Frame) -> str:
@@ -402,6 +406,8 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
                 if mv.size is None:
                     mv.size = view.dims[i]
                 view = dim_to_free(f.b, view, i, mv.internal)
+        if value.node.dtype is not view.node.dtype and view.kind == "real":
+            value = cast_real(f.b, value)  # S[t, t'] ← [[…]]: a truth value assigned as the number 0 or 1
         new = elementwise(f.b, Op.WHERE, [cond, value, view], "assign", kind=view.kind)
         value = new
     result = _place(f, value, items, s)

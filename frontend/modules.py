@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from pseudoformer.errors import CompileError, Diagnostics, Pos, UsageError
+from pseudoformer.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
 from pseudoformer.file_access import FileAccessError, read_bytes
 from pseudoformer.frontend.assemble import parse_module
 from pseudoformer.frontend.ast import Algorithm, Module, Use
@@ -65,8 +66,8 @@ def load_program(path: str | Path, source: str | None = None, include: Sequence[
     text = source if source is not None else _read(Path(path), display, diags, None)
     if text is None:
         diags.raise_if_any()
-    root, d = parse_module(text, display)
-    diags.errors.extend(d.errors)
+    root, errors = _parse(text, display)
+    diags.errors.extend(errors)
     prog = Program(root=root)
     prog.modules[display] = root
     _load_uses(prog, root, Path(path), diags, [str(Path(path).resolve())], roots)
@@ -74,6 +75,14 @@ def load_program(path: str | Path, source: str | None = None, include: Sequence[
         _build_scope(prog, mod, diags)
     diags.raise_if_any()
     return prog
+
+
+@lru_cache(maxsize=32)
+def _parse(text: str, display: str) -> tuple[Module, tuple[AlgError, ...]]:
+    """Parse a module once per process for each (text, name): the files a model uses are read by
+    every load, and nothing changes a Module once it is built."""
+    module, diags = parse_module(text, display)
+    return module, tuple(diags.errors)
 
 
 def _roots(entry: Path, include: Sequence[str | Path]) -> list[Path]:
@@ -121,13 +130,18 @@ def _load_uses(prog: Program, mod: Module, path: Path, diags: Diagnostics, stack
             continue
         if display in prog.modules:
             continue
+        if not target.exists():
+            diags.add(ModuleError(f"no such file: {display}", use.pos, _line(mod, use.pos), notes=(
+                "a `use` path is looked for beside the using file, then in each --include directory and in "
+                "the installed models/",)))
+            continue
         text = _read(target, display, diags, use.pos)
         if text is None:
             if diags.errors[-1].pos == use.pos:  # not when it points into the file itself
                 diags.errors[-1].source_line = _line(mod, use.pos)
             continue
-        sub, d = parse_module(text, display)
-        diags.errors.extend(d.errors)
+        sub, errors = _parse(text, display)
+        diags.errors.extend(errors)
         prog.modules[display] = sub
         _load_uses(prog, sub, target, diags, [*stack, key], roots)
 
