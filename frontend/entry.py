@@ -12,13 +12,14 @@ from typing import Any
 
 from pseudoformer.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
 from pseudoformer.frontend.ast import Algorithm, Decl, is_inference
-from pseudoformer.frontend.calls import input_decl, run_body
+from pseudoformer.frontend.calls import input_decl
 from pseudoformer.frontend.errors import BadTypeError, HyperparameterError, LimitError, UnknownNameError
 from pseudoformer.frontend.frame import Frame, Weights
 from pseudoformer.frontend.inference import plan_inference
 from pseudoformer.frontend.modules import Program
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.sizes import Size
+from pseudoformer.frontend.statements import run_body
 from pseudoformer.frontend.tensor_ops import ShapeMismatch, show
 from pseudoformer.frontend.values import Builder, MaskDef, NodeLimit, SizeVal, Val
 from pseudoformer.ir import DType, Graph, Op, TensorType

@@ -118,6 +118,10 @@ def _load_uses(prog: Program, mod: Module, path: Path, diags: Diagnostics, stack
     for use in mod.uses:
         try:
             target, display = _locate(use, path, mod.path, roots)
+            found = target.exists()
+        except OSError as e:  # a name too long, a loop of links
+            diags.add(ModuleError(f"cannot use {use.path!r}: {e.strerror or e}", use.pos, _line(mod, use.pos)))
+            continue
         except ModuleError as e:
             e.source_line = _line(mod, use.pos)
             diags.add(e)
@@ -130,7 +134,7 @@ def _load_uses(prog: Program, mod: Module, path: Path, diags: Diagnostics, stack
             continue
         if display in prog.modules:
             continue
-        if not target.exists():
+        if not found:
             diags.add(ModuleError(f"no such file: {display}", use.pos, _line(mod, use.pos), notes=(
                 "a `use` path is looked for beside the using file, then in each --include directory and in "
                 "the installed models/",)))

@@ -126,13 +126,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.filename is None:
+            return _internal(e)
+        # A path the user gave that the system refuses to look at (a name too long, a loop of links).
+        print(f"error: cannot use {e.filename}: {e.strerror or e}", file=sys.stderr)
     except Exception as e:  # a bug in pseudoformer, not in the user's input
-        if os.environ.get("PSEUDOFORMER_DEBUG"):
-            raise
-        print(f"pseudoformer: internal error: {type(e).__name__}: {e}\n"
-              "  this is a bug in pseudoformer; PSEUDOFORMER_DEBUG=1 shows the traceback", file=sys.stderr)
-        return 2
+        return _internal(e)
     return 1
+
+
+def _internal(e: Exception) -> int:
+    if os.environ.get("PSEUDOFORMER_DEBUG"):
+        raise e
+    print(f"pseudoformer: internal error: {type(e).__name__}: {e}\n"
+          "  this is a bug in pseudoformer; PSEUDOFORMER_DEBUG=1 shows the traceback", file=sys.stderr)
+    return 2
 
 
 def _generate(args: argparse.Namespace) -> int:

@@ -7,10 +7,11 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from pseudoformer.errors import UsageError
+from pseudoformer.file_access import regular_file
 from pseudoformer.generation.generator import BACKENDS
+from pseudoformer.limits import FILE_CAPS
 from pseudoformer.run_settings import check_seed
 
 
@@ -94,8 +95,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tokenizer(path: str):  # -> tokenizers.Tokenizer
-    if not Path(path).is_file():
-        raise UsageError(f"no tokenizer file at {path}")
+    regular_file(path, "tokenizer file", FILE_CAPS["tokenizer"])
     try:
         from tokenizers import Tokenizer
     except ImportError:

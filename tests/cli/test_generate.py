@@ -93,7 +93,7 @@ def test_tokenizer_prints_the_text(capsys: pytest.CaptureFixture, tmp_path: Path
     (["--prompt-ids", "1 2", "--max-new-tokens", "80"], "positions"),
     (["--prompt-ids", "1 2", "--top-p", "1.5"], "top_p"),
     (["--prompt-ids", "1 2", "--encoder-ids", "3"], "decoder only"),
-    (["--prompt-ids", "1 2", "--tokenizer", "/nonexistent/tokenizer.json"], "no tokenizer file"),
+    (["--prompt-ids", "1 2", "--tokenizer", "/nonexistent/tokenizer.json"], "no such tokenizer file"),
 ])
 def test_user_mistakes_exit_1_with_one_message(capsys: pytest.CaptureFixture, argv: list[str], message: str) -> None:
     assert main(["generate", "models/gpt2.alg", *TINY, *argv]) == 1

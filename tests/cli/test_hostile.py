@@ -106,6 +106,10 @@ ROWS: dict[str, Row] = {
                                                          "-o", s.o()], "is a FIFO"),
     "--input FIFO": (lambda s: ["run", GPT2, *SMALL, "--input", f"x={s.root / 'pipe.npy'}", "-o", s.o()], "is a FIFO"),
     "--input /dev/zero": (lambda s: ["run", GPT2, *SMALL, "--input", "x=/dev/zero", "-o", s.o()], "character device"),
+    "check a name too long": (lambda s: ["check", "a" * 3000 + ".alg"], "File name too long"),
+    "--include a name too long": (lambda s: ["check", GPT2, "--include", "a" * 3000], "File name too long"),
+    "use a name too long": (lambda s: ["check", s.alg("long.alg", f'use "{"a" * 3000}.alg"\n' + BLOCK)],
+                            "File name too long"),
     "--input .npy shorter than its header": (lambda s: ["run", GPT2, *SMALL, "--input", f"x={s.lying}", "-o", s.o()],
                                              "8,000,000 bytes, but the file holds"),
     # 2. output
@@ -113,6 +117,7 @@ ROWS: dict[str, Row] = {
     "-o a link to a FIFO": (lambda s: ["run", GPT2, *SMALL, "--input", "x=[[1]]", "-o", str(s.root / "out-link")],
                             "it is a FIFO"),
     "-o a directory": (lambda s: ["inspect", GPT2, *SMALL, "-o", str(s.out)], "it is a directory"),
+    "-o a name too long": (lambda s: ["compile", GPT2, *SMALL, "-o", str(s.out / ("m" * 3000))], "File name too long"),
     # 3. resource bounds
     "-D L=1000000": (lambda s: ["check", GPT2, "-D", "L=1000000"], "this loop runs L = 1,000,000 times"),
     "-D d_e=100000000": (lambda s: ["compile", GPT2, "-D", "d_e=100000000", "-o", s.o("m.onnx")],
