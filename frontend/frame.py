@@ -159,6 +159,12 @@ class Frame:
 
     # ------------------------------------------------------------------ types
     def eval_size(self, e: Expr, bind: dict[str, Size] | None = None) -> Size:
+        size = self._eval_size(e)
+        if size.is_int and size.value < 1:  # ℝ^{d − 5} with d = 4: no tensor has -1 rows
+            raise self.error(HyperparameterError, f"this size is {size.value}; a size must be at least 1", e.pos)
+        return size
+
+    def _eval_size(self, e: Expr) -> Size:
         if e.op == "number":
             return Size.of(int(e.args[0]))
         if e.op == "name":

@@ -84,16 +84,15 @@ def check_output(path: str | os.PathLike) -> None:
 
 def _target(path: Path) -> Path:
     """The file to replace for `path`: itself, or where its symbolic link leads; refused if not regular."""
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path
-    directory = target.parent
-    if not directory.is_dir():
-        raise OutputError(f"cannot write {path}: no directory {directory}")
     try:
+        target = Path(os.path.realpath(path)) if path.is_symlink() else path
+        if not target.parent.is_dir():
+            raise OutputError(f"cannot write {path}: no directory {target.parent}")
         st = os.stat(target)
     except FileNotFoundError:
         return target
-    except OSError as e:
-        raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte
+        raise OutputError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None
     if not stat.S_ISREG(st.st_mode):
         via = f" (a link to {target})" if target != path else ""
         raise OutputError(f"cannot write {path}{via}: it is {kind_of(st)}, and pseudoformer replaces only "

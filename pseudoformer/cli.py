@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is not None and any("\x00" in a for a in argv):  # a shell cannot pass one; a caller of main() can
+        print("error: an argument holds a NUL byte, which no path or value may hold", file=sys.stderr)
+        return 1
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = {"check": _check, "inspect": _inspect, "run": _run,
                                                         "compile": _compile, "generate": _generate}[args.command]
