@@ -1,0 +1,105 @@
+"""Computed indices (docs/language.md §5.4): `w[t_x − t_z + ℓ_max]` and `v[p[t]]` are gathers.
+
+An index the sizes keep in range is gathered as it is; one only the run can judge is checked when the
+model runs, and an index outside [1, n] is an error on every backend — numpy and ONNX would otherwise
+read a negative index from the end of the axis.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pseudoformer.backends.onnx import OnnxRunner, to_onnx
+from pseudoformer.ir import Op
+from pseudoformer.ir.interpreter import InterpreterError
+from pseudoformer.model import load
+from pseudoformer.optimize import optimize
+
+# A T5-style learned relative bias: one weight per offset t_x − t_z ∈ [1 − ℓ_max, ℓ_max − 1].
+RELATIVE = """Algorithm: Y ← relative_bias(X | w)
+  Input: X ∈ ℝ^{ℓ × ℓ}
+  Output: Y ∈ ℝ^{ℓ × ℓ}
+  Hyperparameters: ℓ_max ∈ ℕ
+  Parameters: w ∈ ℝ^{2ℓ_max − 1}
+  1 for t_z ∈ [ℓ], t_x ∈ [ℓ] : Y[t_z, t_x] ← X[t_z, t_x] + w[t_x − t_z + ℓ_max]
+  2 return Y
+"""
+
+# Positions given as data: column p[t] of W for each t.
+PICK = """Algorithm: Y ← pick(p | W)
+  Input: p ∈ ℝ^{ℓ}
+  Output: Y ∈ ℝ^{d × ℓ}
+  Hyperparameters: d, n ∈ ℕ
+  Parameters: W ∈ ℝ^{d × n}
+  1 for t ∈ [ℓ] : Y[:, t] ← W[:, p[t]]
+  2 return Y
+"""
+
+
+def _load(tmp_path, source: str, defines: list[str]):  # noqa: ANN202
+    path = tmp_path / "m.alg"
+    path.write_text(source, encoding="utf-8")
+    return load(path, defines=defines)
+
+
+def _relative_numpy(x: np.ndarray, w: np.ndarray, ell_max: int) -> np.ndarray:
+    """x in the deployment layout [batch, t_x, t_z] (the paper's S[t_z, t_x] transposed)."""
+    ell = x.shape[-1]
+    tz, tx = np.meshgrid(np.arange(ell), np.arange(ell), indexing="ij")
+    bias = w[tx - tz + ell_max - 1]  # [t_z, t_x]
+    return x + bias.T[None]
+
+
+def test_relative_bias_is_one_gather(tmp_path) -> None:
+    model = _load(tmp_path, RELATIVE, ["ℓ_max=6"])
+    x = np.random.default_rng(0).standard_normal((2, 5, 5)).astype(np.float32)
+    want = _relative_numpy(x, model.weights["w"], 6)
+    np.testing.assert_allclose(model.run(X=x)["Y"], want, rtol=1e-6, atol=1e-6)
+    for level in (0, 2):
+        graph = optimize(model.graph, level)
+        runner = OnnxRunner(to_onnx(graph, model.weights))
+        np.testing.assert_allclose(runner.run({"X": x})["Y"], want, rtol=1e-6, atol=1e-6)
+    ops = [n.op for n in model.graph.nodes()]
+    assert ops.count(Op.GATHER) == 1 and ops.count(Op.ARANGE) == 2  # one gather over an ℓ × ℓ index
+
+
+def test_an_index_past_the_weights_is_an_error_on_every_backend(tmp_path) -> None:
+    """ℓ = 7 > ℓ_max = 6: the offset 6 has no weight. Both ends leave the axis: t_x − t_z + ℓ_max runs
+    from 0 (numpy and ONNX would read w[−1], the last weight) to 12."""
+    model = _load(tmp_path, RELATIVE, ["ℓ_max=6"])
+    x = np.zeros((1, 7, 7), np.float32)
+    with pytest.raises(InterpreterError, match=r"gather, .*m\.alg:6 .*out of bounds"):
+        model.run(X=x)
+    runner = OnnxRunner(to_onnx(model.graph, model.weights))
+    with pytest.raises(Exception, match="out of"):  # onnxruntime's own exception type
+        runner.run({"X": x})
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, 4.0, 2.5])
+def test_data_positions_are_checked_when_the_model_runs(tmp_path, bad: float) -> None:
+    """0 and −1 would read the last columns in numpy and ONNX, 2.5 would be cut to 2: all are errors."""
+    model = _load(tmp_path, PICK, ["d=2", "n=3"])
+    good = np.array([[3.0, 1.0, 2.0]], np.float32)
+    w = model.weights["W"]
+    np.testing.assert_allclose(model.run(p=good)["Y"], w[:, [2, 0, 1]].T[None], rtol=1e-6)
+    runner = OnnxRunner(to_onnx(model.graph, model.weights))
+    np.testing.assert_allclose(runner.run({"p": good})["Y"], w[:, [2, 0, 1]].T[None], rtol=1e-6)
+    wrong = np.array([[1.0, bad, 2.0]], np.float32)
+    with pytest.raises(InterpreterError, match="gather"):
+        model.run(p=wrong)
+    with pytest.raises(Exception, match="out of"):
+        runner.run({"p": wrong})
+
+
+def test_tvm_refuses_an_index_out_of_range(tmp_path) -> None:
+    pytest.importorskip("tvm.relax", reason="apache-tvm is not installed: pip install pseudoformer[tvm]")
+    from pseudoformer.backends.tvm import compile_graph
+
+    model = _load(tmp_path, PICK, ["d=2", "n=3"])
+    compiled = compile_graph(model.graph, model.weights)
+    good = np.array([[3.0, 1.0, 2.0]], np.float32)
+    np.testing.assert_allclose(compiled.run({"p": good})["Y"], model.run(p=good)["Y"], rtol=1e-6)
+    with pytest.raises(Exception, match="out of range"):
+        compiled.run({"p": np.array([[1.0, 0.0, 2.0]], np.float32)})
+
