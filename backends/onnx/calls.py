@@ -79,6 +79,7 @@ def plan_calls(graph: Graph) -> CallPlan:
             segments = segments[1:]
         of[id(n)] = _call(by_key, segments)
     _untangle(root, nodes, of)
+    _skip_wrappers(root, of)
     return CallPlan(root, of, entry)
 
 
@@ -170,6 +171,17 @@ def _chain(call: Call) -> list[Call]:
         chain.append(c)
         c = c.parent
     return chain[::-1]
+
+
+def _skip_wrappers(root: Call, of: dict[int, Call]) -> None:
+    """A call that only calls one other (`heads.0`, which calls Attention) is that call."""
+    owning = {id(c) for c in of.values()}
+    for c in root.walk()[1:]:
+        if id(c) not in owning and len(c.children) == 1:
+            child, parent = c.children[0], c.parent
+            assert parent is not None
+            parent.children[parent.children.index(c)] = child
+            child.parent = parent
 
 
 def _dissolve(call: Call, nodes: list[Node], of: dict[int, Call]) -> None:
