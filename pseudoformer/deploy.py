@@ -87,7 +87,7 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
             backend: str = "onnx", dtype: str = "float32", opset: int | None = None,
             opt_level: int = 2, target: str = "llvm", padding_mask: bool = False,
-            tvm_params: str | None = None) -> CompiledModel | TVMCompiledModel:
+            tvm_params: str | None = None, functions: bool = False) -> CompiledModel | TVMCompiledModel:
     """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
 
     backend="onnx" gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so for
@@ -96,6 +96,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     "bind" compiles them into the .so as constants.
     padding_mask=True adds an `attention_mask` input per token input (ONNX only; see
     passes/padding_mask.py) so that right-padded batches of different lengths run together.
+    functions=True writes each algorithm call as an ONNX local function (ONNX only; see
+    backends/onnx/functions.py): the same model, folded as the paper writes it, for a viewer such as Netron.
     """
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
@@ -107,17 +109,20 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
         raise UsageError("--padding-mask is for the onnx backend")
     if tvm_params is not None and backend != "tvm":
         raise UsageError("--tvm-params is for the tvm backend")
+    if functions and backend != "onnx":
+        raise UsageError("--functions is for the onnx backend")
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed)
     if backend == "tvm":
         from pseudoformer.deploy_tvm import compile_model
 
         return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args")
-    lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False)
+    lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False,
+                    functions=functions)
     return CompiledModel(lowered, model, dtype, padding_mask, opt_level)
 
 
 def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,
-          padding_mask: bool = False, whole: bool = True) -> Any:
+          padding_mask: bool = False, whole: bool = True, functions: bool = False) -> Any:
     """The optimised model as an onnx.ModelProto; with whole=False as a LoweredModel (graph + arrays)."""
     from pseudoformer.backends.onnx import BackendError
     from pseudoformer.backends.onnx.lower import lower_model
@@ -133,7 +138,7 @@ def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt
         except PaddingMaskError as e:
             raise UsageError(f"--padding-mask: {e}") from None
     try:
-        lowered = lower_model(graph, model.weights, dtype=dtype, opset=opset, metadata=metadata)
+        lowered = lower_model(graph, model.weights, dtype=dtype, opset=opset, metadata=metadata, functions=functions)
     except BackendError as e:
         raise UsageError(str(e)) from None
     return lowered.to_proto() if whole else lowered

@@ -4,19 +4,23 @@ A node belongs to the call recorded in its scope, after the passes too: a fused 
 scope the fusion gave it, and after head batching the heads' projections are one matmul of
 MHAttention, so at -O2 a head's call keeps only what is still its own (the transposes of its
 weights). Calls are told apart as the viewer tells them (ir/scopes.py): by the connected
-components, within a scope, of the nodes that compute on the model's inputs. A node computed from
-weights, constants and sizes alone touches no input, so it cannot say which call of its scope it
-belongs to; it joins the call of a node that reads it, where that call is in the node's own scope,
-else a call of its scope under the reader's nearest call.
+components, within a scope, of the nodes that compute on the model's inputs, split where a path
+would leave a call and come back. A node computed from weights, constants and sizes alone touches
+no input, so it cannot say which call of its scope it belongs to; it joins the call of a node that
+reads it, where that call is in the node's own scope, else a call of its scope under the reader's
+nearest call.
 
-The entry algorithm is the graph itself (its calls are the graph's function calls), and a call is
-one node in its caller's graph, so the calls under one caller must not feed each other both ways.
-A call that would (a fusion can leave a caller's node between two of a callee's) is dissolved into
-its caller: its nodes are the caller's, its own calls the caller's calls.
+The entry algorithm is the graph itself (its calls are the graph's function calls). A call that
+only calls one other (`heads.0`, a loop iteration that calls Attention) is that call. A call is one
+node in its caller's graph, so the calls under one caller must not feed each other both ways; the
+split above sees only the data, so a size read across calls (a `dim` of one call's value that
+another computes with) could still tie two calls in a knot. Then the call of the two with fewer
+nodes is dissolved into its caller: its nodes are the caller's, its own calls the caller's calls.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -149,6 +153,7 @@ def _tangled(nodes: list[Node], of: dict[int, Call]) -> list[Call]:
         for d, caller in enumerate(chain):
             items.setdefault(caller, {})[id(n)] = chain[d + 1] if d + 1 < len(chain) else id(n)
             members.setdefault(caller, []).append(n)
+    size = Counter(id(of[id(n)]) for n in nodes)
     out = []
     for caller, item in items.items():
         g = nx.DiGraph()
@@ -157,7 +162,8 @@ def _tangled(nodes: list[Node], of: dict[int, Call]) -> list[Call]:
                 if id(s) in item and item[id(s)] != item[id(n)]:
                     g.add_edge(item[id(s)], item[id(n)])
         for scc in nx.strongly_connected_components(g):
-            calls = sorted((c for c in scc if isinstance(c, Call)), key=lambda c: c.key)
+            # The call with the fewest nodes goes, so that as much of the structure as can be stays.
+            calls = sorted((c for c in scc if isinstance(c, Call)), key=lambda c: (size[id(c)], c.key))
             if len(scc) > 1 and calls:
                 out.append(calls[0])
     return out

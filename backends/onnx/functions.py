@@ -41,21 +41,23 @@ class _Definition:
     key: tuple
     algorithm: str
     nodes: list[onnx.NodeProto]  # renamed: inputs in<k>, outputs y<k>, the rest t<k>
-    value_info: list[onnx.ValueInfoProto]
     arity: tuple[int, int]
     first: int  # the walk position of its first call, which orders the names
     callers: list[list[str]] = field(default_factory=list)  # each call's input names
+    types: dict[str, list[onnx.TypeProto | None]] = field(default_factory=dict)  # each value's type in each call
 
 
-def to_functions(nodes: Sequence[onnx.NodeProto], owner: Sequence[Call], plan: CallPlan, inputs: Sequence[str],
-                 outputs: Sequence[str], weights: set[str], value_info: Sequence[onnx.ValueInfoProto],
-                 opset_imports: Sequence[onnx.OperatorSetIdProto],
-                 ) -> tuple[list[onnx.NodeProto], list[onnx.FunctionProto], list[onnx.ValueInfoProto]]:
-    """The graph's nodes, the functions and the graph's value_info, from the flat lowering.
+def to_functions(flat: onnx.GraphProto, owner: Sequence[Call], plan: CallPlan, weights: Sequence[onnx.ValueInfoProto],
+                 known: Sequence[onnx.ValueInfoProto], opset_imports: Sequence[onnx.OperatorSetIdProto],
+                 ) -> tuple[onnx.GraphProto, list[onnx.FunctionProto]]:
+    """The graph and its functions, from the flat lowering `flat` (no initializers) whose node i is in call `owner[i]`.
 
-    `owner[i]` is the call of `nodes[i]`; `weights` are the initializers' names.
+    `weights` are the initializers' types, `known` the types of values the IR knows (each IR node's).
     """
-    named = weights | set(inputs)
+    nodes = list(flat.node)
+    types = _value_types(flat, weights, known, opset_imports)
+    weight_names = {w.name for w in weights}
+    named = weight_names | {i.name for i in flat.input}
     calls = plan.root.walk()
     pos = {id(c): k for k, c in enumerate(calls)}
     end = {}  # id(call) → the last walk position of the calls under it: a subtree is pos..end
@@ -67,8 +69,7 @@ def to_functions(nodes: Sequence[onnx.NodeProto], owner: Sequence[Call], plan: C
         own[id(c)].append(i)
         for name in node.input:
             readers.setdefault(name, []).append(pos[id(c)])
-    leaving = set(outputs)
-    types = {v.name: v for v in value_info}
+    leaving = {o.name for o in flat.output}
     book: dict[tuple, _Definition] = {}
     call_node: dict[int, tuple[int, onnx.NodeProto]] = {}  # id(call) → (first flat index under it, its node)
     for c in reversed(calls):  # callees first
@@ -80,11 +81,12 @@ def to_functions(nodes: Sequence[onnx.NodeProto], owner: Sequence[Call], plan: C
             main = [n for _, n in body]
             functions = _finish(book, opset_imports, named, main)
             visible = {o for n in main for o in n.output}
-            return main, functions, [types[v] for v in types if v in visible]
+            return helper.make_graph(main, flat.name, flat.input, flat.output,
+                                     value_info=[v for v in flat.value_info if v.name in visible]), functions
         produced = [o for _, n in body for o in n.output if o]
         made = set(produced)
         ins = list(dict.fromkeys(x for _, n in body for x in n.input if x and x not in made))
-        ins.sort(key=lambda x: x in weights)  # the data first, then the weights, each as first read
+        ins.sort(key=lambda x: x in weight_names)  # the data first, then the weights, each as first read
         lo, hi = pos[id(c)], end[id(c)]
         outs = [o for o in produced if o in leaving or any(not lo <= r <= hi for r in readers.get(o, ()))]
         op_type = _define(book, c, pos[id(c)], [n for _, n in body], ins, outs, types)
@@ -92,6 +94,20 @@ def to_functions(nodes: Sequence[onnx.NodeProto], owner: Sequence[Call], plan: C
                                 domain=DOMAIN)
         call_node[id(c)] = (body[0][0], node)
     raise AssertionError("the walk ends at the graph")
+
+
+def _value_types(flat: onnx.GraphProto, weights: Sequence[onnx.ValueInfoProto], known: Sequence[onnx.ValueInfoProto],
+                 opset_imports: Sequence[onnx.OperatorSetIdProto]) -> dict[str, onnx.TypeProto]:
+    """Every value's type: onnx's shape inference of the flat graph, from the types `known`."""
+    g = onnx.GraphProto()
+    g.CopyFrom(flat)
+    g.input.extend(weights)
+    typed = {v.name for v in (*g.input, *g.output, *g.value_info)}
+    g.value_info.extend(v for v in known if v.name not in typed)
+    model = helper.make_model(g, opset_imports=opset_imports,
+                              ir_version=helper.find_min_ir_version_for(list(opset_imports)))
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    return {v.name: v.type for v in (*inferred.input, *inferred.value_info, *inferred.output)}
 
 
 def _topological(body: list[tuple[int, onnx.NodeProto]], where: str) -> list[tuple[int, onnx.NodeProto]]:
@@ -119,7 +135,7 @@ def _topological(body: list[tuple[int, onnx.NodeProto]], where: str) -> list[tup
 
 
 def _define(book: dict[tuple, _Definition], c: Call, at: int, body: list[onnx.NodeProto], ins: list[str],
-            outs: list[str], types: dict[str, onnx.ValueInfoProto]) -> str:
+            outs: list[str], types: dict[str, onnx.TypeProto]) -> str:
     """The op type of `c`'s definition, made or found in `book`."""
     rename = {x: f"in{k}" for k, x in enumerate(ins)}
     rename.update({o: f"y{k}" for k, o in enumerate(outs)})
@@ -127,7 +143,9 @@ def _define(book: dict[tuple, _Definition], c: Call, at: int, body: list[onnx.No
         for o in n.output:
             if o and o not in rename:
                 rename[o] = f"t{len(rename) - len(ins) - len(outs)}"
-    prefix = f"{c.scope}/"
+    # The call's own path is in the call node's name (GPT2/layers.3): the body's names say the rest.
+    # A call node is named by its key (layer_norm#2), any other node by its scope.
+    prefixes = {True: f"{c.key}/", False: f"{c.scope}/"}
     renamed, key = [], []
     for n in body:
         m = onnx.NodeProto()
@@ -141,24 +159,19 @@ def _define(book: dict[tuple, _Definition], c: Call, at: int, body: list[onnx.No
         anonymous.CopyFrom(m)
         anonymous.name = ""
         key.append(anonymous.SerializeToString(deterministic=True))
-        # The call's scope (GPT2/layers.3/) is in the call node's name; the body's names say the rest.
-        at_scope = m.name.find(prefix)
-        if at_scope >= 0:
-            m.name = m.name[at_scope + len(prefix):]
+        prefix = prefixes[m.domain == DOMAIN]
+        at = m.name.find(prefix)
+        if at >= 0:
+            m.name = m.name[at + len(prefix):]
         renamed.append(m)
-    infos = []
-    for name, new in rename.items():
-        if name in types and not new.startswith("in"):
-            v = onnx.ValueInfoProto()
-            v.CopyFrom(types[name])
-            v.name = new
-            infos.append(v)
-    k = (len(ins), len(outs), tuple(key), tuple(v.SerializeToString(deterministic=True) for v in infos))
+    k = (len(ins), len(outs), tuple(key))
     if k not in book:
-        book[k] = _Definition(k, c.algorithm, renamed, infos, (len(ins), len(outs)), at)
+        book[k] = _Definition(k, c.algorithm, renamed, (len(ins), len(outs)), at)
     d = book[k]
     d.first = min(d.first, at)
     d.callers.append(ins)
+    for name, new in rename.items():
+        d.types.setdefault(new, []).append(types.get(name))
     return _placeholder(d)
 
 
@@ -180,7 +193,7 @@ def _finish(book: dict[tuple, _Definition], opset_imports: Sequence[onnx.Operato
             n.op_type = names[n.op_type]
     functions = []
     imports = [*opset_imports, helper.make_opsetid(DOMAIN, DOMAIN_VERSION)]
-    for d in reversed(defs):  # a function after the ones it calls
+    for d in book.values():  # made callees first, so each function comes after the ones it calls
         inputs = _input_names(d, named)
         rename = {f"in{k}": name for k, name in enumerate(inputs)}
         for n in d.nodes:
@@ -188,9 +201,37 @@ def _finish(book: dict[tuple, _Definition], opset_imports: Sequence[onnx.Operato
             if n.domain == DOMAIN:
                 n.op_type = names[n.op_type]
         outputs = [f"y{k}" for k in range(d.arity[1])]
+        typed = []
+        for name, seen in d.types.items():
+            t = _common_type(seen)
+            if t is not None:
+                typed.append(helper.make_value_info(rename.get(name, name), t))
         functions.append(helper.make_function(DOMAIN, names[_placeholder(d)], inputs, outputs, d.nodes, imports,
-                                              value_info=d.value_info))
+                                              value_info=typed))
     return functions
+
+
+def _common_type(types: list[onnx.TypeProto | None]) -> onnx.TypeProto | None:
+    """The tensor type that every call's value has: its dims where all agree, unknown where they differ."""
+    if not types or any(t is None or not t.HasField("tensor_type") for t in types):
+        return None
+    tensors = [t.tensor_type for t in types if t is not None]
+    out = onnx.TypeProto()
+    out.tensor_type.elem_type = tensors[0].elem_type
+    if any(t.elem_type != out.tensor_type.elem_type for t in tensors):
+        return None
+    if all(t.HasField("shape") for t in tensors) and len({len(t.shape.dim) for t in tensors}) == 1:
+        shape = out.tensor_type.shape
+        shape.SetInParent()  # rank known, even 0
+        for dims in zip(*(t.shape.dim for t in tensors), strict=True):
+            d = shape.dim.add()
+            values = {x.dim_value if x.HasField("dim_value") else None for x in dims}
+            params = {x.dim_param if x.HasField("dim_param") else None for x in dims}
+            if len(values) == 1 and None not in values:
+                d.dim_value = values.pop()
+            elif len(params) == 1 and None not in params and not next(iter(params)).startswith("unk__"):
+                d.dim_param = params.pop()  # a named size (batch, seq); onnx's own unk__N name nothing
+    return out
 
 
 def _input_names(d: _Definition, named: set[str]) -> list[str]:

@@ -22,6 +22,7 @@ from pseudoformer.backends.onnx.lowerings import LOWERINGS, accepts
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.ops import Op
+from pseudoformer.ir.types import TensorType
 from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
 from pseudoformer.version import __version__
 
@@ -91,7 +92,7 @@ def lower_model(
     graph = prepare(graph, opset, dtype)
     weights = _weights(graph, params)
     imports = [helper.make_opsetid("", opset)]
-    proto, local = _lower_graph(graph, opset, set(weights) if functions else None)
+    proto, local = _lower_graph(graph, opset, weights if functions else None)
     if local:
         imports.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
     model = helper.make_model(
@@ -230,7 +231,7 @@ def _weights(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[str, np.nda
     return out
 
 
-def _lower_graph(graph: Graph, opset: int, weights: set[str] | None = None
+def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | None = None
                  ) -> tuple[onnx.GraphProto, list[onnx.FunctionProto]]:
     """The graph, and with `weights` (the initializers' names) given, its calls as local functions."""
     e = Emitter(graph, opset)
@@ -259,9 +260,17 @@ def _lower_graph(graph: Graph, opset: int, weights: set[str] | None = None
         if e.value(n) != name:  # already computed under its output name, or a copy is needed
             e.emit("Identity", [e.value(n)], out=name)
         outputs.append(value_info(name, ELEM[n.dtype], n.type))
-    nodes, types, local = e.nodes, e.value_info, []
-    if plan is not None and weights is not None:
-        nodes, local, types = to_functions(e.nodes, e.owner, plan, [i.name for i in inputs], [o.name for o in outputs],
-                                           weights, types, [helper.make_opsetid("", opset)])
-    return helper.make_graph(nodes, str(graph.meta.get("entry", "pseudoformer")), inputs, outputs,
-                             value_info=types), local
+    flat = helper.make_graph(e.nodes, str(graph.meta.get("entry", "pseudoformer")), inputs, outputs,
+                             value_info=e.value_info)
+    if plan is None or weights is None:
+        return flat, []
+    types = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape)
+             for name, arr in weights.items()]
+    # The IR's type of every node's value, for the functions' value_info: onnx's shape inference alone
+    # loses symbolic sizes (an embedding's rows sliced to `seq`) that the IR knows.
+    known: dict[str, onnx.ValueInfoProto] = {}
+    for n in graph.nodes():
+        name = e.vals.get(id(n))
+        if n.op not in (Op.INPUT, Op.PARAM) and isinstance(name, str) and isinstance(n.type, TensorType):
+            known.setdefault(name, value_info(name, ELEM[n.dtype], n.type))
+    return to_functions(flat, e.owner, plan, types, list(known.values()), [helper.make_opsetid("", opset)])
