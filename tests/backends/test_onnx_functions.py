@@ -167,6 +167,17 @@ def test_bart_encoder_and_decoder_layers_are_separate_calls() -> None:
     assert sum(v for k, v in calls.items() if k.startswith("layer_norm")) == 2 + 2 * 2 + 2 * 3
 
 
+def test_the_padding_mask_is_passed_down_to_the_attention_calls() -> None:
+    m = _load("bart")
+    flat, folded = (lower(m, padding_mask=True, functions=f) for f in (False, True))
+    assert [i.name for i in folded.graph.input] == ["z", "x", "z_attention_mask", "x_attention_mask"]
+    mhas = [n for n in folded.graph.node if n.op_type.startswith("layers")]
+    assert all({"z_attention_mask", "x_attention_mask"} & set(n.input) for n in mhas)
+    feed = {"z": np.array([[1, 2, 3, 4], [5, 6, 0, 0]]), "x": np.array([[7, 8, 9], [1, 2, 0]]),
+            "z_attention_mask": np.array([[1, 1, 1, 1], [1, 1, 0, 0]]), "x_attention_mask": np.array([[1, 1, 1], [1, 1, 0]])}
+    np.testing.assert_allclose(OnnxRunner(folded).run(feed)["Y"], OnnxRunner(flat).run(feed)["Y"], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(("name", "level"), [("gpt2", 2), ("gpt2", 0), ("bart", 2)])
 def test_onnx_reference_evaluator_runs_the_functions(name: str, level: int) -> None:
     m = _load(name)
