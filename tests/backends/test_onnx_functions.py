@@ -95,10 +95,10 @@ def _ort(model: onnx.ModelProto, level: ort.GraphOptimizationLevel) -> ort.Infer
 @pytest.mark.parametrize("level", [0, 2])
 @pytest.mark.parametrize("name", ["gpt2", "bert", "bart"])
 def test_functions_give_the_flat_models_bits(name: str, level: int, dtype: str) -> None:
-    """Bit for bit with every ORT rewrite, except in fp16 at -O2: there the inlined functions keep a
-    Sqrt of a constant that ORT cannot fold (its CPU provider has no fp16 Sqrt kernel; it warns so),
-    which the flat model has folded, and a few outputs differ in the last bit (3.8e-6 of 0.15 in
-    GPT-2), so there the two agree to a tolerance."""
+    """Bit for bit with every ORT rewrite, except in fp16 at -O2: ORT's CPU provider has no fp16
+    Gelu kernel and expands Gelu's ONNX definition, whose constant √(2/π) its optimised flat graph
+    computes with an fp16 Sqrt and the inlined functions' graph in fp32 then cast, so a few outputs
+    differ in the last bit (3.8e-6 of 0.15 in GPT-2); there the two agree to a tolerance."""
     m = _load(name)
     flat = lower(m, dtype=dtype, opt_level=level)
     folded = lower(m, dtype=dtype, opt_level=level, functions=True)
