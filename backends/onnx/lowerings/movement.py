@@ -33,10 +33,18 @@ def _gather(e: Emitter, n: Node) -> str:
 
 @lowers(Op.SLICE)
 def _slice(e: Emitter, n: Node) -> str:
-    start = e.emit("Unsqueeze", [e.value(n.src[1]), e.ints([0])])
-    stop = e.emit("Unsqueeze", [e.value(n.src[2]), e.ints([0])])
+    start, stop = (_bound(e, b) for b in n.src[1:3])
     axis = n.attrs["axis"] % n.src[0].type.rank
     return e.emit("Slice", [e.value(n.src[0]), start, stop, e.ints([axis])], out=e.out)
+
+
+def _bound(e: Emitter, b: Node) -> str:
+    """A slice bound as the 1-element tensor Slice takes. A constant one is written as such: onnx's
+    shape inference reads a Constant's value but computes no Unsqueeze, and inside a local function
+    (functions.py) the slice's shape is then all it has, as it ignores a function's value_info."""
+    if b.op is Op.CONST:
+        return e.ints([int(b.attrs["value"])])
+    return e.emit("Unsqueeze", [e.value(b), e.ints([0])])
 
 
 @lowers(Op.RESHAPE)
