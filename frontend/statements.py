@@ -11,6 +11,7 @@ from pseudoformer.frontend.ast import Expr, Stmt
 from pseudoformer.frontend.errors import BadTypeError, LimitError, ShapeError
 from pseudoformer.frontend.expressions import as_size, describe, distinct_index_vars, ev, ev_val
 from pseudoformer.frontend.expressions.affine import Run, run_of, size_expr
+from pseudoformer.frontend.expressions.core import index_var_val
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import collection
@@ -27,7 +28,7 @@ from pseudoformer.frontend.tensor_ops import (
     unify,
 )
 from pseudoformer.frontend.values import Family, NodeLimit, Val
-from pseudoformer.ir import Op, Span
+from pseudoformer.ir import DType, Op, Span
 from pseudoformer.ir.ops import IRTypeError
 
 
@@ -302,6 +303,23 @@ def _entries(f: Frame, name: str, key: str, result: Val, targets: list, existing
     return pieces
 
 
+def _spread(f: Frame, value: Val, var: str, s: Stmt) -> Val:
+    """`for i ∈ [d], t ∈ [ℓ] : M[i, t] ← [[t ≤ 3]]`: a value that does not depend on i is the same in
+    every row, broadcast over i's range."""
+    if f.maps[var].size is None:
+        raise f.error(BadTypeError, f"the value does not depend on {var}, so its range is unknown", s.pos)
+    positions = index_var_val(f, var, s.pos)
+    if value.kind == "bool":
+        every = elementwise(f.b, Op.GE, [positions, Val(f.b.const(0, DType.int64), "index")], "compare")
+        return elementwise(f.b, Op.AND, [value, every], "and", kind="bool")
+    if value.kind == "index":  # t itself, as a position
+        zeros = elementwise(f.b, Op.MUL, [positions, Val(f.b.const(0, DType.int64), "index")], "multiply")
+        return elementwise(f.b, Op.ADD, [value, zeros], "add", kind="index")
+    value = cast_real(f.b, value)
+    zeros = elementwise(f.b, Op.MUL, [cast_real(f.b, positions), Val(f.b.const(0.0), "real")], "multiply")
+    return elementwise(f.b, Op.ADD, [value, zeros], "add")
+
+
 def _declared_extents(f: Frame, key: str, rank: int) -> tuple[Size | None, ...]:
     """An output's declared sizes (Y ∈ ℝ^{d × ℓ}): the extent its pieces must fill."""
     for d in f.alg.output_decls:
@@ -326,7 +344,7 @@ def _place(f: Frame, value: Val, targets: list[tuple[str, Run | None]], s: Stmt)
         else:
             internal = f.maps[var].internal
             if internal not in value.free_vars:
-                raise f.error(BadTypeError, f"the value does not depend on {var}", s.pos)
+                value = _spread(f, value, var, s)
             target_labels.append(("f", internal))
             dims.append(value.free_size(internal))
             used.add(internal)
