@@ -16,6 +16,7 @@ from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import collection
 from pseudoformer.frontend.pieces import Piece, Pieces, add_piece, assemble, whole
+from pseudoformer.frontend.scatter import scatter_into
 from pseudoformer.frontend.sizes import Size
 from pseudoformer.frontend.tensor_ops import (
     ShapeMismatch,
@@ -219,7 +220,8 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
         return
     if not isinstance(value, Val):
         raise f.error(BadTypeError, "only values can be assigned entry-wise", s.pos)
-    targets = _targets(f, items, cond, s)
+    computed = [k for k, it in enumerate(items) if _computed(f, it, cond)]
+    targets = _targets(f, items, cond, s) if not computed else []
     distinct_index_vars(f, items)
     # Sʰ[t, t'] ← … inside `For h ∈ [H]:` updates this head's member of the family Sʰ.
     fam = f.vars.get(key) if loop_idx else None
@@ -230,7 +232,14 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
         existing = assemble(f, existing, s.pos)
     if existing is not None and isinstance(existing, Val) and len(existing.dims) != len(items):
         raise f.error(ShapeError, f"{tok} is {show(existing)}; it takes {len(existing.dims)} indices", s.pos)
-    if cond is not None:
+    if computed:
+        if len(computed) > 1 or cond is not None:
+            raise f.error(BadTypeError, "an assignment at computed positions has one computed index and no "
+                          "condition", items[computed[-1]].pos)
+        if isinstance(existing, Pieces):
+            existing = assemble(f, existing, s.pos)
+        stored = scatter_into(f, str(tok), existing, items, computed[0], value, s, _place)
+    elif cond is not None:
         if existing is None:
             raise f.error(BadTypeError, f"{tok} is not defined yet", s.pos)
         if not isinstance(existing, Val):
@@ -247,13 +256,21 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
             value = cast_real(f.b, value)  # S[t, t'] ← [[…]]: a truth value assigned as the number 0 or 1
         new = elementwise(f.b, Op.WHERE, [cond, value, view], "assign", kind=view.kind)
         value = new
-    result = _place(f, value, targets, s)
-    stored = _entries(f, str(tok), key, result, targets, existing, tok.pos)
+    if not computed:
+        result = _place(f, value, targets, s)
+        stored = _entries(f, str(tok), key, result, targets, existing, tok.pos)
     if fam is not None:
         fam.members[loop_idx] = stored
         f.vars[key] = fam
     else:
         f.vars[key] = stored
+
+
+def _computed(f: Frame, it: Expr, cond: Val | None) -> bool:
+    """A target index that is neither `:`, a map variable nor a run `a·i + b` of one."""
+    if it.op == "all" or it.op == "name" and it.text in f.maps:
+        return False
+    return cond is not None or run_of(f, it) is None
 
 
 def _targets(f: Frame, items: list, cond: Val | None, s: Stmt) -> list[tuple[str, Run | None]]:
@@ -264,12 +281,10 @@ def _targets(f: Frame, items: list, cond: Val | None, s: Stmt) -> list[tuple[str
             out.append(("", None))
         elif it.op == "name" and it.text in f.maps:
             out.append((it.text, None))
-        elif cond is None and (run := run_of(f, it)) is not None:
-            out.append((run.var, run))
         else:
-            raise f.error(BadTypeError, "an entry-wise assignment writes whole rows or columns (`:`), map indices "
-                          "(`Y[i, t]`) or runs of them (`Y[i + d/2, t]`, `W_p[2i − 1, t]`); other computed "
-                          "positions are not supported as targets", it.pos)
+            run = run_of(f, it)
+            assert run is not None and cond is None  # the others are computed positions (scatter.py)
+            out.append((run.var, run))
     return out
 
 

@@ -103,3 +103,70 @@ def test_tvm_refuses_an_index_out_of_range(tmp_path) -> None:
     with pytest.raises(Exception, match="out of range"):
         compiled.run({"p": np.array([[1.0, 0.0, 2.0]], np.float32)})
 
+
+
+# Columns at positions given as data replaced: a scatter, the one form no slice or concatenation makes.
+PUT = """Algorithm: Y ← put(X, p | V)
+  Input: X ∈ ℝ^{d × n}, p ∈ ℝ^{m}
+  Output: Y ∈ ℝ^{d × n}
+  Hyperparameters: d, m ∈ ℕ
+  Parameters: V ∈ ℝ^{d × m}
+  1 Y ← X
+  2 for t ∈ [m] : Y[:, p[t]] ← 2 V[:, t]
+  3 return Y
+"""
+
+
+def test_assignment_at_data_positions_is_one_scatter(tmp_path) -> None:
+    model = _load(tmp_path, PUT, ["d=2", "m=2"])
+    x = np.random.default_rng(5).standard_normal((2, 5, 2)).astype(np.float32)
+    p = np.array([[3, 1], [5, 2]], np.float32)
+    want = x.copy()
+    for b in range(2):
+        for t in range(2):
+            want[b, int(p[b, t]) - 1] = 2 * model.weights["V"][:, t]
+    np.testing.assert_allclose(model.run(X=x, p=p)["Y"], want, rtol=1e-6)
+    for level in (0, 2):
+        runner = OnnxRunner(to_onnx(optimize(model.graph, level), model.weights))
+        np.testing.assert_allclose(runner.run({"X": x, "p": p})["Y"], want, rtol=1e-6)
+    assert [n.op for n in model.graph.nodes()].count(Op.SCATTER) == 1
+
+
+@pytest.mark.parametrize("bad", [[3.0, 3.0], [0.0, 1.0], [6.0, 1.0], [1.5, 2.0]])
+def test_scatter_positions_are_checked_when_the_model_runs(tmp_path, bad: list[float]) -> None:
+    """A repeated position would assign an entry twice; 0 would wrap to the last column; 6 is past it."""
+    model = _load(tmp_path, PUT, ["d=2", "m=2"])
+    x = np.zeros((1, 5, 2), np.float32)
+    p = np.array([bad], np.float32)
+    with pytest.raises(InterpreterError, match=r"scatter, .*m\.alg:7 .*out of range"):
+        model.run(X=x, p=p)
+    with pytest.raises(Exception, match="out of"):
+        OnnxRunner(to_onnx(model.graph, model.weights)).run({"X": x, "p": p})
+
+
+def test_reversed_columns(tmp_path) -> None:
+    source = """Algorithm: Y ← reverse(X)
+  Input: X ∈ ℝ^{d × ℓ}
+  Output: Y ∈ ℝ^{d × ℓ}
+  1 Y ← X
+  2 for t ∈ [ℓ] : Y[:, ℓ + 1 − t] ← X[:, t]
+  3 return Y
+"""
+    model = _load(tmp_path, source, ["d=3"])
+    x = np.random.default_rng(6).standard_normal((2, 5, 3)).astype(np.float32)
+    np.testing.assert_allclose(model.run(X=x)["Y"], x[:, ::-1], rtol=1e-6)
+    runner = OnnxRunner(to_onnx(optimize(model.graph, 2), model.weights))
+    np.testing.assert_allclose(runner.run({"X": x})["Y"], x[:, ::-1], rtol=1e-6)
+
+
+def test_tvm_scatters_and_refuses_repeated_positions(tmp_path) -> None:
+    pytest.importorskip("tvm.relax", reason="apache-tvm is not installed: pip install pseudoformer[tvm]")
+    from pseudoformer.backends.tvm import compile_graph
+
+    model = _load(tmp_path, PUT, ["d=2", "m=2"])
+    compiled = compile_graph(model.graph, model.weights)
+    x = np.random.default_rng(7).standard_normal((2, 5, 2)).astype(np.float32)
+    p = np.array([[3, 1], [5, 2]], np.float32)
+    np.testing.assert_allclose(compiled.run({"X": x, "p": p})["Y"], model.run(X=x, p=p)["Y"], rtol=1e-6)
+    with pytest.raises(Exception, match="out of range"):
+        compiled.run({"X": x, "p": np.array([[3, 3], [1, 2]], np.float32)})
