@@ -352,6 +352,10 @@ def _syntax_error(e: UnexpectedInput, line: Line) -> AlgSyntaxError:
         msg = f"unexpected {e.token.value!r}"
     else:
         msg = "syntax error"
+    if (opened := _unclosed_paren(line.text, getattr(e, "pos_in_stream", None), getattr(e, "expected", ()))) \
+            is not None:
+        return AlgSyntaxError(f"{msg}: the '(' at column {line.pos.col + opened} is not closed; a parenthesised "
+                              "expression or condition ends with ')', as in [[(t ≤ t') ∧ ¬(t' − t < w)]]", pos)
     # Words ("a name") before symbols, so the cut at 8 keeps the most telling ones.
     expected = sorted((_describe(t) for t in (getattr(e, "expected", None) or ())), key=lambda x: (x[:1] == "'", x))
     expected = [x for x in dict.fromkeys(expected) if x][:8]
@@ -366,6 +370,8 @@ _OPERATOR_HINTS = {
     "//": "'//' is not an operator of the notation: write a floored division as ⌊a/b⌋ (ASCII `floor(a/b)`, "
           "LaTeX `\\lfloor a/b \\rfloor`)",
     "**": "'**' is not an operator of the notation: write a power as x^{k} or b^{e}",
+    "&&": "'&&' is not an operator of the notation: write `a ∧ b` (ASCII `a and b`, LaTeX `a \\land b`)",
+    "||": "'||' is not an operator of the notation: write `a ∨ b` (ASCII `a or b`, LaTeX `a \\lor b`)",
 }
 
 
@@ -378,6 +384,19 @@ def _operator_hint(text: str, at: int | None) -> tuple[str, int] | None:
             if start >= 0 and text.startswith(op, start):
                 return hint, start
     return None
+
+
+def _unclosed_paren(text: str, at: int | None, expected: object) -> int | None:
+    """The offset of the last '(' still open where the parser stopped, when it wanted a ')' there."""
+    if not expected or "RPAR" not in expected:  # type: ignore[operator]
+        return None
+    stack: list[int] = []
+    for i, ch in enumerate(text[:at if isinstance(at, int) and at >= 0 else len(text)]):
+        if ch == "(":
+            stack.append(i)
+        elif ch == ")" and stack:
+            stack.pop()
+    return stack[-1] if stack else None
 
 
 _NAMES = {"NAME": "a name", "CALLEE": "a function", "NUMBER": "a number", "INT": "an integer",
