@@ -9,7 +9,7 @@ from typing import Any
 from pseudoformer.errors import AlgError
 from pseudoformer.frontend.ast import Expr, Stmt
 from pseudoformer.frontend.errors import BadTypeError, LimitError, ShapeError
-from pseudoformer.frontend.expressions import as_size, describe, distinct_index_vars, ev, ev_val
+from pseudoformer.frontend.expressions import describe, distinct_index_vars, ev, ev_val, static_int
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import collection
@@ -96,19 +96,17 @@ def _exec(f: Frame, s: Stmt) -> None:
         _check_remark(f, s, v)
         raise _Return(v)
     elif k == "for_map":
-        n = as_size(ev(f, s.bounds[0]))
+        n = static_int(f, s.bounds[0])
         if n is None:
             raise f.error(BadTypeError, "a column map runs over [n] for a size n", s.bounds[0].pos)
         with _mapvars(f, [(s.name, n)]):
             exec_block(f, s.body)
     elif k in ("for_in", "for_range"):
         if k == "for_range":
-            first, second, last = (ev(f, x) for x in s.bounds)
+            first, second = (ev(f, x) for x in s.bounds[:2])
             if not (isinstance(first, Val) and first.const == 1 and isinstance(second, Val) and second.const == 2):
                 raise f.error(BadTypeError, "write loops as for l = 1, 2, …, L do", s.pos)
-        else:
-            last = ev(f, s.bounds[0])
-        bound = as_size(last)
+        bound = static_int(f, s.bounds[-1])
         if bound is None:
             raise f.error(BadTypeError, "a loop's bound must be a size", s.pos)
         size = f.b.resolve(bound)
