@@ -7,6 +7,7 @@ implicit (MHAttention's d_out) that unification with another size fixes later.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -113,3 +114,29 @@ class Size:
 ONE = Size.of(1)
 # The `1` of `1ᵀ`: a row of ones as long as whatever it meets.
 BROADCAST = Size.of("*")
+
+
+def quotient(x: Size, k: int) -> Size:
+    """x/k where k does not divide x, checking without a config: a size of its own (`d/2`), which
+    `simplify` turns back into x when multiplied by k."""
+    return Size.of(f"{x}/{k}" if len(x.terms) == 1 and x.terms[0][1] == 1 and len(x.terms[0][0]) == 1
+                   else f"({x})/{k}")
+
+
+_QUOTIENT = re.compile(r"([^/()]+)/([0-9]+)")
+
+
+def simplify(s: Size) -> Size:
+    """k·(d/k) = d for the quotient sizes of `quotient` (2·d/2 is d)."""
+    out = Size.of(0)
+    for mono, c in s.terms:
+        term = Size.of(c)
+        for name in mono:
+            m = _QUOTIENT.fullmatch(name)
+            k = int(m.group(2)) if m else 0
+            if m and k and term.is_int and term.value % k == 0:
+                term = Size.of(term.value // k) * Size.of(m.group(1))
+            else:
+                term = term * Size.of(name)
+        out = out + term
+    return out

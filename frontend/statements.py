@@ -9,10 +9,13 @@ from typing import Any
 from pseudoformer.errors import AlgError
 from pseudoformer.frontend.ast import Expr, Stmt
 from pseudoformer.frontend.errors import BadTypeError, LimitError, ShapeError
-from pseudoformer.frontend.expressions import describe, distinct_index_vars, ev, ev_val, static_int
+from pseudoformer.frontend.expressions import as_size, describe, distinct_index_vars, ev, ev_val, static_int
+from pseudoformer.frontend.expressions.affine import Run, run_of, size_expr
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import collection
+from pseudoformer.frontend.pieces import Piece, Pieces, add_piece, assemble, whole
+from pseudoformer.frontend.sizes import Size
 from pseudoformer.frontend.tensor_ops import (
     ShapeMismatch,
     cast_real,
@@ -97,6 +100,10 @@ def _exec(f: Frame, s: Stmt) -> None:
         raise _Return(v)
     elif k == "for_map":
         n = static_int(f, s.bounds[0])
+        if n is None:
+            n = size_expr(f, s.bounds[0])
+        if n is None:
+            n = as_size(ev(f, s.bounds[0]))
         if n is None:
             raise f.error(BadTypeError, "a column map runs over [n] for a size n", s.bounds[0].pos)
         with _mapvars(f, [(s.name, n)]):
@@ -211,14 +218,15 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
         return
     if not isinstance(value, Val):
         raise f.error(BadTypeError, "only values can be assigned entry-wise", s.pos)
-    if any(not (it.op == "all" or (it.op == "name" and it.text in f.maps)) for it in items):
-        raise f.error(BadTypeError, "assign to whole rows and columns: use `:` and loop indices", s.pos)
+    targets = _targets(f, items, cond, s)
     distinct_index_vars(f, items)
     # Sʰ[t, t'] ← … inside `For h ∈ [H]:` updates this head's member of the family Sʰ.
     fam = f.vars.get(key) if loop_idx else None
     if loop_idx and not isinstance(fam, Family):
         fam = Family()
     existing = fam.members.get(loop_idx) if fam is not None else f.vars.get(key)
+    if isinstance(existing, Pieces) and (cond is not None or len(existing.extents) != len(items)):
+        existing = assemble(f, existing, s.pos)
     if existing is not None and isinstance(existing, Val) and len(existing.dims) != len(items):
         raise f.error(ShapeError, f"{tok} is {show(existing)}; it takes {len(existing.dims)} indices", s.pos)
     if cond is not None:
@@ -238,36 +246,87 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
             value = cast_real(f.b, value)  # S[t, t'] ← [[…]]: a truth value assigned as the number 0 or 1
         new = elementwise(f.b, Op.WHERE, [cond, value, view], "assign", kind=view.kind)
         value = new
-    result = _place(f, value, items, s)
-    if isinstance(existing, Val):
-        if len(existing.dims) != len(result.dims):
-            raise f.error(ShapeError, f"{tok} is {show(existing)}, the new value {show(result)}", s.pos)
-        for old, new in zip(existing.dims, result.dims, strict=True):
-            unify(f.b, old, new, f"assigning to {tok}")
+    result = _place(f, value, targets, s)
+    stored = _entries(f, str(tok), key, result, targets, existing, tok.pos)
     if fam is not None:
-        fam.members[loop_idx] = result
+        fam.members[loop_idx] = stored
         f.vars[key] = fam
     else:
-        f.vars[key] = result
+        f.vars[key] = stored
 
 
-def _place(f: Frame, value: Val, items: list, s: Stmt) -> Val:
+def _targets(f: Frame, items: list, cond: Val | None, s: Stmt) -> list[tuple[str, Run | None]]:
+    """A target's indices: ("", None) for `:`, (i, None) for a map variable, (i, run) for `a·i + b`."""
+    out: list[tuple[str, Run | None]] = []
+    for it in items:
+        if it.op == "all":
+            out.append(("", None))
+        elif it.op == "name" and it.text in f.maps:
+            out.append((it.text, None))
+        elif cond is None and (run := run_of(f, it)) is not None:
+            out.append((run.var, run))
+        else:
+            raise f.error(BadTypeError, "an entry-wise assignment writes whole rows or columns (`:`), map indices "
+                          "(`Y[i, t]`) or runs of them (`Y[i + d/2, t]`, `W_p[2i − 1, t]`); other computed "
+                          "positions are not supported as targets", it.pos)
+    return out
+
+
+def _entries(f: Frame, name: str, key: str, result: Val, targets: list, existing: Any, target_pos: Any) -> Any:
+    """What an entry-wise assignment leaves: the whole new value, or the pieces assigned so far."""
+    if isinstance(existing, Val):
+        extents: tuple[Size | None, ...] = tuple(f.b.resolve(d) for d in existing.dims)
+    elif isinstance(existing, Pieces):
+        extents = existing.extents
+    else:
+        extents = _declared_extents(f, key, len(targets))
+    runs = []
+    for (var, run), dim, extent in zip(targets, result.dims, extents, strict=True):
+        if run is None:
+            run = whole(f.b.resolve(dim))
+            if var and extent is not None and f.b.resolve(dim) != extent:  # Y[i, t] with i ∈ [d/2] of d rows
+                run = Run(var, Size.of(0), 1, f.b.resolve(dim))
+        runs.append(run)
+    partial = any(r.start != Size.of(0) or r.stride != 1 or e is None or r.count != e
+                  for r, e in zip(runs, extents, strict=True))
+    if isinstance(existing, Pieces):
+        partial = True
+    if not partial or (existing is None and all(e is None for e in extents) and all(t[1] is None for t in targets)
+                       and not any(t[0] for t in targets)):
+        if isinstance(existing, Val):
+            for old, new in zip(existing.dims, result.dims, strict=True):
+                unify(f.b, old, new, f"assigning to {name}")
+        return result
+    pieces = existing if isinstance(existing, Pieces) else Pieces(name, extents, existing)
+    add_piece(f, pieces, Piece(tuple(runs), result, target_pos))
+    return pieces
+
+
+def _declared_extents(f: Frame, key: str, rank: int) -> tuple[Size | None, ...]:
+    """An output's declared sizes (Y ∈ ℝ^{d × ℓ}): the extent its pieces must fill."""
+    for d in f.alg.output_decls:
+        if d.type is not None and parse_name(d.name).key() == key and len(d.type.dims) == rank:
+            return tuple(f.b.resolve(f.eval_size(x)) for x in d.type.dims)
+    return (None,) * rank
+
+
+def _place(f: Frame, value: Val, targets: list[tuple[str, Run | None]], s: Stmt) -> Val:
     """Build the whole matrix from a value computed per index: X̃[:, t] ← v(t)."""
     own_dims = iter(range(len(value.dims)))
     target_labels: list = []
     dims = []
     used = set()
-    for it in items:
-        if it.op == "all":
+    for var, _run in targets:
+        if not var:
             i = next(own_dims, None)
             if i is None:
                 raise f.error(ShapeError, "more `:` than the value has dims", s.pos)
             target_labels.append(("d", i))
             dims.append(value.dims[i])
         else:
-            internal = f.maps[it.text].internal
+            internal = f.maps[var].internal
             if internal not in value.free_vars:
-                raise f.error(BadTypeError, f"the value does not depend on {it.text}", s.pos)
+                raise f.error(BadTypeError, f"the value does not depend on {var}", s.pos)
             target_labels.append(("f", internal))
             dims.append(value.free_size(internal))
             used.add(internal)

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from pseudoformer.errors import Pos
+from pseudoformer.frontend import pieces  # a module: pieces.py imports this package in turn
 from pseudoformer.frontend.errors import BadTypeError, UnknownNameError
 from pseudoformer.frontend.expressions.arith import power
 from pseudoformer.frontend.expressions.core import const, handles, index_var_val
@@ -40,7 +41,11 @@ def lookup(f: Frame, text: str, pos: Any) -> Any:
             member = tuple(loop_idx.values())
             if member not in v.members:
                 raise f.error(UnknownNameError, f"{text} has not been assigned for {_fmt_idx(loop_idx)}", pos)
+            if isinstance(v.members[member], pieces.Pieces):
+                v.members[member] = pieces.assemble(f, v.members[member], pos)
             return v.members[member]
+        if isinstance(v, pieces.Pieces):
+            v = f.vars[key] = pieces.assemble(f, v, pos)
         if map_idx and isinstance(v, tuple):  # a vectorised family: (Val, its variables)
             val, own = v
             return _rename(val, dict(zip(own, (f.maps[s].internal for s in map_idx), strict=True)), f, map_idx)
