@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import replace
 from typing import Any
 
-from pseudoformer.errors import Pos
+from pseudoformer.errors import AlgError, Pos
 from pseudoformer.frontend import pieces  # a module: pieces.py imports this package in turn
 from pseudoformer.frontend.errors import BadTypeError, UnknownNameError
 from pseudoformer.frontend.expressions.arith import power
@@ -14,7 +15,7 @@ from pseudoformer.frontend.expressions.core import const, handles, index_var_val
 from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.masks import evaluate_mask
-from pseudoformer.frontend.names import parse_name
+from pseudoformer.frontend.names import Name, parse_name
 from pseudoformer.frontend.parser import parse_script
 from pseudoformer.frontend.tensor_ops import unify
 from pseudoformer.frontend.values import Family, SizeVal, Val
@@ -53,6 +54,8 @@ def lookup(f: Frame, text: str, pos: Any) -> Any:
     if key in f.hyper_keys():
         return _hyper(f, key, pos)
     p = f.param(name, loop_idx, pos)
+    if p is None:
+        p = _param_member(f, name, loop_idx, text, pos)
     if p is not None:
         return p
     ascii_key = name.ascii()
@@ -120,12 +123,66 @@ def _member(f: Frame, fam: Any, script: str, text: str, pos: Any) -> Any:
                   "use the whole family in a column list", pos)
 
 
+_PLAIN = re.compile(r"[\w'′]+")
+_PICKED = "⟨member⟩"  # stands for a script that picks a family member; no name can contain it
+
+
+def _param_member(f: Frame, name: Name, loop_idx: dict[str, int], text: str, pos: Any) -> Any:
+    """W_k^{⌈h/G⌉}, W_k^1: a script computed before run time picks a member of a parameter family
+    (`For g ∈ [H_kv]: W^g_k …`). The member is that PARAM itself, so every head of a group reads one
+    node and CSE shares what it computes; None when no family has this name."""
+    active = f.active() | frozenset(loop_idx)
+    for kind, script in name.scripts:
+        if script in active:
+            continue
+        picked = _with_script(name, kind, script, _PICKED)
+        indices = {**loop_idx, _PICKED: 0}
+        e = f.params.get(picked.key(frozenset(indices) | f.active()))
+        if e is None:
+            continue
+        try:
+            member = script_int(f, script, pos)
+        except AlgError:
+            if not f.root().symbolic:
+                raise
+            member = 1  # checking without a config: ⌈h/G⌉ has no value, and every member has one shape
+        var = e.fam_vars[list(picked.indices(frozenset(indices))).index(_PICKED)] \
+            if len(e.fam_vars) == len(picked.indices(frozenset(indices))) else None
+        count = _family_count(f, var) if var is not None else None
+        if member < 1:
+            raise f.error(BadTypeError, f"{text} picks member {member} of {e.decl.name}; members count from 1", pos)
+        if count is not None and member > count:
+            raise f.error(BadTypeError, f"{text} picks member {member} of {e.decl.name}, which is declared for "
+                          f"{var} ∈ [{count}]", pos)
+        return f.param(picked, {**loop_idx, _PICKED: member}, pos)
+    return None
+
+
+def _with_script(name: Name, kind: str, old: str, new: str) -> Name:
+    if kind == "^":
+        return Name(name.base, tuple(new if s == old else s for s in name.sups), name.subs, name.primes)
+    return Name(name.base, name.sups, tuple(new if s == old else s for s in name.subs), name.primes)
+
+
+def _family_count(f: Frame, var: str) -> int | None:
+    """How many members `For var ∈ [n]:` declares, when n is known."""
+    stack = list(f.alg.params)
+    while stack:
+        d = stack.pop()
+        if d.kind == "family" and d.var == var and d.range is not None and d.range.dims:
+            n = f.b.resolve(f.eval_size(d.range.dims[0]))
+            return n.value if n.is_int else None
+        stack.extend(d.members)
+    return None
+
+
 def script_int(f: Frame, script: str, pos: Any, name: str = "") -> int:
     """The member a script picks: a number, a size, or an integer expression of them and of unrolled-loop
     variables (Y^{⌈h/G⌉} inside `For h ∈ [H]`), evaluated before run time."""
     if script.isdigit():
         return int(script)
-    s = f.size_of_name(script, pos, create=False)
+    # only a plain name is a size: parse_name would read `H + 1` as H
+    s = f.size_of_name(script, pos, create=False) if _PLAIN.fullmatch(script) else None
     at = script_pos(name, script, pos)
     if s is None and (e := parse_script(script, at)) is not None:
         s = static_int(f, e)
