@@ -9,7 +9,7 @@ from typing import Any
 from pseudoformer.errors import AlgError
 from pseudoformer.frontend.ast import Expr, Stmt
 from pseudoformer.frontend.errors import BadTypeError, LimitError, ShapeError
-from pseudoformer.frontend.expressions import as_size, describe, distinct_index_vars, ev, ev_val
+from pseudoformer.frontend.expressions import as_size, describe, distinct_index_vars, ev, ev_val, static_int
 from pseudoformer.frontend.expressions.affine import Run, run_of, size_expr
 from pseudoformer.frontend.expressions.core import index_var_val
 from pseudoformer.frontend.frame import Frame, MapVar
@@ -101,7 +101,9 @@ def _exec(f: Frame, s: Stmt) -> None:
         _check_remark(f, s, v)
         raise _Return(v)
     elif k == "for_map":
-        n = size_expr(f, s.bounds[0])
+        n = static_int(f, s.bounds[0])
+        if n is None:
+            n = size_expr(f, s.bounds[0])
         if n is None:
             n = as_size(ev(f, s.bounds[0]))
         if n is None:
@@ -110,12 +112,10 @@ def _exec(f: Frame, s: Stmt) -> None:
             exec_block(f, s.body)
     elif k in ("for_in", "for_range"):
         if k == "for_range":
-            first, second, last = (ev(f, x) for x in s.bounds)
+            first, second = (ev(f, x) for x in s.bounds[:2])
             if not (isinstance(first, Val) and first.const == 1 and isinstance(second, Val) and second.const == 2):
                 raise f.error(BadTypeError, "write loops as for l = 1, 2, …, L do", s.pos)
-        else:
-            last = ev(f, s.bounds[0])
-        bound = as_size(last)
+        bound = static_int(f, s.bounds[-1])
         if bound is None:
             raise f.error(BadTypeError, "a loop's bound must be a size", s.pos)
         size = f.b.resolve(bound)

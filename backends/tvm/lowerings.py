@@ -57,9 +57,11 @@ def accepts(n: Node) -> bool:
 _UNARY: dict[Op, Callable[[Any], Any]] = {
     Op.NEG: R.negative, Op.EXP: R.exp, Op.LOG: R.log, Op.SQRT: R.sqrt, Op.TANH: R.tanh, Op.ERF: R.erf,
     Op.SIN: R.sin, Op.COS: R.cos, Op.ABS: R.abs, Op.RELU: R.nn.relu, Op.NOT: R.logical_not,
+    Op.FLOOR: R.floor, Op.CEIL: R.ceil,
 }
 _BINARY: dict[Op, Callable[[Any, Any], Any]] = {
     Op.ADD: R.add, Op.SUB: R.subtract, Op.MUL: R.multiply, Op.DIV: R.divide, Op.POW: R.power,
+    Op.MOD: R.floor_mod,
     Op.MAX: R.maximum, Op.MIN: R.minimum, Op.LT: R.less, Op.LE: R.less_equal, Op.GT: R.greater,
     Op.GE: R.greater_equal, Op.EQ: R.equal, Op.NE: R.not_equal, Op.AND: R.logical_and,
     Op.OR: R.logical_or, Op.MATMUL: R.matmul,

@@ -7,14 +7,16 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from pseudoformer.errors import AlgError
+from pseudoformer.errors import AlgError, Pos
 from pseudoformer.frontend import pieces  # a module: pieces.py imports this package in turn
 from pseudoformer.frontend.errors import BadTypeError, UnknownNameError
 from pseudoformer.frontend.expressions.arith import power
 from pseudoformer.frontend.expressions.core import const, handles, index_var_val
+from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.masks import evaluate_mask
 from pseudoformer.frontend.names import Name, parse_name
+from pseudoformer.frontend.parser import parse_script
 from pseudoformer.frontend.tensor_ops import unify
 from pseudoformer.frontend.values import Family, SizeVal, Val
 
@@ -113,7 +115,7 @@ def key_with_placeholder(name: Any, i: int) -> str:
 
 def _member(f: Frame, fam: Any, script: str, text: str, pos: Any) -> Any:
     if isinstance(fam, Family):
-        idx = script_int(f, script, pos)
+        idx = script_int(f, script, pos, text)
         if (idx,) not in fam.members:
             raise f.error(UnknownNameError, f"{text} has not been assigned", pos)
         return fam.members[(idx,)]
@@ -174,14 +176,27 @@ def _family_count(f: Frame, var: str) -> int | None:
     return None
 
 
-def script_int(f: Frame, script: str, pos: Any) -> int:
+def script_int(f: Frame, script: str, pos: Any, name: str = "") -> int:
+    """The member a script picks: a number, a size, or an integer expression of them and of unrolled-loop
+    variables (Y^{⌈h/G⌉} inside `For h ∈ [H]`), evaluated before run time."""
     if script.isdigit():
         return int(script)
     # only a plain name is a size: parse_name would read `H + 1` as H
     s = f.size_of_name(script, pos, create=False) if _PLAIN.fullmatch(script) else None
+    at = script_pos(name, script, pos)
+    if s is None and (e := parse_script(script, at)) is not None:
+        s = static_int(f, e)
     if s is not None and f.b.resolve(s).is_int:
         return f.b.resolve(s).value
-    raise f.error(BadTypeError, f"cannot use {script} as an index here", pos)
+    raise f.error(BadTypeError, f"cannot use {script} as an index here: a script that picks a member must be a "
+                  "whole number known before the model runs (a number, a size, or an expression of them and "
+                  "of loop variables such as ⌈h/G⌉)", at)
+
+
+def script_pos(name: str, script: str, pos: Any) -> Any:
+    """Where a script starts inside its name's token, so a mistake in it is pointed at."""
+    at = name.find(script)
+    return Pos(pos.file, pos.line, pos.col + at) if at >= 0 else pos
 
 
 def _rename(v: Val, mapping: dict[str, str], f: Frame, map_idx: list[str]) -> Val:

@@ -130,6 +130,10 @@ def structure() -> Graph:
         "max_neg_axis": op(Op.REDUCE_MAX, x, axes=(-1,), keepdims=False),
         "max_of_nothing": op(Op.REDUCE_MAX, x, axes=(), keepdims=False),
         "softmax": op(Op.SOFTMAX, x, axis=-1),
+        "floor": op(Op.FLOOR, op(Op.MUL, x, const(3.0))), "ceil": op(Op.CEIL, op(Op.MUL, x, const(3.0))),
+        # the floored remainder, with the sign of the divisor, on floats and on integers
+        "mod": op(Op.MOD, op(Op.MUL, x, const(7.0)), const(-3.0)),
+        "int_mod": op(Op.MOD, op(Op.SUB, seq, const(8, I64)), const(3, I64)),  # -7 mod 3 is 2
     }
     for rel in ("<", "<=", ">", ">=", "==", "!="):
         out[f"mask{rel}"] = op(Op.INDEX_MASK, seq, op(Op.ADD, seq, one), rel=rel, dims=("seq", "seq+1"))
