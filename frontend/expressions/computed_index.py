@@ -13,15 +13,16 @@ Negative indices, which numpy and ONNX would read from the end, never reach the 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from pseudoformer.frontend.ast import Expr
-from pseudoformer.frontend.errors import ShapeError
+from pseudoformer.frontend.errors import BadTypeError, ShapeError
 from pseudoformer.frontend.expressions.affine import Linear, linear, poly_node, proven
 from pseudoformer.frontend.expressions.core import index_var_val
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.sizes import Size
-from pseudoformer.frontend.tensor_ops import elementwise, show_size
+from pseudoformer.frontend.tensor_ops import cast_real, dim_to_free, elementwise, reduce_free, show_size
 from pseudoformer.frontend.values import Val
 from pseudoformer.ir import DType, Op
 
@@ -84,3 +85,23 @@ def _bounds(f: Frame, lin: Linear) -> tuple[Size, Size]:
         n = f.b.resolve(f.maps[var].size)
         lo, hi = (lo + c, hi + n * c) if c > 0 else (lo + n * c, hi + c)
     return f.b.resolve(lo), f.b.resolve(hi)
+
+
+def pick(f: Frame, v: Val, i: int, idx: Val, it: Expr) -> Val:
+    """v[idx] along dim i where the index varies with what v varies with: P[x[t + 1], t] (each example's
+    own tokens, each position's own row). Not a gather, whose indices index every column alike: the
+    entries where [[row = idx]], summed over the rows — one pass over v, as a gather's output would be
+    read. A gather of the positions themselves first makes an index outside [1, n] an error there."""
+    if v.kind != "real":
+        raise f.error(BadTypeError, "indexing per-example data with per-example indices needs real values",
+                      it.pos)
+    extent = f.b.resolve(v.dims[i])
+    n = poly_node(f, extent, it.pos)
+    rows = f.b.node(Op.ARANGE, n, dim=extent.dim())
+    checked = f.b.node(Op.GATHER, rows, guarded(f, idx, extent, it.pos).node, axis=0)  # refuses n
+    row_var = f.b.fresh("row")
+    same = elementwise(f.b, Op.EQ, [Val(rows, "index", (), ((row_var, extent),)), replace(idx, node=checked)],
+                       "compare")
+    spread = dim_to_free(f.b, v, i, row_var)
+    picked = elementwise(f.b, Op.MUL, [cast_real(f.b, same), spread], "multiply")
+    return reduce_free(f.b, picked, row_var)

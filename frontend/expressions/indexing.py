@@ -9,7 +9,7 @@ from typing import Any
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, ShapeError
 from pseudoformer.frontend.expressions.affine import Run, in_range, last, poly_node, run_of, run_positions
-from pseudoformer.frontend.expressions.computed_index import linear_index, real_index
+from pseudoformer.frontend.expressions.computed_index import linear_index, pick, real_index
 from pseudoformer.frontend.expressions.core import describe, ev, handles, shown, size_node
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.sizes import BROADCAST, Size
@@ -161,8 +161,8 @@ def _slice_prefix(f: Frame, v: Val, i: int, size: Size, it: Expr) -> Val:
 
 
 def _gather(f: Frame, v: Val, i: int, idx: Val, it: Expr) -> Val:
-    if v.batched and idx.batched:
-        raise f.error(BadTypeError, "indexing per-example data with per-example indices is not supported", it.pos)
+    if v.batched and idx.batched or set(v.free_vars) & set(idx.free_vars):
+        return pick(f, v, i, idx, it)
     axis = v.paper_axis0 + i
     node = f.b.node(Op.GATHER, v.node, idx.node, axis=axis)
     vl = labels(v)

@@ -170,3 +170,29 @@ def test_tvm_scatters_and_refuses_repeated_positions(tmp_path) -> None:
     np.testing.assert_allclose(compiled.run({"X": x, "p": p})["Y"], model.run(X=x, p=p)["Y"], rtol=1e-6)
     with pytest.raises(Exception, match="out of range"):
         compiled.run({"X": x, "p": np.array([[3, 3], [1, 2]], np.float32)})
+
+
+# Algorithm 13's loss terms: each position's probability of the next token, both per example.
+NEXT_TOKEN = """Algorithm: c ← next_token(x, P)
+  Input: x ∈ V*, P ∈ ℝ^{N_V × ℓ}
+  Output: c ∈ ℝ^{ℓ − 1}
+  Hyperparameters: N_V ∈ ℕ
+  1 for t ∈ [ℓ − 1] : c[t] ← log(P[x[t + 1], t])
+  2 return c
+"""
+
+
+def test_per_example_rows_picked_per_position(tmp_path) -> None:
+    model = _load(tmp_path, NEXT_TOKEN, ["N_V=5"])
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 5, (2, 6))
+    p = rng.random((2, 6, 5)).astype(np.float32) + 0.1  # [batch, ℓ, N_V]
+    want = np.log(np.take_along_axis(p[:, :-1], x[:, 1:, None], axis=2)[..., 0])
+    np.testing.assert_allclose(model.run(x=x, P=p)["c"], want, rtol=1e-6)
+    for level in (0, 2):
+        runner = OnnxRunner(to_onnx(optimize(model.graph, level), model.weights))
+        np.testing.assert_allclose(runner.run({"x": x, "P": p})["c"], want, rtol=1e-6)
+    bad = x.copy()
+    bad[1, 3] = 5  # no such token: an error, not a log of 0
+    with pytest.raises(InterpreterError, match="gather"):
+        model.run(x=bad, P=p)
