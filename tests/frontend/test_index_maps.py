@@ -150,3 +150,44 @@ def test_a_value_that_ignores_an_index_is_the_same_along_it(tmp_path) -> None:
     x = np.random.default_rng(4).standard_normal((2, 4, 3)).astype(np.float32)
     t = np.arange(1, 5)[:, None]
     _check_everywhere(model, x, x + t + (t <= 2), "Y")
+
+
+# One program in the three spellings: maps over two indices, nested maps, runs a·i + b, a computed index.
+SPELLINGS = {
+    "unicode": """Algorithm: Y ← positions(X | w)
+  Input: X ∈ ℝ^{d × ℓ}
+  Output: Y ∈ ℝ^{d × ℓ}
+  Parameters: w ∈ ℝ^{2ℓ_max}
+  1 for i ∈ [d/2], t ∈ [ℓ] : Y[i, t] ← X[2i − 1, t] · w[t + i]
+  2 for t ∈ [ℓ] : for i ∈ [d/2] : Y[i + d/2, t] ← X[i + d/2, t] − w[ℓ_max + t − i]
+  3 return Y
+""",
+    "ascii": """Algorithm: Y <- positions(X | w)
+  Input: X in R^{d * ell}
+  Output: Y in R^{d * ell}
+  Parameters: w in R^{2ell_max}
+  1 for i in [d/2], t in [ell] : Y[i, t] <- X[2i - 1, t] * w[t + i]
+  2 for t in [ell] : for i in [d/2] : Y[i + d/2, t] <- X[i + d/2, t] - w[ell_max + t - i]
+  3 return Y
+""",
+    "latex": r"""Algorithm: Y \gets positions(X | w)
+  Input: X \in \mathbb{R}^{d \times \ell}
+  Output: Y \in \mathbb{R}^{d \times \ell}
+  Parameters: w \in \mathbb{R}^{2\ell_max}
+  1 for i \in [d/2], t \in [\ell] : Y[i, t] \gets X[2i - 1, t] \cdot w[t + i]
+  2 for t \in [\ell] : for i \in [d/2] : Y[i + d/2, t] \gets X[i + d/2, t] - w[\ell_max + t - i]
+  3 return Y
+""",
+}
+
+
+def test_the_three_spellings_give_the_same_ir(tmp_path) -> None:
+    from pseudoformer.ir.printer import format_graph
+
+    texts = set()
+    for source in SPELLINGS.values():
+        model = _load(tmp_path, source, ["d=4", "ell_max=8"])
+        texts.add(format_graph(model.graph, with_locations=False))
+    assert len(texts) == 1
+    ops = _ops(model)
+    assert Op.GATHER in ops and Op.SLICE in ops and Op.CONCAT in ops
