@@ -342,6 +342,14 @@ def _syntax_error(e: UnexpectedInput, line: Line) -> AlgSyntaxError:
     pos = Pos(line.pos.file, line.pos.line, line.pos.col + (col - 1 if isinstance(col, int) and col > 0 else 0))
     if (hint := _operator_hint(line.text, getattr(e, "pos_in_stream", None))) is not None:
         return AlgSyntaxError(hint[0], _at(line, hint[1]))
+    if (at := _map_hint(line.text, getattr(e, "pos_in_stream", None))) is not None:
+        if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
+            return AlgSyntaxError("this line ends too early: a block loop is written `For h ∈ [H]:` with its body "
+                                  "indented below, a map `for t ∈ [ℓ] : …` with its statement after the `:`",
+                                  _at(line, len(line.text.rstrip())))
+        return AlgSyntaxError("maps over several indices are written `for i ∈ [d], t ∈ [ℓ] : …` (ASCII "
+                              "`for i in [d], t in [ell] : …`): each index with its range, separated by commas, "
+                              "then `:` and the statement on the same line", _at(line, at))
     if isinstance(e, UnexpectedCharacters):
         ch = line.text[e.pos_in_stream] if e.pos_in_stream < len(line.text) else "?"
         msg = f"unexpected character {ch!r}"
@@ -384,6 +392,18 @@ def _operator_hint(text: str, at: int | None) -> tuple[str, int] | None:
             if start >= 0 and text.startswith(op, start):
                 return hint, start
     return None
+
+
+_MAP_START = re.compile(r"\s*[Ff]or\s+[^\s,=∈]+\s*(,|∈|\\in\b|in\b)")
+
+
+def _map_hint(text: str, at: int | None) -> int | None:
+    """Where a `for … ∈ …` line goes wrong before its `:` (`for i, t ∈ …`, a missing comma or colon):
+    the offset to point at, or None for other lines and for mistakes in the statement after the `:`."""
+    if at is None or not _MAP_START.match(text):
+        return None
+    colon = text.find(":")
+    return at if colon < 0 or at <= colon else None
 
 
 def _unclosed_paren(text: str, at: int | None, expected: object) -> int | None:
