@@ -98,6 +98,10 @@ def assemble(f: Frame, p: Pieces, pos: Pos) -> Val:
         raise f.error(BadTypeError, f"{p.name} is assigned in blocks along more than one axis; assign whole rows "
                       "or whole columns in each line", pos)
     axis = varying[0] if varying else _partial_axis(p)
+    for k, (run, ext) in enumerate(zip(first.runs, p.extents, strict=True)):
+        if k != axis and ext is not None and (run.start, run.stride, run.count) != (Size.of(0), 1, ext):
+            raise f.error(BadTypeError, f"{p.name} is assigned in blocks along more than one axis; assign whole "
+                          "rows or whole columns in each line", pos)
     extent = p.extents[axis] if p.extents[axis] is not None else _covered(p, axis)
     vals = _aligned(f, p, pos)
     runs = [q.runs[axis] for q in p.pieces]
@@ -106,6 +110,9 @@ def assemble(f: Frame, p: Pieces, pos: Pos) -> Val:
         return _blocks(f, p, axis, extent, vals, pos)
     if len(strides) == 1 and p.base is None:
         return _interleave(f, p, axis, extent, vals, pos)
+    if len(strides) == 1:
+        raise f.error(BadTypeError, f"runs of stride {min(strides)} over an earlier value of {p.name} are not "
+                      f"supported; assign all {min(strides)} interleaved runs, without the earlier value", pos)
     raise f.error(BadTypeError, f"the entries of {p.name} assigned here do not interleave evenly; assign "
                   "runs of one stride s starting at each of the first s positions, or whole blocks", pos)
 
