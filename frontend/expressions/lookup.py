@@ -6,9 +6,10 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from pseudoformer.errors import Pos
+from pseudoformer.errors import AlgError, Pos
+from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, UnknownNameError
-from pseudoformer.frontend.expressions.arith import power
+from pseudoformer.frontend.expressions.arith import real_power
 from pseudoformer.frontend.expressions.core import const, handles, index_var_val
 from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.frame import Frame
@@ -66,13 +67,27 @@ def lookup(f: Frame, text: str, pos: Any) -> Any:
         fam_key = key_with_placeholder(name, i)
         if fam_key in f.vars:
             return _member(f, f.vars[fam_key], script, text, pos)
-    # x³: a power of a value
-    if name.sups and all(s.isdigit() for s in name.sups) and not name.subs:
-        base = name.without_script(name.sups[-1])
-        inner = lookup(f, str(base), pos)
-        if isinstance(inner, Val):
-            return power(f, inner, int(name.sups[-1]))
+    # x³, x^k, b^{−2(i−1)/d}, e^{x}: a power of a value
+    if name.sups and (p := _scripted_power(f, text, name, pos)) is not None:
+        return p
     raise f.unknown_name(text, pos)
+
+
+def _scripted_power(f: Frame, text: str, name: Any, pos: Any) -> Val | None:
+    """A name whose last superscript is an exponent: the token `b^{−2(i−1)/d}` is the base b to that power.
+    None when the base names no value, so that an unknown name is reported as written."""
+    script = name.sups[-1]
+    exponent = parse_script(script, script_pos(text, script, pos))
+    if exponent is None:
+        return None
+    base_name = name.without_script(script)
+    try:
+        inner = lookup(f, str(base_name), pos)
+    except AlgError:
+        return None
+    if not isinstance(inner, Val):
+        return None
+    return real_power(f, Expr("name", (), pos, str(base_name)), exponent, pos, base=inner)
 
 
 def _real_hyper(f: Frame, key: str) -> float | None:
