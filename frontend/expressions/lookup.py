@@ -52,9 +52,9 @@ def lookup(f: Frame, text: str, pos: Any) -> Any:
     if p is not None:
         return p
     ascii_key = name.ascii()
-    real = _real_hyper(f, ascii_key)
+    real = real_hyper(f, ascii_key)
     if real is not None:
-        return const(f, real)
+        return real if isinstance(real, Val) else const(f, real)
     s = f.size_of_name(text, pos, create=False)
     if s is not None:
         return SizeVal(s)
@@ -90,11 +90,16 @@ def _scripted_power(f: Frame, text: str, name: Any, pos: Any) -> Val | None:
     return real_power(f, Expr("name", (), pos, str(base_name)), exponent, pos, base=inner)
 
 
-def _real_hyper(f: Frame, key: str) -> float | None:
+def real_hyper(f: Frame, key: str) -> float | Val | None:
+    """A real hyperparameter's value by its ASCII name: passed to this algorithm or a caller (`F(X | b)`),
+    set on the entry, or the config's."""
     g: Frame | None = f
     while g is not None:
         if key in g.reals:
             return g.reals[key]
+        for name, v in g.hyper.items():
+            if isinstance(v, Val) and v.kind == "real" and not v.dims and parse_name(name).ascii() == key:
+                return v
         g = g.caller
     # A callee's real hyperparameter (ε of layer_norm) that no caller declares: the config's value.
     declared = any(d.type is not None and d.type.kind == "real" and parse_name(d.name).ascii() == key
@@ -105,6 +110,8 @@ def _real_hyper(f: Frame, key: str) -> float | None:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             root.config_used.add(key)
             return float(v)
+    if declared and root.symbolic:
+        return 1e-5  # checking without a config: any positive number, as the entry's own reals get
     return None
 
 
