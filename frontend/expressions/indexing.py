@@ -8,7 +8,8 @@ from typing import Any
 
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, ShapeError
-from pseudoformer.frontend.expressions.core import describe, ev, handles, shown, size_node
+from pseudoformer.frontend.expressions.core import const, describe, ev, handles, shown, size_node
+from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.sizes import BROADCAST, Size
 from pseudoformer.frontend.tensor_ops import dim_to_free, labels, show, to_layout
@@ -49,7 +50,10 @@ def index(f: Frame, base: Any, items: tuple, e: Expr) -> Val:
                     v = _slice_prefix(f, v, i, mv.size, it)
             v = dim_to_free(f.b, v, i, mv.internal)
             continue
-        idx = ev(f, it)
+        static = static_int(f, it)  # x[⌈ℓ/2⌉], x[ℓ − ⌊ℓ/3⌋]: sizes and integer expressions of them
+        if static is not None:
+            static = f.b.resolve(static)
+        idx = ev(f, it) if static is None else const(f, static.value) if static.is_int else SizeVal(static)
         if isinstance(idx, SizeVal):
             idx = Val(f.b.node(Op.SUB, size_node(f, idx.size, it.pos), f.b.const(1, DType.int64)), "index")
         elif isinstance(idx, Val) and idx.kind == "real" and isinstance(idx.const, (int, float)):
