@@ -9,7 +9,8 @@ from typing import Any
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, ShapeError
 from pseudoformer.frontend.expressions.affine import Run, in_range, last, poly_node, run_of, run_positions
-from pseudoformer.frontend.expressions.core import describe, ev, handles, shown, size_node
+from pseudoformer.frontend.expressions.core import const, describe, ev, handles, shown, size_node
+from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.sizes import BROADCAST, Size
 from pseudoformer.frontend.tensor_ops import dim_to_free, labels, show, show_size, to_layout
@@ -61,7 +62,10 @@ def index(f: Frame, base: Any, items: tuple, e: Expr) -> Val:
             if inside or inside is None and f.root().symbolic:  # checking without a config: d/2 < d unprovable
                 v = _read_run(f, v, i, run, it)
                 continue
-        idx = ev(f, it)
+        static = static_int(f, it)  # x[⌈ℓ/2⌉], x[ℓ − ⌊ℓ/3⌋]: sizes and integer expressions of them
+        if static is not None:
+            static = f.b.resolve(static)
+        idx = ev(f, it) if static is None else const(f, static.value) if static.is_int else SizeVal(static)
         if isinstance(idx, SizeVal):
             idx = Val(f.b.node(Op.SUB, size_node(f, idx.size, it.pos), f.b.const(1, DType.int64)), "index")
         elif isinstance(idx, Val) and idx.kind == "real" and isinstance(idx.const, (int, float)):
