@@ -184,8 +184,9 @@ class Frame:
             if e.op == "juxt":
                 return x * y
             q = x.div(y)
-            if q is None and self.root().symbolic and y.is_int and y.value > 0 and not x.is_int:
-                return quotient(x, y.value)  # checking without a config: ℝ^{d/2} has d/2 rows
+            if q is None and self.root().symbolic and not (x.is_int and y.is_int) and y != Size.of(0):
+                # checking without a config: ℝ^{d/2} has d/2 rows, G = H / H_kv is a size of its own
+                return quotient(x, y.value if y.is_int else y)
             if q is None:
                 raise self.error(ShapeError, f"{x} is not divisible by {y}", e.pos)
             return q

@@ -116,11 +116,12 @@ ONE = Size.of(1)
 BROADCAST = Size.of("*")
 
 
-def quotient(x: Size, k: int) -> Size:
-    """x/k where k does not divide x, checking without a config: a size of its own (`d/2`), which
-    `simplify` turns back into x when multiplied by k."""
-    return Size.of(f"{x}/{k}" if len(x.terms) == 1 and x.terms[0][1] == 1 and len(x.terms[0][0]) == 1
-                   else f"({x})/{k}")
+def quotient(x: Size, k: int | Size) -> Size:
+    """x/k where k does not divide x, checking without a config: a size of its own (`d/2`, `H/H_kv`),
+    which `simplify` turns back into x when multiplied by a whole k."""
+    def term(s: Size) -> str:
+        return str(s) if len(s.terms) == 1 and s.terms[0][1] == 1 and len(s.terms[0][0]) == 1 else f"({s})"
+    return Size.of(f"{term(x)}/{k if isinstance(k, int) else term(k)}")
 
 
 _QUOTIENT = re.compile(r"([^/()]+)/([0-9]+)")

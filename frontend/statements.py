@@ -11,10 +11,12 @@ from pseudoformer.frontend.ast import Expr, Stmt
 from pseudoformer.frontend.errors import BadTypeError, LimitError, ShapeError
 from pseudoformer.frontend.expressions import as_size, describe, distinct_index_vars, ev, ev_val, static_int
 from pseudoformer.frontend.expressions.affine import Run, run_of, size_expr
+from pseudoformer.frontend.expressions.core import index_var_val
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import collection
 from pseudoformer.frontend.pieces import Piece, Pieces, add_piece, assemble, whole
+from pseudoformer.frontend.scatter import scatter_into
 from pseudoformer.frontend.sizes import Size
 from pseudoformer.frontend.tensor_ops import (
     ShapeMismatch,
@@ -27,7 +29,7 @@ from pseudoformer.frontend.tensor_ops import (
     unify,
 )
 from pseudoformer.frontend.values import Family, NodeLimit, Val
-from pseudoformer.ir import Op, Span
+from pseudoformer.ir import DType, Op, Span
 from pseudoformer.ir.ops import IRTypeError
 
 
@@ -218,7 +220,8 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
         return
     if not isinstance(value, Val):
         raise f.error(BadTypeError, "only values can be assigned entry-wise", s.pos)
-    targets = _targets(f, items, cond, s)
+    computed = [k for k, it in enumerate(items) if _computed(f, it, cond)]
+    targets = _targets(f, items, cond, s) if not computed else []
     distinct_index_vars(f, items)
     # Sʰ[t, t'] ← … inside `For h ∈ [H]:` updates this head's member of the family Sʰ.
     fam = f.vars.get(key) if loop_idx else None
@@ -229,7 +232,14 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
         existing = assemble(f, existing, s.pos)
     if existing is not None and isinstance(existing, Val) and len(existing.dims) != len(items):
         raise f.error(ShapeError, f"{tok} is {show(existing)}; it takes {len(existing.dims)} indices", s.pos)
-    if cond is not None:
+    if computed:
+        if len(computed) > 1 or cond is not None:
+            raise f.error(BadTypeError, "an assignment at computed positions has one computed index and no "
+                          "condition", items[computed[-1]].pos)
+        if isinstance(existing, Pieces):
+            existing = assemble(f, existing, s.pos)
+        stored = scatter_into(f, str(tok), existing, items, computed[0], value, s, _place)
+    elif cond is not None:
         if existing is None:
             raise f.error(BadTypeError, f"{tok} is not defined yet", s.pos)
         if not isinstance(existing, Val):
@@ -246,13 +256,21 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
             value = cast_real(f.b, value)  # S[t, t'] ← [[…]]: a truth value assigned as the number 0 or 1
         new = elementwise(f.b, Op.WHERE, [cond, value, view], "assign", kind=view.kind)
         value = new
-    result = _place(f, value, targets, s)
-    stored = _entries(f, str(tok), key, result, targets, existing, tok.pos)
+    if not computed:
+        result = _place(f, value, targets, s)
+        stored = _entries(f, str(tok), key, result, targets, existing, tok.pos)
     if fam is not None:
         fam.members[loop_idx] = stored
         f.vars[key] = fam
     else:
         f.vars[key] = stored
+
+
+def _computed(f: Frame, it: Expr, cond: Val | None) -> bool:
+    """A target index that is neither `:`, a map variable nor a run `a·i + b` of one."""
+    if it.op == "all" or it.op == "name" and it.text in f.maps:
+        return False
+    return cond is not None or run_of(f, it) is None
 
 
 def _targets(f: Frame, items: list, cond: Val | None, s: Stmt) -> list[tuple[str, Run | None]]:
@@ -263,12 +281,10 @@ def _targets(f: Frame, items: list, cond: Val | None, s: Stmt) -> list[tuple[str
             out.append(("", None))
         elif it.op == "name" and it.text in f.maps:
             out.append((it.text, None))
-        elif cond is None and (run := run_of(f, it)) is not None:
-            out.append((run.var, run))
         else:
-            raise f.error(BadTypeError, "an entry-wise assignment writes whole rows or columns (`:`), map indices "
-                          "(`Y[i, t]`) or runs of them (`Y[i + d/2, t]`, `W_p[2i − 1, t]`); other computed "
-                          "positions are not supported as targets", it.pos)
+            run = run_of(f, it)
+            assert run is not None and cond is None  # the others are computed positions (scatter.py)
+            out.append((run.var, run))
     return out
 
 
@@ -302,6 +318,23 @@ def _entries(f: Frame, name: str, key: str, result: Val, targets: list, existing
     return pieces
 
 
+def _spread(f: Frame, value: Val, var: str, s: Stmt) -> Val:
+    """`for i ∈ [d], t ∈ [ℓ] : M[i, t] ← [[t ≤ 3]]`: a value that does not depend on i is the same in
+    every row, broadcast over i's range."""
+    if f.maps[var].size is None:
+        raise f.error(BadTypeError, f"the value does not depend on {var}, so its range is unknown", s.pos)
+    positions = index_var_val(f, var, s.pos)
+    if value.kind == "bool":
+        every = elementwise(f.b, Op.GE, [positions, Val(f.b.const(0, DType.int64), "index")], "compare")
+        return elementwise(f.b, Op.AND, [value, every], "and", kind="bool")
+    if value.kind == "index":  # t itself, as a position
+        zeros = elementwise(f.b, Op.MUL, [positions, Val(f.b.const(0, DType.int64), "index")], "multiply")
+        return elementwise(f.b, Op.ADD, [value, zeros], "add", kind="index")
+    value = cast_real(f.b, value)
+    zeros = elementwise(f.b, Op.MUL, [cast_real(f.b, positions), Val(f.b.const(0.0), "real")], "multiply")
+    return elementwise(f.b, Op.ADD, [value, zeros], "add")
+
+
 def _declared_extents(f: Frame, key: str, rank: int) -> tuple[Size | None, ...]:
     """An output's declared sizes (Y ∈ ℝ^{d × ℓ}): the extent its pieces must fill."""
     for d in f.alg.output_decls:
@@ -326,7 +359,7 @@ def _place(f: Frame, value: Val, targets: list[tuple[str, Run | None]], s: Stmt)
         else:
             internal = f.maps[var].internal
             if internal not in value.free_vars:
-                raise f.error(BadTypeError, f"the value does not depend on {var}", s.pos)
+                value = _spread(f, value, var, s)
             target_labels.append(("f", internal))
             dims.append(value.free_size(internal))
             used.add(internal)

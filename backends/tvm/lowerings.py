@@ -157,8 +157,23 @@ def _gather(lw: RelaxLowering, n: Node) -> Any:
     return R.take(lw.tensor(n.src[0]), lw.tensor(n.src[1]), axis=axis, mode="wrap")
 
 
+@lowers(Op.SCATTER)
+def _scatter(lw: RelaxLowering, n: Node) -> Any:
+    axis = n.attrs["axis"] % n.src[0].type.rank
+    _check_indices(lw, n, axis)  # scatter_elements, like take, would not stop at an index out of range
+    upd = lw.tensor(n.src[2])
+    idx = lw.tensor(n.src[1])
+    shape: list[Any] = [1] * n.src[0].type.rank
+    shape[axis] = -1
+    if n.src[1].type.rank == 2:  # positions per row
+        shape[0] = lw.shape(idx)[0]
+    column = lw.emit(R.reshape(idx, shape))
+    every = lw.emit(R.broadcast_to(column, relax.ShapeExpr(lw.shape(upd))))
+    return R.scatter_elements(lw.tensor(n.src[0]), every, upd, axis=axis)
+
+
 def _check_indices(lw: RelaxLowering, n: Node, axis: int) -> None:
-    """Gather indices computed in the graph: an error at run time unless all are in [-size, size).
+    """Gather (or scatter) indices computed in the graph: an error at run time unless all are in [-size, size).
 
     The interpreter raises numpy's IndexError there and ONNX Runtime its Gather error; the
     message names the op, its source line and the indices' range. Two int64 reductions over the
@@ -173,7 +188,7 @@ def _check_indices(lw: RelaxLowering, n: Node, axis: int) -> None:
     hi = lw.emit(R.max(idx, axes) if axes else idx)
     inside = R.logical_and(R.greater_equal(lo, R.negative(bound)), R.less(hi, bound))
     ok = lw.emit(R.logical_or(inside, R.greater(lo, hi)))  # min > max: no indices at all
-    where = f"gather at {n.span or n.scope or f'%{lw.index}'}"
+    where = f"{n.op.value} at {n.span or n.scope or f'%{lw.index}'}"
     lw.bb.emit(R.assert_op(ok, [lo, hi, bound],
                            f"{where}: indices from {{}} to {{}}, out of range for an axis of size {{}}"))
 

@@ -9,6 +9,7 @@ from typing import Any
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, ShapeError
 from pseudoformer.frontend.expressions.affine import Run, in_range, last, poly_node, run_of, run_positions
+from pseudoformer.frontend.expressions.computed_index import linear_index, pick, real_index
 from pseudoformer.frontend.expressions.core import const, describe, ev, handles, shown, size_node
 from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.frame import Frame
@@ -62,17 +63,30 @@ def index(f: Frame, base: Any, items: tuple, e: Expr) -> Val:
             if inside or inside is None and f.root().symbolic:  # checking without a config: d/2 < d unprovable
                 v = _read_run(f, v, i, run, it)
                 continue
+        extent = f.b.resolve(v.dims[i])
         static = static_int(f, it)  # x[⌈ℓ/2⌉], x[ℓ − ⌊ℓ/3⌋]: sizes and integer expressions of them
-        if static is not None:
+        if static is None:
+            computed = linear_index(f, it, extent, f"{describe(e.args[0])} is {show(base)}") \
+                if extent != BROADCAST else None
+            if computed is not None:
+                v = _gather(f, v, i, computed, it)
+                continue
+            idx = ev(f, it)
+        else:
             static = f.b.resolve(static)
-        idx = ev(f, it) if static is None else const(f, static.value) if static.is_int else SizeVal(static)
+            idx = const(f, static.value) if static.is_int else SizeVal(static)
         if isinstance(idx, SizeVal):
             idx = Val(f.b.node(Op.SUB, size_node(f, idx.size, it.pos), f.b.const(1, DType.int64)), "index")
         elif isinstance(idx, Val) and idx.kind == "real" and isinstance(idx.const, (int, float)):
             k = int(idx.const) if math.isfinite(idx.const) else 0
             if k != idx.const or k < 1:
                 raise f.error(BadTypeError, f"index {idx.const} is not a position (they count from 1)", it.pos)
+            if extent.is_int and k > extent.value:
+                raise f.error(ShapeError, f"{describe(e.args[0])} is {show(base)}: index {k} is past the "
+                              f"{extent.value} of its {_ordinal(i)} axis", it.pos)
             idx = Val(f.b.const(k - 1, DType.int64), "index")
+        elif isinstance(idx, Val) and idx.kind == "real" and not idx.dims and extent != BROADCAST:
+            idx = real_index(f, idx, extent, it.pos)  # ⌈t/2⌉, p[t] + 1: checked when the model runs
         if not isinstance(idx, Val) or idx.kind not in ("token", "index") or idx.dims:
             raise f.error(BadTypeError, f"{describe(it)} is {shown(idx)}, not an index (a position or a token id)",
                           it.pos)
@@ -153,8 +167,8 @@ def _slice_prefix(f: Frame, v: Val, i: int, size: Size, it: Expr) -> Val:
 
 
 def _gather(f: Frame, v: Val, i: int, idx: Val, it: Expr) -> Val:
-    if v.batched and idx.batched:
-        raise f.error(BadTypeError, "indexing per-example data with per-example indices is not supported", it.pos)
+    if v.batched and idx.batched or set(v.free_vars) & set(idx.free_vars):
+        return pick(f, v, i, idx, it)
     axis = v.paper_axis0 + i
     node = f.b.node(Op.GATHER, v.node, idx.node, axis=axis)
     vl = labels(v)

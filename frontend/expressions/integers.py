@@ -55,6 +55,9 @@ def static_int(f: Frame, e: Expr) -> Size | None:
     if op == "div":
         num, den = _ratio(f, e)
         return None if num is None or den is None else _exact(f, num, den)
+    if op == "call" and e.text in ("floor", "ceil") and len(e.args[0]) == 1 and not e.args[1]:
+        e = Expr(e.text, (e.args[0][0],), e.pos)  # the ASCII spelling ceil(h/G) of ⌈h/G⌉
+        op = e.op
     if op in ("floor", "ceil"):
         return _rounded(f, e)
     if op == "mod":

@@ -44,7 +44,7 @@ class Op(enum.Enum):
     AND = "and"
     OR = "or"
     WHERE = "where"
-    # products, data movement, reductions (matmul.py, movement.py, reductions.py, gather.py)
+    # products, data movement, reductions (matmul.py, movement.py, reductions.py, gather.py, scatter.py)
     MATMUL = "matmul"
     TRANSPOSE = "transpose"
     UNSQUEEZE = "unsqueeze"
@@ -56,6 +56,7 @@ class Op(enum.Enum):
     REDUCE_MEAN = "reduce_mean"
     SOFTMAX = "softmax"
     GATHER = "gather"
+    SCATTER = "scatter"
     # sizes and index sets known only at run time (sizes.py)
     DIM = "dim"
     ARANGE = "arange"

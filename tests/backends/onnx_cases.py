@@ -122,6 +122,9 @@ def structure() -> Graph:
         "cat_seq": op(Op.CONCAT, x, x, axis=2),
         "squeezed": op(Op.SQUEEZE, op(Op.UNSQUEEZE, x, axes=(0, 2)), axes=(0,)),
         "pick": op(Op.GATHER, x, op(Op.ARANGE, two, dim=2), axis=1),
+        # rows 3 and 1 of x replaced by −x's first two rows
+        "put": op(Op.SCATTER, x, op(Op.SUB, const(3, I64), op(Op.MUL, op(Op.ARANGE, two, dim=2), two)),
+                  op(Op.SLICE, op(Op.NEG, x), const(0, I64), two, axis=1, dim=2), axis=1),
         "sum_keep": op(Op.REDUCE_SUM, x, axes=(1,), keepdims=True),
         "mean_all": op(Op.REDUCE_MEAN, x, axes=(0, 1, 2), keepdims=False),
         "max_neg_axis": op(Op.REDUCE_MAX, x, axes=(-1,), keepdims=False),

@@ -5,6 +5,7 @@ the PARAM node itself, the same node wherever the same member is picked, so CSE 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from pseudoformer.ir import Op
 from pseudoformer.model import check, load
@@ -36,3 +37,32 @@ def test_a_script_picks_the_member(tmp_path) -> None:
     graph = optimize(model.graph, 1)
     assert sum(n.op is Op.MATMUL for n in graph.nodes()) == 2
     assert check(path) == ["picks"]
+
+
+GQA = """Algorithm: Y ← grouped(X | W)
+  Input: X ∈ ℝ^{d × ℓ}
+  Output: Y ∈ ℝ^{H d × ℓ}
+  Hyperparameters: H, H_kv, d ∈ ℕ, G = H / H_kv
+  Parameters: W consisting of:
+    For h ∈ [H]: W^h_q ∈ ℝ^{d × d}
+    For g ∈ [H_kv]: W^g_k ∈ ℝ^{d × d}
+  1 For h ∈ [H]:
+  2   Yʰ ← W^h_q X + W_k^{⌈h/G⌉} X
+  3 Y ← [Y¹; Y²; …; Y^H]
+  4 return Y
+"""
+
+
+@pytest.mark.parametrize("spelling", ["W_k^{⌈h/G⌉}", "W_k^{ceil(h/G)}", "W_k^{\\lceil h/G \\rceil}"])
+def test_grouped_heads_share_their_key_projection(tmp_path, spelling: str) -> None:
+    path = tmp_path / "gqa.alg"
+    path.write_text(GQA.replace("W_k^{⌈h/G⌉}", spelling), encoding="utf-8")
+    model = load(path, defines=["H=4", "H_kv=2", "d=3"])
+    w = model.weights
+    x = np.random.default_rng(1).standard_normal((2, 5, 3)).astype(np.float32)
+    # heads 1 and 2 read member 1 of W_k, heads 3 and 4 member 2
+    want = np.concatenate([x @ (w[f"heads.{h}.W_q"] + w[f"g.{h // 2}.W_k"]).T for h in range(4)], -1)
+    np.testing.assert_allclose(model.run(X=x)["Y"], want, rtol=1e-5, atol=1e-5)
+    graph = optimize(model.graph, 1)
+    assert sum(n.op is Op.MATMUL for n in graph.nodes()) == 4 + 2  # a product per query head, per K member
+    assert check(path) == ["grouped"]  # without a config G = H/H_kv is a size of its own

@@ -136,3 +136,17 @@ def test_checked_without_a_config(tmp_path, source: str) -> None:
     path = tmp_path / "m.alg"
     path.write_text(source, encoding="utf-8")
     assert len(check(path)) == 1
+
+
+def test_a_value_that_ignores_an_index_is_the_same_along_it(tmp_path) -> None:
+    source = """Algorithm: Y ← spread(X)
+  Input: X ∈ ℝ^{d × ℓ}
+  Output: Y ∈ ℝ^{d × ℓ}
+  1 for i ∈ [d], t ∈ [ℓ] : M[i, t] ← t
+  2 for i ∈ [d], t ∈ [ℓ] : B[i, t] ← [[t ≤ 2]]
+  3 return Y = X + M + B
+"""
+    model = _load(tmp_path, source, ["d=3"])
+    x = np.random.default_rng(4).standard_normal((2, 4, 3)).astype(np.float32)
+    t = np.arange(1, 5)[:, None]
+    _check_everywhere(model, x, x + t + (t <= 2), "Y")

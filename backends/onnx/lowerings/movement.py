@@ -1,5 +1,5 @@
 """Data movement → ONNX: Transpose, Unsqueeze, Squeeze, Reshape (run-time dims read off the operand),
-Concat, Gather, Slice, and the elements of a tuple."""
+Concat, Gather, ScatterElements, Slice, and the elements of a tuple."""
 
 from __future__ import annotations
 
@@ -29,6 +29,20 @@ def _concat(e: Emitter, n: Node) -> str:
 @lowers(Op.GATHER)
 def _gather(e: Emitter, n: Node) -> str:
     return e.emit("Gather", [e.value(n.src[0]), e.value(n.src[1])], out=e.out, axis=n.attrs["axis"])
+
+
+@lowers(Op.SCATTER)
+def _scatter(e: Emitter, n: Node) -> str:
+    # ScatterElements wants one index per updated element: the positions, spread over the other axes
+    data, idx, upd = n.src
+    axis = n.attrs["axis"] % data.type.rank
+    shape = [1] * data.type.rank
+    shape[axis] = -1
+    if idx.type.rank == 2:
+        shape[0] = 0  # positions per row: Reshape's 0 keeps the row axis
+    column = e.emit("Reshape", [e.value(idx), e.ints(shape)])
+    every = e.emit("Expand", [column, e.emit("Shape", [e.value(upd)])])
+    return e.emit("ScatterElements", [e.value(data), every, e.value(upd)], out=e.out, axis=axis)
 
 
 @lowers(Op.SLICE)
