@@ -10,7 +10,8 @@ from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, ShapeError
 from pseudoformer.frontend.expressions.affine import Run, in_range, last, poly_node, run_of, run_positions
 from pseudoformer.frontend.expressions.computed_index import linear_index, pick, real_index
-from pseudoformer.frontend.expressions.core import describe, ev, handles, shown, size_node
+from pseudoformer.frontend.expressions.core import const, describe, ev, handles, shown, size_node
+from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.sizes import BROADCAST, Size
 from pseudoformer.frontend.tensor_ops import dim_to_free, labels, show, show_size, to_layout
@@ -63,12 +64,17 @@ def index(f: Frame, base: Any, items: tuple, e: Expr) -> Val:
                 v = _read_run(f, v, i, run, it)
                 continue
         extent = f.b.resolve(v.dims[i])
-        computed = linear_index(f, it, extent, f"{describe(e.args[0])} is {show(base)}") \
-            if extent != BROADCAST else None
-        if computed is not None:
-            v = _gather(f, v, i, computed, it)
-            continue
-        idx = ev(f, it)
+        static = static_int(f, it)  # x[⌈ℓ/2⌉], x[ℓ − ⌊ℓ/3⌋]: sizes and integer expressions of them
+        if static is None:
+            computed = linear_index(f, it, extent, f"{describe(e.args[0])} is {show(base)}") \
+                if extent != BROADCAST else None
+            if computed is not None:
+                v = _gather(f, v, i, computed, it)
+                continue
+            idx = ev(f, it)
+        else:
+            static = f.b.resolve(static)
+            idx = const(f, static.value) if static.is_int else SizeVal(static)
         if isinstance(idx, SizeVal):
             idx = Val(f.b.node(Op.SUB, size_node(f, idx.size, it.pos), f.b.const(1, DType.int64)), "index")
         elif isinstance(idx, Val) and idx.kind == "real" and isinstance(idx.const, (int, float)):

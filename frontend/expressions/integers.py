@@ -67,6 +67,18 @@ def static_int(f: Frame, e: Expr) -> Size | None:
     return None
 
 
+def is_integer(f: Frame, e: Expr) -> bool:
+    """Whether an expression has whole values everywhere: integers, sizes, loop and map variables, and
+    + − · mod ⌊⌋ ⌈⌉ of them. (−1)^{t} is then an integer power at every position."""
+    if e.op == "name":
+        return e.text in f.maps or e.text in f.loops or static_int(f, e) is not None
+    if e.op == "number":
+        return isinstance(e.args[0], int)
+    if e.op in ("add", "sub", "juxt", "matmul", "neg", "mod"):
+        return all(is_integer(f, a) for a in e.args)
+    return e.op in ("floor", "ceil") or static_int(f, e) is not None
+
+
 def _ratio(f: Frame, e: Expr) -> tuple[Size | None, Size | None]:
     if e.op == "div":
         return static_int(f, e.args[0]), static_int(f, e.args[1])

@@ -9,8 +9,9 @@ from typing import Any
 
 from pseudoformer.errors import AlgError, Pos
 from pseudoformer.frontend import pieces  # a module: pieces.py imports this package in turn
+from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, UnknownNameError
-from pseudoformer.frontend.expressions.arith import power
+from pseudoformer.frontend.expressions.arith import real_power
 from pseudoformer.frontend.expressions.core import const, handles, index_var_val
 from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.frame import Frame
@@ -59,9 +60,9 @@ def lookup(f: Frame, text: str, pos: Any) -> Any:
     if p is not None:
         return p
     ascii_key = name.ascii()
-    real = _real_hyper(f, ascii_key)
+    real = real_hyper(f, ascii_key)
     if real is not None:
-        return const(f, real)
+        return real if isinstance(real, Val) else const(f, real)
     s = f.size_of_name(text, pos, create=False)
     if s is not None:
         return SizeVal(s)
@@ -74,20 +75,39 @@ def lookup(f: Frame, text: str, pos: Any) -> Any:
         fam_key = key_with_placeholder(name, i)
         if fam_key in f.vars:
             return _member(f, f.vars[fam_key], script, text, pos)
-    # x³: a power of a value
-    if name.sups and all(s.isdigit() for s in name.sups) and not name.subs:
-        base = name.without_script(name.sups[-1])
-        inner = lookup(f, str(base), pos)
-        if isinstance(inner, Val):
-            return power(f, inner, int(name.sups[-1]))
+    # x³, x^k, b^{−2(i−1)/d}, e^{x}: a power of a value
+    if name.sups and (p := _scripted_power(f, text, name, pos)) is not None:
+        return p
     raise f.unknown_name(text, pos)
 
 
-def _real_hyper(f: Frame, key: str) -> float | None:
+def _scripted_power(f: Frame, text: str, name: Any, pos: Any) -> Val | None:
+    """A name whose last superscript is an exponent: the token `b^{−2(i−1)/d}` is the base b to that power.
+    None when the base names no value, so that an unknown name is reported as written."""
+    script = name.sups[-1]
+    exponent = parse_script(script, script_pos(text, script, pos))
+    if exponent is None:
+        return None
+    base_name = name.without_script(script)
+    try:
+        inner = lookup(f, str(base_name), pos)
+    except AlgError:
+        return None
+    if not isinstance(inner, Val):
+        return None
+    return real_power(f, Expr("name", (), pos, str(base_name)), exponent, pos, base=inner)
+
+
+def real_hyper(f: Frame, key: str) -> float | Val | None:
+    """A real hyperparameter's value by its ASCII name: passed to this algorithm or a caller (`F(X | b)`),
+    set on the entry, or the config's."""
     g: Frame | None = f
     while g is not None:
         if key in g.reals:
             return g.reals[key]
+        for name, v in g.hyper.items():
+            if isinstance(v, Val) and v.kind == "real" and not v.dims and parse_name(name).ascii() == key:
+                return v
         g = g.caller
     # A callee's real hyperparameter (ε of layer_norm) that no caller declares: the config's value.
     declared = any(d.type is not None and d.type.kind == "real" and parse_name(d.name).ascii() == key
@@ -98,6 +118,8 @@ def _real_hyper(f: Frame, key: str) -> float | None:
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             root.config_used.add(key)
             return float(v)
+    if declared and root.symbolic:
+        return 1e-5  # checking without a config: any positive number, as the entry's own reals get
     return None
 
 

@@ -168,3 +168,20 @@ def test_misuse_is_one_positioned_diagnostic(tmp_path: Path, line: str, message:
         compile_source(tmp_path, src, s=3)
     (err,) = info.value.errors
     assert message in str(err) and err.pos.line == 5
+
+
+INDICES = """Algorithm: y ← Mid(x)
+  Input: x ∈ ℝ^{ℓ}
+  Output: y ∈ ℝ
+  Hyperparameters: n ∈ ℕ
+  1 return y = x[⌈ℓ/2⌉] + 10 x[n mod 3 + 1] + 100 x[ℓ − ⌊ℓ/3⌋]
+"""
+
+
+@pytest.mark.parametrize("ell", [2, 5, 7])
+def test_integer_expressions_of_sizes_as_indices(tmp_path: Path, ell: int) -> None:
+    model = compile_source(tmp_path, INDICES, n=4)
+    x = RNG.standard_normal((2, ell)).astype(np.float32)
+    # 1-based positions ⌈ℓ/2⌉, 4 mod 3 + 1 = 2 and ℓ − ⌊ℓ/3⌋, as 0-based columns
+    want = x[:, (ell + 1) // 2 - 1] + 10 * x[:, 1] + 100 * x[:, ell - ell // 3 - 1]
+    np.testing.assert_allclose(run_both(model, x=x)["y"], want, rtol=1e-5)
