@@ -165,7 +165,23 @@ def _decls(tree: Tree | None) -> list[Decl]:
     if tree is None:
         return []
     out: list[Decl] = [_decl(d) for d in tree.children]
-    # `W_q, W_k ∈ ℝ^{…}`: names listed before a typed one share its type (and family variable).
+    # `For g ∈ [H_kv]: W^g_k, W^g_v ∈ ℝ^{…}`: the names after the family's first one are its members too.
+    i = 0
+    while i < len(out) - 1:
+        fam = out[i]
+        if fam.kind == "family" and fam.members and fam.members[-1].kind == "bare" and out[i + 1].kind in ("bare",
+                                                                                                          "typed"):
+            fam.members.append(out.pop(i + 1))
+            continue
+        i += 1
+    for fam in out:
+        if fam.kind == "family":
+            fam.members[:] = _shared_types(fam.members)
+    return _shared_types(out)
+
+
+def _shared_types(out: list[Decl]) -> list[Decl]:
+    """`W_q, W_k ∈ ℝ^{…}`: names listed before a typed one share its type (and family variable)."""
     for i in range(len(out) - 2, -1, -1):
         if out[i].kind == "bare" and out[i + 1].kind == "typed":
             nxt = out[i + 1]

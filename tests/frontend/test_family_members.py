@@ -66,3 +66,13 @@ def test_grouped_heads_share_their_key_projection(tmp_path, spelling: str) -> No
     graph = optimize(model.graph, 1)
     assert sum(n.op is Op.MATMUL for n in graph.nodes()) == 4 + 2  # a product per query head, per K member
     assert check(path) == ["grouped"]  # without a config G = H/H_kv is a size of its own
+
+
+def test_a_family_line_declares_every_name_on_it(tmp_path) -> None:
+    """`For g ∈ [H_kv]: W^g_k, W^g_v ∈ ℝ^{…}` on one line, as the sketch of Llama writes it."""
+    source = GQA.replace("For g ∈ [H_kv]: W^g_k ∈ ℝ^{d × d}", "For g ∈ [H_kv]: W^g_k, W^g_v ∈ ℝ^{d × d}").replace(
+        "W_k^{⌈h/G⌉} X", "W_k^{⌈h/G⌉} X + W_v^{⌈h/G⌉} X")
+    path = tmp_path / "gqa.alg"
+    path.write_text(source, encoding="utf-8")
+    model = load(path, defines=["H=4", "H_kv=2", "d=3"])
+    assert sorted(k for k in model.weights if k.startswith("g.")) == ["g.0.W_k", "g.0.W_v", "g.1.W_k", "g.1.W_v"]
