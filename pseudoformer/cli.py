@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pseudoformer.errors import AlgError, CompileError, UsageError
+from pseudoformer.quantization import add_arguments as add_quantize_arguments
 from pseudoformer.version import __version__
 
 
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--opset", type=int, help="ONNX opset (default: the newest onnxruntime 1.31 runs)")
     k.add_argument("--padding-mask", action="store_true",
                    help="add an attention_mask input (1 token, 0 padding; pad on the right) per token input")
+    add_quantize_arguments(k)
     _opt_arg(k, 2, "for deployment")
     k.add_argument("-o", "--output", required=True, help="the file to write, e.g. model.onnx (or model.so for tvm)")
 
@@ -206,6 +208,7 @@ def _read_inputs(specs: list[str]) -> dict[str, np.ndarray]:
 
 def _compile(args: argparse.Namespace) -> int:
     from pseudoformer.deploy import compile
+    from pseudoformer.quantization import from_arguments
 
     out = Path(args.output)
     if not out.parent.is_dir() and str(out.parent):
@@ -213,7 +216,7 @@ def _compile(args: argparse.Namespace) -> int:
     compiled = compile(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
                        seed=args.seed, backend=args.backend, dtype=args.dtype, opset=args.opset,
                        opt_level=args.opt, target=args.target, padding_mask=args.padding_mask,
-                       tvm_params=args.tvm_params)
+                       tvm_params=args.tvm_params, quantize=from_arguments(args))
     compiled.save(out)
     n = sum(w.size for w in compiled.model.weights.values())
     inputs = [str(i.attrs['name']) + str(list(i.type.shape)) for i in compiled.model.graph.inputs]
@@ -227,7 +230,9 @@ def _compile(args: argparse.Namespace) -> int:
 
         bound = compiled.compiled.meta["param_mode"] == "bind"
         where = " (weights bound into the library)" if bound else f" (weights in {weights_path(out)})"
-    print(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {args.dtype}, inputs {', '.join(inputs)}{where}",
+    quantized = getattr(compiled, "quantize", None)
+    kind = args.dtype if quantized is None else f"{args.dtype}, weights {quantized.describe()}"
+    print(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {kind}, inputs {', '.join(inputs)}{where}",
           file=sys.stderr)
     return 0
 

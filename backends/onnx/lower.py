@@ -84,9 +84,13 @@ def lower_model(
     _check_names(graph)
     graph = prepare(graph, opset, dtype)
     weights = _weights(graph, params)
+    onnx_graph = _lower_graph(graph, opset)
+    domains = [helper.make_opsetid("", opset)]
+    if any(node.domain == "com.microsoft" for node in onnx_graph.node):  # quantized weights' ops
+        domains.append(helper.make_opsetid("com.microsoft", 1))
     model = helper.make_model(
-        _lower_graph(graph, opset),
-        opset_imports=[helper.make_opsetid("", opset)],
+        onnx_graph,
+        opset_imports=domains,
         ir_version=ir_version,
         producer_name="pseudoformer",
         producer_version=__version__,

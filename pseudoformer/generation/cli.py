@@ -10,6 +10,8 @@ from pathlib import Path
 
 from pseudoformer.errors import UsageError
 from pseudoformer.generation.generator import BACKENDS
+from pseudoformer.quantization import add_arguments as add_quantize_arguments
+from pseudoformer.quantization import from_arguments
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="re-run the model on the whole sequence every step, as the algorithm is written")
     g.add_argument("--threads", type=int, help="onnxruntime threads (default: all cores)")
     g.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json: also print the text")
+    add_quantize_arguments(g)
 
 
 def parse_ids(text: str | None, flag: str) -> list[int] | None:
@@ -73,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     tokenizer = _tokenizer(args.tokenizer) if args.tokenizer else None
     prepared = prepare(args.file, inference=args.inference, config=args.config, defines=args.defines,
-                       weights=args.weights, backend=args.backend, cache=not args.no_cache, threads=args.threads)
+                       weights=args.weights, backend=args.backend, cache=not args.no_cache, threads=args.threads,
+                       quantize=from_arguments(args))
     n = args.max_new_tokens if args.max_new_tokens is not None else prepared.setting(prepared.plan.max_new_tokens)
     progress = _Progress(int(n)) if n else None
     result, _ = run_plan(prepared, prompt_ids=prompt, encoder_ids=encoder, max_new_tokens=args.max_new_tokens,
