@@ -42,7 +42,7 @@ class QuantizeOptions:
     symmetric: bool = False
     accuracy_level: int = 0  # onnxruntime's MatMulNBits: 0 computes as the reference does; 4 int8 activations
     embeddings: bool = False  # also the embedding tables and the unembedding
-    method: str = "mse"
+    method: str = "balanced"
     bias: bool = True  # a bias added to the product goes into the op
 
     def problems(self) -> list[str]:

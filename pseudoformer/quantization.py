@@ -75,8 +75,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "computes as the reference does; 4 quantizes the activations to int8 (faster)")
     p.add_argument("--quantize-embeddings", action="store_true",
                    help="also the embedding tables and the unembedding (a tied pair is stored once)")
-    p.add_argument("--quantize-method", choices=["mse", "rtn"],
-                   help="mse (default): per block, the clipping with the least squared error; rtn: round to nearest")
+    p.add_argument("--quantize-method", choices=["balanced", "mse", "rtn"],
+                   help="balanced (default): mse with each block's errors summing to about zero; mse: per block, "
+                   "the clipping with the least squared error; rtn: round to nearest")
 
 
 def from_arguments(args: Any) -> QuantizeOptions | None:
