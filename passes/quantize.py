@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pseudoformer.ir import Graph, Node, Op, interpreter
-from pseudoformer.ir.ops.quantized import ACCURACY_LEVELS, BITS, BLOCK_SIZES
+from pseudoformer.ir.ops.quantized import ACCURACY_LEVELS, BITS, BLOCK_SIZES, operands
 from pseudoformer.ir.types import DType, TensorType
 from pseudoformer.passes.fold_constants import weight_only
 from pseudoformer.passes.pass_base import Pass, PassContext
@@ -208,7 +208,7 @@ def _fuse_bias(graph: Graph) -> Graph:
             return None
         for i in (0, 1):
             mm, b = n.src[i], n.src[1 - i]
-            if mm.op is Op.MATMUL_NBITS and len(mm.src) == _plain_arity(mm) and c.only_user(mm, n) \
+            if mm.op is Op.MATMUL_NBITS and operands(mm).bias is None and c.only_user(mm, n) \
                     and id(b) in static and b.shape == (mm.shape[-1],) and b.dtype == mm.dtype \
                     and n.shape == mm.shape:
                 new_mm = src[i]
@@ -217,10 +217,6 @@ def _fuse_bias(graph: Graph) -> Graph:
 
     return rebuild(graph, fuse)[0]
 
-
-def _plain_arity(mm: Node) -> int:
-    """Operands of a matmul_nbits without a bias: x, packed, scales and perhaps zero points."""
-    return 4 if len(mm.src) > 3 and mm.src[3].dtype is DType.uint8 else 3
 
 
 def _quantize(graph: Graph, ctx: PassContext) -> tuple[Graph, bool]:

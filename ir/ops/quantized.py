@@ -23,7 +23,7 @@ constant). The bits are packed by `pack` and read back by `dequantize`, here, on
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -42,6 +42,25 @@ def k_blocks(k: int, block_size: int) -> int:
 
 def default_zero_point(bits: int) -> int:
     return 1 << (bits - 1)
+
+
+class Operands(NamedTuple):
+    """A matmul_nbits' or gather_nbits' operands by role (zero points are uint8, a bias is float)."""
+
+    packed: Any
+    scales: Any
+    zero_points: Any | None
+    bias: Any | None
+
+
+def operands(n: Any, values: Sequence[Any] | None = None) -> Operands:
+    """The weight operands of node n (or, given, the values in n's operand order) by role."""
+    src = list(n.src if values is None else values)
+    weights = src[1:] if n.op is Op.MATMUL_NBITS else [src[0], *src[2:]]
+    packed, scales, *rest = weights
+    # both ops put the optional operands at 3, 4 (matmul: x, packed, scales; gather: packed, ids, scales)
+    zp = rest.pop(0) if rest and n.src[3].dtype is DType.uint8 else None
+    return Operands(packed, scales, zp, rest[0] if rest else None)
 
 
 def _pack_nibbles(q: np.ndarray) -> np.ndarray:
@@ -131,23 +150,19 @@ def _gather_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorT
 # ---- reference semantics
 
 
-def _weights_of(n: Any, args: Sequence[np.ndarray]) -> np.ndarray:
-    """W [N, K] from the operands packed, scales[, zero points] (a bias after them is not read)."""
-    packed, scales, *rest = args
-    zp = rest[0] if rest and rest[0].dtype == np.uint8 else None
-    return dequantize(packed, scales, zp, k=n.attrs["K"], bits=n.attrs["bits"], block_size=n.attrs["block_size"])
+def _weights_of(n: Any, o: Operands) -> np.ndarray:
+    return dequantize(o.packed, o.scales, o.zero_points, k=n.attrs["K"], bits=n.attrs["bits"],
+                      block_size=n.attrs["block_size"])
 
 
 def _matmul_impl(n: Any, args: list[np.ndarray]) -> np.ndarray:
-    x = args[0]
-    y = np.matmul(x, _weights_of(n, args[1:]).T)
-    if len(args) > 3 and args[-1].dtype != np.uint8:
-        y = y + args[-1]
-    return y.astype(x.dtype)
+    o = operands(n, args)
+    y = np.matmul(args[0], _weights_of(n, o).T)
+    return (y if o.bias is None else y + o.bias).astype(args[0].dtype)
 
 
 def _gather_impl(n: Any, args: list[np.ndarray]) -> np.ndarray:
-    return np.take(_weights_of(n, [args[0], *args[2:]]), args[1], axis=0)
+    return np.take(_weights_of(n, operands(n, args)), args[1], axis=0)
 
 
 # ---- the formula, for backends without a kernel
@@ -182,22 +197,16 @@ def dequantize_formula(n: Any, make: NodeMaker, packed: Any, scales: Any, zero_p
     return w
 
 
-def _split(src: Sequence[Any]) -> tuple[Any, Any, Any | None, Any | None]:
-    packed, scales, *rest = src
-    zp = rest.pop(0) if rest and rest[0].dtype is DType.uint8 else None
-    return packed, scales, zp, (rest[0] if rest else None)
-
-
 def _matmul_decompose(n: Any, make: NodeMaker) -> Any:
-    packed, scales, zp, bias = _split(n.src[1:])
-    w = dequantize_formula(n, make, packed, scales, zp)
+    o = operands(n)
+    w = dequantize_formula(n, make, o.packed, o.scales, o.zero_points)
     y = make(Op.MATMUL, n.src[0], make(Op.TRANSPOSE, w, perm=[1, 0]))
-    return y if bias is None else make(Op.ADD, y, bias)
+    return y if o.bias is None else make(Op.ADD, y, o.bias)
 
 
 def _gather_decompose(n: Any, make: NodeMaker) -> Any:
-    packed, scales, zp, _ = _split([n.src[0], *n.src[2:]])
-    return make(Op.GATHER, dequantize_formula(n, make, packed, scales, zp), n.src[1], axis=0)
+    o = operands(n)
+    return make(Op.GATHER, dequantize_formula(n, make, o.packed, o.scales, o.zero_points), n.src[1], axis=0)
 
 
 # ---- traits

@@ -12,21 +12,20 @@ from pseudoformer.backends.onnx.emitter import Emitter
 from pseudoformer.backends.onnx.lowerings.registry import lowers
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
+from pseudoformer.ir.ops.quantized import operands
 
 MS = "com.microsoft"
 
 
 @lowers(Op.MATMUL_NBITS)
 def _matmul_nbits(e: Emitter, n: Node) -> str:
-    x, packed, scales, *rest = (e.value(s) for s in n.src)
-    inputs = [x, packed, scales]
-    zp = n.src[3] if len(n.src) > 3 and n.src[3].dtype.name == "uint8" else None
-    bias = n.src[-1] if len(n.src) > (4 if zp is not None else 3) else None
+    o = operands(n)
+    inputs = [e.value(n.src[0]), e.value(o.packed), e.value(o.scales)]
     # MatMulNBits' optional inputs are positional: zero_points, g_idx, bias; "" skips one.
-    if zp is not None or bias is not None:
-        inputs.append(e.value(zp) if zp is not None else "")
-    if bias is not None:
-        inputs += ["", e.value(bias)]
+    if o.zero_points is not None or o.bias is not None:
+        inputs.append(e.value(o.zero_points) if o.zero_points is not None else "")
+    if o.bias is not None:
+        inputs += ["", e.value(o.bias)]
     a = n.attrs
     out = e.emit("MatMulNBits", inputs, out=e.out, domain=MS, K=a["K"], N=n.shape[-1], bits=a["bits"],
                  block_size=a["block_size"], accuracy_level=a.get("accuracy_level", 0))
@@ -36,12 +35,14 @@ def _matmul_nbits(e: Emitter, n: Node) -> str:
 
 @lowers(Op.GATHER_NBITS)
 def _gather_nbits(e: Emitter, n: Node) -> str:
-    packed, idx, scales, *rest = n.src
-    rows, kb, blob = packed.shape
-    table = e.emit("Reshape", [e.value(packed), e.ints([rows, kb * blob])])
+    o, idx = operands(n), n.src[1]
+    rows, kb, blob = o.packed.shape
+    table = e.emit("Reshape", [e.value(o.packed), e.ints([rows, kb * blob])])
     a = n.attrs
     padded = kb * a["block_size"] != a["K"]
-    inputs = [table, e.value(idx), e.value(scales), *(e.value(z) for z in rest)]
+    inputs = [table, e.value(idx), e.value(o.scales)]
+    if o.zero_points is not None:
+        inputs.append(e.value(o.zero_points))
     out = e.emit("GatherBlockQuantized", inputs, out=None if padded else e.out, domain=MS, bits=a["bits"],
                  block_size=a["block_size"], gather_axis=0, quantize_axis=1)
     if padded:
