@@ -6,6 +6,7 @@ quantizer, and generation speed and file size of int4 and int8.
              with and without the embeddings) and onnxruntime's quantizer on our fp32 .onnx
              (quant_variants.py), each run by onnxruntime on the same batches of random token ids,
              compared with the fp32 model's logits
+  profile    onnxruntime's time per op type in one decode step, fp32 and int4 (level 4)
   ops        one MatMulNBits by bits, accuracy level and zero points (uint8, none, float as HQQ's)
   speed      the generator (KV cache) on ORT CPU: prefill of a 128-token prompt and the median time per
              token of 32 greedy tokens, fp32 against int8 and int4 at accuracy levels 0 and 4, with and
@@ -221,9 +222,56 @@ def ops_part(args: argparse.Namespace) -> None:
     print()
 
 
+def profile_part(args: argparse.Namespace, work: Path, weights: Path) -> None:
+    """onnxruntime's time per op type in one decode step after a prompt of args.prompt tokens."""
+    import onnxruntime as ort
+    from cpu_measure import ops_of_trace
+
+    from pseudoformer.backends.onnx import to_onnx
+    from pseudoformer.generation import Generator
+    from pseudoformer.model import load
+
+    model = load(ROOT / "models/gpt2.alg", weights=weights)
+    variants = {"fp32": None, "int4, level 4": QuantizeOptions(bits=4, accuracy_level=4, embeddings=True)}
+    print(f"## one decode step after {args.prompt} tokens: onnxruntime's time per op type, {args.threads} threads, "
+          f"{args.rounds * 10} steps")
+    print()
+    for name, opts in variants.items():
+        gen = Generator(model, backend="onnx", threads=args.threads, quantize=opts)
+        dec = gen.decoder
+        assert dec is not None
+        path = work / f"step-{name.split(',')[0]}.onnx"
+        path.write_bytes(to_onnx(dec.step, gen.weights).SerializeToString())
+        feed = {"x": np.array([[1]])}
+        for s in dec.slots:
+            for key, t in ((s.past_key, s.key_type), (s.past_value, s.value_type)):
+                shape = [1 if d == "batch" else args.prompt if isinstance(d, str) else d for d in t.shape]
+                feed[key] = np.zeros(shape, np.float32)
+        step_ms = {}
+        for profiling in (False, True):  # the profiler's per-node events slow small nodes most: time without
+            so = ort.SessionOptions()
+            so.intra_op_num_threads, so.inter_op_num_threads = args.threads, 1
+            so.enable_profiling, so.profile_file_prefix = profiling, str(work / f"profile-{path.stem}")
+            session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            session.run(None, feed)
+            start = time.perf_counter()
+            for _ in range(args.rounds * 10):
+                session.run(None, feed)
+            step_ms[profiling] = (time.perf_counter() - start) / (args.rounds * 10) * 1e3
+        prof = ops_of_trace(Path(session.end_profiling()))
+        print(f"{name}: {step_ms[False]:.2f} ms a step ({step_ms[True]:.2f} ms profiled, of which "
+              f"{prof['kernel_ms']:.2f} ms in kernels)")
+        print()
+        print("| op | ms | share | nodes |")
+        print("|---|---|---|---|")
+        for row in prof["ops"][:8]:
+            print(f"| {row['op']} | {row['ms']:.3f} | {row['share']:.0%} | {row['nodes']} |")
+        print()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=["accuracy", "speed", "ops", "both"], default="both",
+    ap.add_argument("--part", choices=["accuracy", "speed", "ops", "profile", "both"], default="both",
                     help="both: accuracy and speed; ops: one MatMulNBits by bits, level and zero points")
     ap.add_argument("--quick", action="store_true", help="a tiny GPT-2: a smoke run")
     ap.add_argument("--block-size", type=int, default=32)
@@ -256,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             accuracy_part(args, work, weights, vocab)
         if args.part in ("speed", "both"):
             speed_part(args, work, weights, vocab)
+        if args.part == "profile":
+            profile_part(args, work, weights)
     return 0
 
 
