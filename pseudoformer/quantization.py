@@ -71,8 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, metavar="N", help="weights per scale along K: 16, 32 (default), 64, "
                    "128 or 256")
     p.add_argument("--symmetric", action="store_true", help="no zero points: each block is centred on 0")
-    p.add_argument("--accuracy-level", type=int, metavar="L", help="MatMulNBits' accuracy_level: 0 (default) "
-                   "computes as the reference does; 4 quantizes the activations to int8 (faster)")
+    p.add_argument("--accuracy-level", type=int, metavar="L", help="MatMulNBits' accuracy_level: 4 (default) "
+                   "quantizes the activations to int8 inside the op, the fast one on a CPU; 0 computes as the "
+                   "reference does (int8 weights then run far slower than fp32)")
     p.add_argument("--quantize-embeddings", action="store_true",
                    help="also the embedding tables and the unembedding (a tied pair is stored once)")
     p.add_argument("--quantize-method", choices=["balanced", "mse", "rtn"],

@@ -48,7 +48,7 @@ def relative(got: np.ndarray, want: np.ndarray) -> float:
 def test_onnxruntime_equals_the_dequantized_reference(bits, block_size, k_whole, symmetric) -> None:
     k = 2 * block_size if k_whole else block_size + block_size // 2 + 3
     graph, weights = model(k)
-    opts = QuantizeOptions(bits=bits, block_size=block_size, symmetric=symmetric, embeddings=True)
+    opts = QuantizeOptions(bits=bits, block_size=block_size, symmetric=symmetric, embeddings=True, accuracy_level=0)
     quantized, qweights, changed = quantize_graph(graph, weights, opts)
     ops = {n.op for n in quantized.nodes()}
     assert changed and {Op.MATMUL_NBITS, Op.GATHER_NBITS} <= ops and not {Op.MATMUL, Op.GATHER} & ops
@@ -80,7 +80,7 @@ def test_a_tied_table_is_stored_once() -> None:
     logits = Node(Op.MATMUL, (x, Node(Op.TRANSPOSE, (t,), {"perm": [1, 0]})))
     graph = Graph([x, ids], [("logits", logits), ("e", Node(Op.GATHER, (t, ids), {"axis": 0}))], {})
     table = np.random.default_rng(0).standard_normal((40, 32)).astype(np.float32)
-    quantized, qweights, _ = quantize_graph(graph, {"T": table}, QuantizeOptions(embeddings=True))
+    quantized, qweights, _ = quantize_graph(graph, {"T": table}, QuantizeOptions(embeddings=True, accuracy_level=0))
     assert sorted(qweights) == ["T.quant", "T.scales", "T.zero_points"]
     onnx_model = to_onnx(quantized, qweights)
     assert len(onnx_model.graph.initializer) == 3
@@ -92,7 +92,7 @@ def test_a_tied_table_is_stored_once() -> None:
 
 def test_float16_computes_with_half_scales() -> None:
     graph, weights = model(64)
-    quantized, qweights, _ = quantize_graph(graph, weights, QuantizeOptions(bits=4, embeddings=True))
+    quantized, qweights, _ = quantize_graph(graph, weights, QuantizeOptions(bits=4, embeddings=True, accuracy_level=0))
     half = to_onnx(quantized, qweights, dtype="float16")
     scales = [i for i in half.graph.initializer if i.name.endswith(".scales")]
     assert scales and all(i.data_type == onnx.TensorProto.FLOAT16 for i in scales)

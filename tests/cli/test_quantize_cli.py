@@ -23,7 +23,7 @@ def test_compile_int4_writes_matmulnbits_and_runs(cli: Cli, out_dir: Path) -> No
     code, _, err = cli("compile", GPT2, *WIDER, "-o", quantized, "--quantize", "int4", "--block-size", "16",
                        "--symmetric", "--quantize-embeddings")
     assert code == 0, err
-    assert "weights int4, blocks of 16, symmetric" in err
+    assert "weights int4, blocks of 16, symmetric, balanced, accuracy level 4" in err  # level 4 by default
     model = onnx.load(str(quantized))
     types = {n.op_type for n in model.graph.node}
     assert {"MatMulNBits", "GatherBlockQuantized"} <= types and "MatMul" not in types
@@ -62,9 +62,11 @@ def test_generate_quantized(cli: Cli) -> None:
 
 def test_python_api(tmp_path: Path) -> None:
     defines = [d for d in WIDER if d != "-D"][2:]
-    compiled = pseudoformer.compile(GPT2, config=WIDER[1], defines=defines, quantize="int8", accuracy_level=4)
-    assert compiled.quantize is not None and compiled.quantize.accuracy_level == 4
-    assert "MatMulNBits" in {n.op_type for n in compiled.onnx.graph.node}
+    compiled = pseudoformer.compile(GPT2, config=WIDER[1], defines=defines, quantize="int8", accuracy_level=0)
+    assert compiled.quantize is not None and compiled.quantize.accuracy_level == 0
+    levels = {a.i for n in compiled.onnx.graph.node if n.op_type == "MatMulNBits" for a in n.attribute
+              if a.name == "accuracy_level"}
+    assert levels == {0}
     assert compiled.run(x=np.array([[1, 2]]))["Y"].shape == (1, 2, 11)
     opts = pseudoformer.QuantizeOptions(bits=4, block_size=64, method="rtn")
     assert pseudoformer.compile(GPT2, config=WIDER[1], defines=defines, quantize=opts).quantize == opts

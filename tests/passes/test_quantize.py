@@ -49,7 +49,7 @@ def test_every_weight_matmul_but_the_unembedding_is_quantized_by_default(gpt2) -
 
 def test_embeddings_option_quantizes_the_tied_pair_once(gpt2) -> None:
     graph = optimize(gpt2.graph, 2)
-    q, weights, _ = quantize_graph(graph, gpt2.weights, QuantizeOptions(bits=8, embeddings=True))
+    q, weights, _ = quantize_graph(graph, gpt2.weights, QuantizeOptions(bits=8, embeddings=True, accuracy_level=0))
     assert count(q, Op.MATMUL) == 0 and count(q, Op.GATHER) == 0 and count(q, Op.GATHER_NBITS) == 1
     assert "W_e" not in weights and [k for k in weights if k.startswith("W_e.")] == \
         ["W_e.quant", "W_e.scales", "W_e.zero_points"]
@@ -139,7 +139,7 @@ def test_cached_decode_equals_the_quantized_model_uncached(gpt2, backend) -> Non
 
 
 def test_quantized_generation_on_onnx_follows_the_reference(gpt2) -> None:
-    opts = QuantizeOptions(bits=8)
+    opts = QuantizeOptions(bits=8, accuracy_level=0)  # the level at which onnxruntime computes what the reference does
     greedy = Sampling(temperature=0)
     a = Generator(gpt2, backend="onnx", quantize=opts).generate([3, 1, 4], max_new_tokens=10, sampling=greedy,
                                                                keep_scores=True)
