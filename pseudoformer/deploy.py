@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pseudoformer.errors import UsageError
+from pseudoformer.file_access import regular_file
+from pseudoformer.inputs import check_token_ids
+from pseudoformer.limits import FILE_CAPS, MAX_NODES
 from pseudoformer.model import Model, check_inputs, load, model_metadata
+from pseudoformer.run_settings import check_threads
 
 if TYPE_CHECKING:
     from pseudoformer.deploy_tvm import TVMCompiledModel
@@ -90,7 +96,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
             backend: str = "onnx", dtype: str = "float32", opset: int | None = None,
             opt_level: int = 2, target: str = "llvm", padding_mask: bool = False,
-            tvm_params: str | None = None, quantize: str | QuantizeOptions | None = None,
+            tvm_params: str | None = None, include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES,
+            allow_nonfinite: bool = False, quantize: str | QuantizeOptions | None = None,
             block_size: int | None = None, symmetric: bool = False, accuracy_level: int | None = None,
             quantize_embeddings: bool = False) -> CompiledModel | TVMCompiledModel:
     """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
@@ -107,6 +114,7 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     (and the method). ONNX only; see docs/quantization.md.
     padding_mask=True adds an `attention_mask` input per token input (ONNX only; see
     passes/padding_mask.py) so that right-padded batches of different lengths run together.
+    include, max_nodes, allow_nonfinite: as for `load`.
     """
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
@@ -124,7 +132,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
                     embeddings=quantize_embeddings)
     if quant is not None and backend == "tvm":
         raise UsageError(NO_TVM_QUANTIZATION)
-    model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed)
+    model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed, include=include,
+                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite)
     if backend == "tvm":
         from pseudoformer.deploy_tvm import compile_model
 
@@ -173,10 +182,19 @@ def run_onnx(onnx_model: Any, inputs: Mapping[str, np.ndarray], *, provider: str
              threads: int | None = None) -> dict[str, np.ndarray]:
     from pseudoformer.backends.onnx import BackendError, OnnxRunner
 
+    check_threads(threads)
+    if isinstance(onnx_model, (str, os.PathLike)):
+        regular_file(onnx_model, "model", FILE_CAPS["onnx"])
     try:
         runner = OnnxRunner(onnx_model, provider=provider, threads=threads)
     except BackendError as e:
         raise UsageError(str(e)) from None
+    # Token inputs index tables, and ONNX's Gather takes a negative index from the end: check them as
+    # `run model.alg` does, from the bounds the compiled model records (model_metadata).
+    recorded = runner.session.get_modelmeta().custom_metadata_map.get("token_bounds")
+    for name, vocabulary in (json.loads(recorded) if recorded else {}).items():
+        if name in inputs:
+            check_token_ids(name, np.asarray(inputs[name]), int(vocabulary))
     try:
         return runner.run(inputs)
     except BackendError as e:

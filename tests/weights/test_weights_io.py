@@ -14,6 +14,7 @@ from transformers import GPT2LMHeadModel
 from weights_testlib import gpt2_config, gpt2_expected
 
 import pseudoformer.weights.safetensors_io as sio
+from pseudoformer.atomic_write import OutputError
 from pseudoformer.weights import (
     WeightsError,
     hf_model_type,
@@ -75,7 +76,7 @@ def test_save_is_atomic(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(sio, "save_file", boom)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(OutputError, match="disk full"):
         save_weights(random_weights(SMALL, 1), target)
     assert target.read_bytes() == before
     assert os.listdir(tmp_path) == ["w.safetensors"]
