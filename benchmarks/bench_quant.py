@@ -55,11 +55,19 @@ def checkpoint(directory: Path, quick: bool) -> int:
     return config.vocab_size
 
 
-def compile_ours(weights: Path, out: Path, quantize: QuantizeOptions | None) -> float:
+def llama_checkpoint(directory: Path, quick: bool) -> int:
+    """bench_llama.py's random Llama (SmolLM2-135M's shape, or a tiny one); its vocabulary size."""
+    from bench_llama import SMOLLM2, TINY, make_checkpoint
+
+    make_checkpoint(directory, quick)
+    return int((TINY if quick else SMOLLM2)["vocab_size"])
+
+
+def compile_ours(alg: Path, weights: Path, out: Path, quantize: QuantizeOptions | None) -> float:
     import pseudoformer
 
     start = time.perf_counter()
-    pseudoformer.compile(ROOT / "models/gpt2.alg", weights=weights, quantize=quantize).save(out)
+    pseudoformer.compile(alg, weights=weights, quantize=quantize).save(out)
     return time.perf_counter() - start
 
 
@@ -67,8 +75,8 @@ def accuracy_part(args: argparse.Namespace, work: Path, weights: Path, vocab: in
     rng = np.random.default_rng(1)
     batches = [rng.integers(0, vocab, (1, args.seq)) for _ in range(args.batches)]
     fp32 = work / "fp32.onnx"
-    compile_ours(weights, fp32, None)
-    reference = run_logits(fp32, batches, "Y", args.threads)
+    compile_ours(args.alg, weights, fp32, None)
+    reference = run_logits(fp32, batches, None, args.threads)
     folded = ort_folded(fp32, work / "fp32_folded.onnx")
     print(f"## accuracy against fp32: {args.batches} sequences of {args.seq} random tokens, onnxruntime CPU, "
           f"accuracy_level 0, blocks of {args.block_size}")
@@ -90,13 +98,13 @@ def accuracy_part(args: argparse.Namespace, work: Path, weights: Path, vocab: in
                 if who == "ours":
                     opts = QuantizeOptions(bits=bits, block_size=args.block_size, symmetric=sym, embeddings=emb,
                                            method=method, accuracy_level=0)
-                    compile_ours(weights, out, opts)
+                    compile_ours(args.alg, weights, out, opts)
                 else:
                     ort_quantized(folded, out, bits=bits, block_size=args.block_size, symmetric=sym,
                                   embeddings=emb, algorithm=method.split()[0].replace("rtn", "default"),
                                   unembedding="W_e")
                 seconds = time.perf_counter() - start
-                a = accuracy(run_logits(out, batches, "Y", args.threads), reference)
+                a = accuracy(run_logits(out, batches, None, args.threads), reference)
                 zp = "no" if sym else ("float" if method == "hqq" else "yes")
                 print(f"| {bits} | {'yes' if emb else 'no'} | {who} | {method} | {zp} | {a.rel_error:.4f} | "
                       f"{a.max_abs:.3f} | {a.top1:.4f} | {a.kl:.2e} | {file_bytes(out) / MB:.1f} | "
@@ -107,9 +115,9 @@ def accuracy_part(args: argparse.Namespace, work: Path, weights: Path, vocab: in
     print("ours at accuracy_level 4 (int8 activations in MatMulNBits), balanced, zero points, embeddings:")
     for bits in args.bits:
         out = work / f"ours_{bits}_l4.onnx"
-        compile_ours(weights, out, QuantizeOptions(bits=bits, block_size=args.block_size, embeddings=True,
+        compile_ours(args.alg, weights, out, QuantizeOptions(bits=bits, block_size=args.block_size, embeddings=True,
                                                    accuracy_level=4))
-        a = accuracy(run_logits(out, batches, "Y", args.threads), reference)
+        a = accuracy(run_logits(out, batches, None, args.threads), reference)
         print(f"  int{bits}: logit rel. error {a.rel_error:.4f}, top-1 {a.top1:.4f}, KL {a.kl:.2e}")
     print()
 
@@ -132,12 +140,12 @@ def speed_part(args: argparse.Namespace, work: Path, weights: Path, vocab: int) 
     }
     if args.variants:
         variants = {k: v for k, v in variants.items() if k in args.variants.split(";")}
-    model = load(ROOT / "models/gpt2.alg", weights=weights)
+    model = load(args.alg, weights=weights)
     gens, sizes = {}, {}
     for name, opts in variants.items():
         gens[name] = Generator(model, backend="onnx", threads=args.threads, quantize=opts)
         out = work / "size.onnx"
-        compile_ours(weights, out, opts)
+        compile_ours(args.alg, weights, out, opts)
         sizes[name] = file_bytes(out)
         out.unlink()
     prompt = np.random.default_rng(0).integers(0, vocab, (1, args.prompt))
@@ -231,7 +239,7 @@ def profile_part(args: argparse.Namespace, work: Path, weights: Path) -> None:
     from pseudoformer.generation import Generator
     from pseudoformer.model import load
 
-    model = load(ROOT / "models/gpt2.alg", weights=weights)
+    model = load(args.alg, weights=weights)
     variants = {"fp32": None, "int4, level 4": QuantizeOptions(bits=4, accuracy_level=4, embeddings=True)}
     print(f"## one decode step after {args.prompt} tokens: onnxruntime's time per op type, {args.threads} threads, "
           f"{args.rounds * 10} steps")
@@ -285,11 +293,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--bits", type=lambda t: [int(b) for b in t.split(",")], default=[4, 8],
                     help="accuracy: the bit widths (default 4,8)")
     ap.add_argument("--workdir", help="keep the files here (default: a temporary folder)")
+    ap.add_argument("--model", choices=["gpt2", "llama"], default="gpt2",
+                    help="llama: SmolLM2-135M's shape (bench_llama.py's checkpoint); its speed part is against "
+                         "onnxruntime-genai's int4 (quant_llama.py)")
+    ap.add_argument("--genai-venv", type=Path, default=HERE / ".genai-venv",
+                    help="llama: onnxruntime-genai's own environment (made on first use)")
     args = ap.parse_args(argv)
+    args.alg = ROOT / "models" / f"{args.model}.alg"
+    if args.model == "llama" and args.part in ("ops", "profile"):
+        raise SystemExit(f"--part {args.part} is GPT-2's; for the Llama's profile, bench_llama.py --profile")
     if args.quick:
         args.seq, args.batches, args.prompt, args.new, args.rounds = 16, 2, 8, 4, 1
 
-    print(f"# bench_quant: GPT-2 {'tiny (--quick)' if args.quick else 'small'}, random weights (HF init, seed 0)")
+    size = "tiny (--quick)" if args.quick else "small" if args.model == "gpt2" else "SmolLM2-135M-shaped"
+    print(f"# bench_quant: {args.model} {size}, random weights (HF init, seed 0)")
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
     print()
     if args.part == "ops":
@@ -299,11 +316,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = Path(args.workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         weights = work / "hf"
-        vocab = checkpoint(weights, args.quick)
+        vocab = checkpoint(weights, args.quick) if args.model == "gpt2" else llama_checkpoint(weights, args.quick)
         if args.part in ("accuracy", "both"):
             accuracy_part(args, work, weights, vocab)
         if args.part in ("speed", "both"):
-            speed_part(args, work, weights, vocab)
+            if args.model == "gpt2":
+                speed_part(args, work, weights, vocab)
+            else:
+                from quant_llama import speed_part as llama_speed
+
+                llama_speed(args, work, weights, vocab)
         if args.part == "profile":
             profile_part(args, work, weights)
     return 0

@@ -42,13 +42,14 @@ def accuracy(logits: np.ndarray, reference: np.ndarray) -> Accuracy:
                     float((a.argmax(-1) == r.argmax(-1)).mean()), kl)
 
 
-def run_logits(path: Path, batches: list[np.ndarray], output: str, threads: int = 2) -> np.ndarray:
+def run_logits(path: Path, batches: list[np.ndarray], output: str | None, threads: int = 2) -> np.ndarray:
+    """The model's `output` (None: its first) for each batch of token ids, concatenated."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
+    name, output = session.get_inputs()[0].name, output or session.get_outputs()[0].name
     return np.concatenate([session.run([output], {name: x})[0] for x in batches])
 
 
