@@ -13,6 +13,11 @@ of the 31 decode steps, medians over rounds, and the ratios ours / torch. Greedy
 
     python benchmarks/bench_generate.py                  # full run
     python benchmarks/bench_generate.py --quick          # a tiny GPT-2, a smoke test
+    python benchmarks/bench_generate.py --quantize int4 --accuracy-level 4 --quantize-embeddings
+                                                         # ours with block-quantized weights (the
+                                                         # tokens may then differ from torch's)
+
+bench_quant.py compares the quantized variants with each other (accuracy levels, bias, embeddings).
 """
 
 from __future__ import annotations
@@ -63,12 +68,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--logits-to-keep", type=int, default=0, help="pass logits_to_keep to HF's prefill")
     ap.add_argument("--quick", action="store_true")
+    sys.path.insert(0, str(ROOT))
+    from pseudoformer.quantization import add_arguments, from_arguments
+
+    add_arguments(ap)
     args = ap.parse_args(argv)
+    quantize = from_arguments(args)
 
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    sys.path.insert(0, str(ROOT))
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load
 
@@ -80,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hf.save_pretrained(d)
         start = time.perf_counter()
         model = load(ROOT / "models/gpt2.alg", weights=d)
-        gen = Generator(model, backend="onnx", threads=args.threads)
+        gen = Generator(model, backend="onnx", threads=args.threads, quantize=quantize)
         build = time.perf_counter() - start
     prompt = np.random.default_rng(0).integers(0, config.vocab_size, size=(1, args.prompt))
     greedy = Sampling(temperature=0)
@@ -102,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     med = {k: {m: statistics.median(v) * 1e3 for m, v in d.items()} for k, d in rows.items()}
     step_ratio = med["ours"]["step"] / med["torch"]["step"]
     prefill_ratio = med["ours"]["prefill"] / med["torch"]["prefill"]
-    print(f"# generate: GPT-2 {'tiny (--quick)' if args.quick else 'small'}, prompt {args.prompt}, "
+    weights = "fp32" if quantize is None else f"weights {quantize.describe()}"
+    print(f"# generate: GPT-2 {'tiny (--quick)' if args.quick else 'small'} (ours: {weights}), prompt {args.prompt}, "
           f"{args.new} new tokens, greedy, {args.threads} threads, batch 1")
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}; {args.rounds} rounds after a warm-up, medians; "
@@ -118,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"session): {build:.1f} s")
     print(f"targets: per-token ≤ {TARGET_STEP}× torch: {'met' if step_ratio <= TARGET_STEP else 'missed'}; "
           f"prefill ≤ {TARGET_PREFILL}× torch: {'met' if prefill_ratio <= TARGET_PREFILL else 'missed'}")
-    return 0 if agree else 1
+    return 0 if agree or quantize is not None else 1
 
 
 if __name__ == "__main__":

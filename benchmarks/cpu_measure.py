@@ -109,7 +109,11 @@ def profile_ops(path: Path, x: np.ndarray, threads: int, runs: int, prefix: Path
     run = ort_runner(sess)
     for _ in range(runs + 1):
         run(x)
-    trace_path = Path(sess.end_profiling())
+    return ops_of_trace(Path(sess.end_profiling()))
+
+
+def ops_of_trace(trace_path: Path) -> dict[str, Any]:
+    """An ORT profile's per-node timings, summed per op type per run (the first, warm-up run left out)."""
     events = json.loads(trace_path.read_text())
     model_runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
     cutoff = model_runs[0]["ts"] + model_runs[0]["dur"] if model_runs else 0

@@ -13,6 +13,7 @@ class DType(enum.Enum):
     float32 = "float32"
     float16 = "float16"
     int64 = "int64"
+    uint8 = "uint8"  # packed block-quantized weights (ir/ops/quantized.py)
     bool = "bool"
 
     @property

@@ -22,13 +22,19 @@ from pseudoformer.ir.ops import Op
 from pseudoformer.passes.rebuild import rebuild
 
 
-def fold_constants(graph: Graph, weights: Mapping[str, np.ndarray]) -> tuple[Graph, dict[str, np.ndarray]]:
-    """The graph with weight-only tensors replaced by new PARAMs, and the weights it now takes."""
-    nodes = graph.nodes()
+def weight_only(nodes: list[Node]) -> set[int]:
+    """ids of the nodes (in topological order) computed from weights and constants alone."""
     static: set[int] = set()
     for n in nodes:
         if n.op in (Op.PARAM, Op.CONST) or (n.src and n.op is not Op.INPUT and all(id(s) in static for s in n.src)):
             static.add(id(n))
+    return static
+
+
+def fold_constants(graph: Graph, weights: Mapping[str, np.ndarray]) -> tuple[Graph, dict[str, np.ndarray]]:
+    """The graph with weight-only tensors replaced by new PARAMs, and the weights it now takes."""
+    nodes = graph.nodes()
+    static = weight_only(nodes)
     c = graph.consumers()
     boundary = [n for n in nodes if id(n) in static and n.op not in (Op.PARAM, Op.CONST)
                 and n.dtype.is_float and n.shape != ()

@@ -21,7 +21,7 @@ __all__ = ["LEVELS", "PIPELINES", "Pass", "PassContext", "named_pipeline", "pass
 
 
 def _registry() -> dict[str, Pass]:
-    from pseudoformer.passes import backend_prep, generation_passes
+    from pseudoformer.passes import backend_prep, generation_passes, quantize
     from pseudoformer.passes.cse import cse
     from pseudoformer.passes.fusions import fuse_attention, fuse_gelu, fuse_norms
     from pseudoformer.passes.head_batching import batch_heads
@@ -40,6 +40,7 @@ def _registry() -> dict[str, Pass]:
         Pass("layout", plain(to_row_major),
              "the paper's features × positions → row-major [batch, positions, features], X·Wᵀ matmuls"),
         *backend_prep.PASSES,
+        *quantize.PASSES,
         *generation_passes.PASSES,
     ]
     return {p.name: p for p in passes}
@@ -59,6 +60,8 @@ PIPELINES: dict[str, list[str]] = {
     "onnx": ["cache_fusion", "packed_heads", "decompose", "float16"],
     "tvm": ["decompose", "float16", "fold_constants"],
     "padding": ["padding_mask"],
+    # weight quantization (--quantize), on the -O2 graph before generation derives its decoder from it
+    "quantize": ["quantize"],
     # the incremental decoder of a -O2 graph: prefill, decode step, and the encoder's share
     "generation-prefill": ["incremental_prefill", "last_position", *LEVELS[1]],
     "generation-step": ["incremental_step", "last_position", *LEVELS[1]],

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pseudoformer.ir import Graph, Node
+
+if TYPE_CHECKING:
+    from pseudoformer.passes.quantize import QuantizeOptions
 
 
 @dataclass
@@ -17,7 +20,8 @@ class PassContext:
     """What passes beyond pure rewrites need to know: the target backend, the weights, the options."""
 
     accepts: Callable[[Node], bool] | None = None  # the backend's lowerings (decompose keeps what it accepts)
-    weights: dict[str, np.ndarray] | None = None  # read by constant folding, which adds the folded weights
+    weights: dict[str, np.ndarray] | None = None  # read by constant folding and quantization, which add weights
+    quantize: QuantizeOptions | None = None  # how the quantize pass quantizes the weights
     output: str | None = None  # the output that last_position cuts
     positions: str | None = None  # ... along this run-time dim
     decoder_input: str | None = None  # the token input of a decoder (incremental derivation)

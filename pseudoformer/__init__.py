@@ -15,6 +15,10 @@ def __getattr__(name: str) -> object:
         from pseudoformer import model as model_api
 
         return getattr(model_api, name)
+    if name == "QuantizeOptions":
+        from pseudoformer.passes.quantize import QuantizeOptions
+
+        return QuantizeOptions
     if name == "generate":
         from pseudoformer.generation.api import generate
 

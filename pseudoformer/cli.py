@@ -19,6 +19,7 @@ from pseudoformer.atomic_write import check_output, write_atomic
 from pseudoformer.errors import AlgError, CompileError, UsageError
 from pseudoformer.file_access import load_npy
 from pseudoformer.limits import MAX_NODES
+from pseudoformer.quantization import add_arguments as add_quantize_arguments
 from pseudoformer.run_settings import check_seed, check_threads
 from pseudoformer.version import __version__
 
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--functions", action="store_true",
                    help="onnx: write each algorithm call (a layer, MHAttention, layer_norm, ...) as an ONNX local "
                    "function, so that Netron shows the paper's structure and folds it")
+    add_quantize_arguments(k)
     _opt_arg(k, 2, "for deployment")
     k.add_argument("-o", "--output", required=True, help="the file to write, e.g. model.onnx (or model.so for tvm)")
 
@@ -245,6 +247,7 @@ def _json_array(name: str, text: str) -> np.ndarray:
 
 def _compile(args: argparse.Namespace) -> int:
     from pseudoformer.deploy import compile
+    from pseudoformer.quantization import from_arguments
 
     out = Path(args.output)
     check_output(out)  # before compiling: a path that cannot be written should not cost a compile
@@ -252,7 +255,8 @@ def _compile(args: argparse.Namespace) -> int:
                        seed=args.seed, backend=args.backend, dtype=args.dtype, opset=args.opset,
                        opt_level=args.opt, target=args.target, padding_mask=args.padding_mask,
                        tvm_params=args.tvm_params, include=args.include, max_nodes=args.max_nodes,
-                       allow_nonfinite=args.allow_nonfinite, functions=args.functions)
+                       allow_nonfinite=args.allow_nonfinite, functions=args.functions,
+                       quantize=from_arguments(args))
     compiled.save(out)
     n = sum(w.size for w in compiled.model.weights.values())
     inputs = [str(i.attrs['name']) + str(list(i.type.shape)) for i in compiled.model.graph.inputs]
@@ -266,7 +270,9 @@ def _compile(args: argparse.Namespace) -> int:
 
         bound = compiled.compiled.meta["param_mode"] == "bind"
         where = " (weights bound into the library)" if bound else f" (weights in {weights_path(out)})"
-    print(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {args.dtype}, inputs {', '.join(inputs)}{where}",
+    quantized = getattr(compiled, "quantize", None)
+    kind = args.dtype if quantized is None else f"{args.dtype}, weights {quantized.describe()}"
+    print(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {kind}, inputs {', '.join(inputs)}{where}",
           file=sys.stderr)
     return 0
 

@@ -19,6 +19,7 @@ from pseudoformer.run_settings import check_threads
 
 if TYPE_CHECKING:
     from pseudoformer.deploy_tvm import TVMCompiledModel
+    from pseudoformer.passes.quantize import QuantizeOptions
 
 BACKENDS = ("onnx", "tvm")
 DTYPES = ("float32", "float16")
@@ -34,7 +35,8 @@ class CompiledModel:
     is saved.
     """
 
-    def __init__(self, onnx: Any, model: Model, dtype: str, padding_mask: bool = False, opt_level: int = 2) -> None:
+    def __init__(self, onnx: Any, model: Model, dtype: str, padding_mask: bool = False, opt_level: int = 2,
+                 quantize: QuantizeOptions | None = None) -> None:
         from pseudoformer.backends.onnx.lower import LoweredModel
 
         self._lowered = onnx if isinstance(onnx, LoweredModel) else None  # or a ModelProto:
@@ -43,6 +45,7 @@ class CompiledModel:
         self.dtype = dtype
         self.padding_mask = padding_mask  # the model takes an attention_mask per token input (passes/padding_mask.py)
         self.opt_level = opt_level
+        self.quantize = quantize  # how the weights were quantized (None: they were not)
 
     @property
     def onnx(self) -> Any:
@@ -94,13 +97,21 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
             backend: str = "onnx", dtype: str = "float32", opset: int | None = None,
             opt_level: int = 2, target: str = "llvm", padding_mask: bool = False,
             tvm_params: str | None = None, include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES,
-            allow_nonfinite: bool = False, functions: bool = False) -> CompiledModel | TVMCompiledModel:
+            allow_nonfinite: bool = False, functions: bool = False, quantize: str | QuantizeOptions | None = None,
+            block_size: int | None = None, symmetric: bool = False, accuracy_level: int | None = None,
+            quantize_embeddings: bool = False) -> CompiledModel | TVMCompiledModel:
     """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
 
     backend="onnx" gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so for
     `target` "llvm", this CPU, or "cuda"; needs pip install pseudoformer[tvm]). Both .save and .run.
     tvm_params: "args" (the default) passes a TVM model's weights at run time, saved beside the .so;
     "bind" compiles them into the .so as constants.
+    quantize="int4" or "int8" stores the weight matrices in 4 or 8 bits, in blocks of `block_size`
+    (32) along K with a scale each and a zero point unless `symmetric`; `accuracy_level` is
+    MatMulNBits' (4, the default: int8 activations, fast on a CPU; 0: computes as the reference
+    does); `quantize_embeddings`
+    also quantizes the embedding tables and the unembedding. A QuantizeOptions sets all of these
+    (and the method). ONNX only; see docs/quantization.md.
     padding_mask=True adds an `attention_mask` input per token input (ONNX only; see
     passes/padding_mask.py) so that right-padded batches of different lengths run together.
     include, max_nodes, allow_nonfinite: as for `load`.
@@ -119,6 +130,12 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
         raise UsageError("--tvm-params is for the tvm backend")
     if functions and backend != "onnx":
         raise UsageError("--functions is for the onnx backend")
+    from pseudoformer.quantization import options
+
+    quant = options(quantize, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level,
+                    embeddings=quantize_embeddings)
+    if quant is not None and backend == "tvm":
+        raise UsageError(NO_TVM_QUANTIZATION)
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed, include=include,
                  max_nodes=max_nodes, allow_nonfinite=allow_nonfinite)
     if backend == "tvm":
@@ -126,12 +143,19 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
 
         return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args")
     lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False,
-                    functions=functions)
-    return CompiledModel(lowered, model, dtype, padding_mask, opt_level)
+                    functions=functions, quantize=quant)
+    return CompiledModel(lowered, model, dtype, padding_mask, opt_level, quant)
+
+
+# The TVM backend would lower a quantized matmul by its formula and fold the weights back to floats
+# at compile time: the numbers of the quantized model, none of its size or speed. Better said.
+NO_TVM_QUANTIZATION = ("--quantize is not supported on the tvm backend yet (it has no dequantizing matmul kernel); "
+                       "compile to onnx")
 
 
 def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,
-          padding_mask: bool = False, whole: bool = True, functions: bool = False) -> Any:
+          padding_mask: bool = False, whole: bool = True, functions: bool = False,
+          quantize: QuantizeOptions | None = None) -> Any:
     """The optimised model as an onnx.ModelProto; with whole=False as a LoweredModel (graph + arrays)."""
     from pseudoformer.backends.onnx import BackendError
     from pseudoformer.backends.onnx.lower import lower_model
@@ -146,8 +170,14 @@ def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt
             graph = run_passes(graph, named_pipeline("padding"))
         except PaddingMaskError as e:
             raise UsageError(f"--padding-mask: {e}") from None
+    weights = model.weights
+    if quantize is not None:
+        from pseudoformer.quantization import quantize_model_graph
+
+        graph, weights = quantize_model_graph(graph, weights, quantize)
+        metadata["quantization"] = quantize.describe()
     try:
-        lowered = lower_model(graph, model.weights, dtype=dtype, opset=opset, metadata=metadata, functions=functions)
+        lowered = lower_model(graph, weights, dtype=dtype, opset=opset, metadata=metadata, functions=functions)
     except BackendError as e:
         raise UsageError(str(e)) from None
     return lowered.to_proto() if whole else lowered

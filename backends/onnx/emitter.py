@@ -28,12 +28,14 @@ ELEM = {
     DType.float32: TensorProto.FLOAT,
     DType.float16: TensorProto.FLOAT16,
     DType.int64: TensorProto.INT64,
+    DType.uint8: TensorProto.UINT8,
     DType.bool: TensorProto.BOOL,
 }
 NUMPY = {
     TensorProto.FLOAT: np.float32,
     TensorProto.FLOAT16: np.float16,
     TensorProto.INT64: np.int64,
+    TensorProto.UINT8: np.uint8,
     TensorProto.BOOL: np.bool_,
 }
 

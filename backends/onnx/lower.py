@@ -9,7 +9,7 @@ model (LoweredModel), which save.py streams into the file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -51,7 +51,7 @@ def to_onnx(
 ) -> onnx.ModelProto:
     """Lower `graph` with weights `params` (keyed by PARAM name) to an ONNX model.
 
-    `ir_version` defaults to the lowest IR version that can carry `opset` (13 for opset 26): onnx
+    `ir_version` defaults to the lowest IR version that can carry `opset` (12 for opset 24): onnx
     1.23 would otherwise stamp IR 14, which onnxruntime 1.31 refuses to load.
 
     With dtype="float16" the weights are stored in fp16 and the model computes in fp16, except
@@ -93,8 +93,8 @@ def lower_model(
     _check_names(graph)
     graph = prepare(graph, opset, dtype)
     weights = _weights(graph, params)
-    imports = [helper.make_opsetid("", opset)]
     proto, local = _lower_graph(graph, opset, weights if functions else None)
+    imports = _imports([*proto.node, *(n for f in local for n in f.node)], opset)
     if local:
         imports.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
     model = helper.make_model(
@@ -275,4 +275,12 @@ def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | N
         name = e.vals.get(id(n))
         if n.op not in (Op.INPUT, Op.PARAM) and isinstance(name, str) and isinstance(n.type, TensorType):
             known.setdefault(name, value_info(name, ELEM[n.dtype], n.type))
-    return to_functions(flat, e.owner, plan, types, list(known.values()), [helper.make_opsetid("", opset)])
+    return to_functions(flat, e.owner, plan, types, list(known.values()), _imports(flat.node, opset))
+
+
+def _imports(nodes: Sequence[onnx.NodeProto], opset: int) -> list[onnx.OperatorSetIdProto]:
+    """The standard opset, and com.microsoft's where a node is one of its ops (quantized weights')."""
+    imports = [helper.make_opsetid("", opset)]
+    if any(node.domain == "com.microsoft" for node in nodes):
+        imports.append(helper.make_opsetid("com.microsoft", 1))
+    return imports

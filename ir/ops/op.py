@@ -67,5 +67,8 @@ class Op(enum.Enum):
     RMS_NORM = "rms_norm"
     ATTENTION = "attention"
     CACHED_ATTENTION = "cached_attention"
+    # block-quantized weights, made by the quantize pass (quantized.py)
+    MATMUL_NBITS = "matmul_nbits"
+    GATHER_NBITS = "gather_nbits"
     # several results (tuples.py)
     GET = "get"

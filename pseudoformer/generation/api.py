@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pseudoformer.errors import UsageError
 from pseudoformer.frontend.generation_plan import GenerationPlan
 from pseudoformer.generation.generator import Generation, Generator
 from pseudoformer.generation.sampling import Sampling, SamplingError
 from pseudoformer.limits import MAX_NODES
+
+if TYPE_CHECKING:
+    from pseudoformer.passes.quantize import QuantizeOptions
 
 DEFAULT_TEMPERATURE = 1.0
 
@@ -34,7 +37,8 @@ class Prepared:
 def prepare(path: str | Path, *, inference: str | None = None, config: str | Path | None = None,
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
             backend: str = "onnx", cache: bool = True, threads: int | None = None,
-            include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False) -> Prepared:
+            include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False,
+            quantize: QuantizeOptions | None = None) -> Prepared:
     """Check `path`'s inference algorithm and build the generator for the model it calls.
 
     include, max_nodes, allow_nonfinite: as for `pseudoformer.load`.
@@ -52,7 +56,8 @@ def prepare(path: str | Path, *, inference: str | None = None, config: str | Pat
                          "sequence fed back to it")
     output = model.output_names[0]
     generator = Generator(model, decoder_input=inputs[0], encoder_input=plan.encoder_input, output=output,
-                          model_output=plan.model_output, backend=backend, cache=cache, threads=threads)
+                          model_output=plan.model_output, backend=backend, cache=cache, threads=threads,
+                          quantize=quantize)
     return Prepared(plan, generator, dict(model.config.hyperparameters))
 
 
@@ -97,15 +102,19 @@ def generate(path: str | Path, prompt_ids: Sequence[int] | Sequence[Sequence[int
              temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
              seed: int | None = None, eos_token: int | None = None, weights: str | Path | None = None,
              config: str | Path | None = None, defines: list[str] | None = None, backend: str = "onnx",
-             inference: str | None = None, cache: bool = True) -> list[int] | list[list[int]]:
+             inference: str | None = None, cache: bool = True,
+             quantize: str | QuantizeOptions | None = None) -> list[int] | list[list[int]]:
     """Run the inference algorithm of `path` (Algorithm 14 or 15 as written there) and return the new
     token ids (prompt excluded): a list for one prompt, a list per row for a batch.
 
     temperature 0 is greedy; None takes τ from the config, else 1. `cache=False` re-runs the model on
-    the whole sequence every step, as the algorithm is written.
+    the whole sequence every step, as the algorithm is written. `quantize` ("int4", "int8" or a
+    QuantizeOptions) generates with block-quantized weights, as `compile(quantize=...)` makes them.
     """
+    from pseudoformer.quantization import options
+
     prepared = prepare(path, inference=inference, config=config, defines=defines, weights=weights,
-                       backend=backend, cache=cache)
+                       backend=backend, cache=cache, quantize=options(quantize))
     result, _ = run_plan(prepared, prompt_ids=prompt_ids, encoder_ids=encoder_ids, max_new_tokens=max_new_tokens,
                          temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, eos_token=eos_token)
     single = prompt_ids is None or isinstance(prompt_ids[0], int)

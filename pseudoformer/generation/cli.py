@@ -12,6 +12,8 @@ from pseudoformer.errors import UsageError
 from pseudoformer.file_access import regular_file
 from pseudoformer.generation.generator import BACKENDS
 from pseudoformer.limits import FILE_CAPS
+from pseudoformer.quantization import add_arguments as add_quantize_arguments
+from pseudoformer.quantization import from_arguments
 from pseudoformer.run_settings import check_seed
 
 
@@ -37,6 +39,7 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
                    help="re-run the model on the whole sequence every step, as the algorithm is written")
     g.add_argument("--threads", type=int, help="onnxruntime threads, 1 to 4 × the cores (default: all cores)")
     g.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json: also print the text")
+    add_quantize_arguments(g)
 
 
 def parse_ids(text: str | None, flag: str) -> list[int] | None:
@@ -79,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     check_seed(args.seed)
     prepared = prepare(args.file, inference=args.inference, config=args.config, defines=args.defines,
                        weights=args.weights, backend=args.backend, cache=not args.no_cache, threads=args.threads,
-                       include=args.include, max_nodes=args.max_nodes, allow_nonfinite=args.allow_nonfinite)
+                       include=args.include, max_nodes=args.max_nodes, allow_nonfinite=args.allow_nonfinite,
+                       quantize=from_arguments(args))
     n = args.max_new_tokens if args.max_new_tokens is not None else prepared.setting(prepared.plan.max_new_tokens)
     progress = _Progress(int(n)) if n else None
     result, _ = run_plan(prepared, prompt_ids=prompt, encoder_ids=encoder, max_new_tokens=args.max_new_tokens,

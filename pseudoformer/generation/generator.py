@@ -29,6 +29,7 @@ from pseudoformer.model import Model
 from pseudoformer.passes.generation_passes import incremental
 from pseudoformer.passes.kv_cache import IncrementalDecoder
 from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
+from pseudoformer.passes.quantize import QuantizeOptions
 from pseudoformer.run_settings import check_seed, check_threads
 
 BACKENDS = ("onnx", "numpy", "tvm")
@@ -49,12 +50,16 @@ class Generator:
 
     def __init__(self, model: Model, *, decoder_input: str = "x", encoder_input: str | None = None,
                  output: str | None = None, model_output: str = "logits", backend: str = "onnx",
-                 opt_level: int = 2, cache: bool = True, threads: int | None = None, provider: str = "cpu") -> None:
+                 opt_level: int = 2, cache: bool = True, threads: int | None = None, provider: str = "cpu",
+                 quantize: QuantizeOptions | None = None) -> None:
+        from pseudoformer.deploy import NO_TVM_QUANTIZATION
         from pseudoformer.optimize import optimize
 
         if backend not in BACKENDS:
             raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
         check_threads(threads)
+        if quantize is not None and backend == "tvm":
+            raise UsageError(NO_TVM_QUANTIZATION)
         if cache and opt_level < 2:
             raise UsageError(f"the key/value cache is derived from fused attention, which -O{opt_level} does not "
                              "make: generate at -O2, or without the cache")
@@ -65,6 +70,12 @@ class Generator:
         self.model, self.decoder_input, self.encoder_input = model, decoder_input, encoder_input
         self.model_output, self.cache = model_output, cache
         graph = optimize(model.graph, opt_level)
+        # Quantized before the decoder is derived: prefill, step and uncached runs read the same weights.
+        self.weights = model.weights
+        if quantize is not None:
+            from pseudoformer.quantization import quantize_model_graph
+
+            graph, self.weights = quantize_model_graph(graph, model.weights, quantize)
         seq = graph.input(decoder_input).shape[1]
         self.positions = seq
         limit = model.graph.meta.get("limits", {}).get(seq)
@@ -84,11 +95,11 @@ class Generator:
                 dec = IncrementalDecoder(prefill=dec.prefill, step=dec.step, encoder=encoder, slots=dec.slots,
                                          positions=seq)
             self.decoder: IncrementalDecoder | None = dec
-            self.runtime: Runtime = _runtime(backend, dec, self.output, model, threads, provider)
+            self.runtime: Runtime = _runtime(backend, dec, self.output, model, self.weights, threads, provider)
         else:
             self.decoder = None
             full = run_passes(graph, named_pipeline("generation-uncached"), ctx=ctx)
-            self.runtime = _FullRuntime(full, self.output, model, backend, decoder_input, threads, provider)
+            self.runtime = _FullRuntime(full, self.output, self.weights, backend, decoder_input, threads, provider)
 
     def generate(self, prompt: Any, *, max_new_tokens: int, sampling: Sampling | None = None, seed: int | None = None,
                  eos_token: int | None = None, encoder_inputs: Mapping[str, Any] | None = None,
@@ -160,31 +171,31 @@ def _ids(value: Any, what: str) -> np.ndarray:
         raise UsageError(f"{what} must be token ids: whole numbers below 2^63, one list per row") from None
 
 
-def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, threads: int | None,
-             provider: str) -> Runtime:
+def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, weights: Mapping[str, np.ndarray],
+             threads: int | None, provider: str) -> Runtime:
     if backend == "numpy":
-        return NumpyRuntime(dec, output, model.weights)
+        return NumpyRuntime(dec, output, weights)
     if backend == "onnx":
         from pseudoformer.model import model_metadata
 
-        return OnnxRuntime(dec, output, model.weights, provider=provider, threads=threads,
+        return OnnxRuntime(dec, output, weights, provider=provider, threads=threads,
                            metadata=model_metadata(model, 2))
     from pseudoformer.generation.tvm_runtime import TvmRuntime
 
-    return TvmRuntime(dec, output, model.weights, threads=threads)  # takes dec.step unsliced
+    return TvmRuntime(dec, output, weights, threads=threads)  # takes dec.step unsliced
 
 
 class _FullRuntime:
     """Algorithm 14 as written: every step runs the model on the whole sequence so far."""
 
-    def __init__(self, graph: Graph, output: str, model: Model, backend: str, decoder_input: str,
-                 threads: int | None, provider: str) -> None:
-        self.graph, self.output, self.weights, self.x = graph, output, model.weights, decoder_input
+    def __init__(self, graph: Graph, output: str, weights: Mapping[str, np.ndarray], backend: str,
+                 decoder_input: str, threads: int | None, provider: str) -> None:
+        self.graph, self.output, self.weights, self.x = graph, output, weights, decoder_input
         self.encoder_values: dict[str, Any] = {}
         if backend == "onnx":
             from pseudoformer.backends.onnx import OnnxRunner, to_onnx
 
-            self.runner: Any = OnnxRunner(to_onnx(graph, model.weights), provider=provider, threads=threads)
+            self.runner: Any = OnnxRunner(to_onnx(graph, weights), provider=provider, threads=threads)
         elif backend == "numpy":
             self.runner = None
         else:

@@ -17,6 +17,7 @@ from pseudoformer.ir import interpreter
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
+from pseudoformer.ir.ops.quantized import pack
 from pseudoformer.ir.types import DType, TensorType
 
 F32, I64, BOOL = DType.float32, DType.int64, DType.bool
@@ -168,10 +169,20 @@ def fused() -> Graph:
     cached = op(Op.CACHED_ATTENTION, q, k, v, past_k, past_v, scale=0.5, causal=True)
     # 4 query heads over the 2 key/value heads: grouped-query attention
     grouped = op(Op.ATTENTION, op(Op.CONCAT, q, q, axis=1), k, v, scale=0.5, causal=False)
+    # block-quantized weights (passes/quantize.py): 4 bits with zero points and a bias, K = 6 padded to a
+    # block of 16; a table of 8-bit symmetric rows, K = 20 in two blocks, gathered by position
+    qw = (_u8("qw", 5, 1, 8), param("qw_scales", 5, 1), _u8("qw_zeros", 5, 1), param("qw_bias", 5))
+    quantized = op(Op.MATMUL_NBITS, q3, *qw, bits=4, block_size=16, K=6, accuracy_level=0)
+    rows = op(Op.ARANGE, op(Op.DIM, x, axis=2), dim="seq")
+    table = op(Op.GATHER_NBITS, _u8("qt", 16, 2, 16), rows, param("qt_scales", 16, 2), bits=8, block_size=16, K=20)
     outputs = [("ln", ln), ("rms", rms), ("rms_last", rms_last), ("causal", causal), ("plain", plain),
-               ("packed", packed), ("grouped", grouped)]
+               ("packed", packed), ("grouped", grouped), ("quantized", quantized), ("table", table)]
     outputs += [(name, op(Op.GET, cached, index=i)) for i, name in enumerate(("cached", "present_k", "present_v"))]
     return Graph([x, q, k, v, mask, past_k, past_v], outputs, {"entry": "Fused"})
+
+
+def _u8(name: str, *shape: int) -> Node:
+    return Node(Op.PARAM, (), {"name": name, "type": TensorType(DType.uint8, shape)})
 
 
 def _int(value: int) -> Node:
@@ -180,7 +191,12 @@ def _int(value: int) -> Node:
 
 def fused_params(seed: int = 3) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"ln_g": rng.standard_normal(6).astype(np.float32), "ln_b": rng.standard_normal(6).astype(np.float32)}
+    qw, qz = pack(rng.integers(0, 16, (5, 1, 16)), rng.integers(0, 16, (5, 1)), 6, 4)
+    qt, _ = pack(rng.integers(0, 256, (16, 2, 16)), None, 20, 8)
+    return {"ln_g": rng.standard_normal(6).astype(np.float32), "ln_b": rng.standard_normal(6).astype(np.float32),
+            "qw": qw, "qw_scales": rng.random((5, 1)).astype(np.float32), "qw_zeros": qz,
+            "qw_bias": rng.standard_normal(5).astype(np.float32),
+            "qt": qt, "qt_scales": rng.random((16, 2)).astype(np.float32) * 0.01}
 
 
 def fused_inputs(batch: int, seq: int, seed: int = 4) -> dict[str, np.ndarray]:

@@ -243,3 +243,20 @@ def test_cli_compile_functions(tmp_path: Path, capsys: pytest.CaptureFixture[str
                  "-o", str(tmp_path / "g.so")]) == 1
     assert "--functions is for the onnx backend" in capsys.readouterr().err
     assert not (tmp_path / "g.so").exists()
+
+
+def test_quantized_weights_inside_functions() -> None:
+    # MatMulNBits inside the layer functions: both the model and each function import com.microsoft,
+    # and the folded model computes what the flat quantized one does.
+    from pseudoformer.passes.quantize import QuantizeOptions
+
+    m = _load("gpt2")
+    q = QuantizeOptions(bits=4, block_size=32, symmetric=True, accuracy_level=0)
+    flat, folded = (lower(m, quantize=q, functions=f) for f in (False, True))
+    onnx.checker.check_model(folded, full_check=True)
+    assert any(n.op_type == "MatMulNBits" for f in folded.functions for n in f.node)
+    assert all("com.microsoft" in {o.domain for o in f.opset_import}
+               for f in folded.functions if any(n.domain == "com.microsoft" for n in f.node))
+    for feed in _feeds(m):
+        np.testing.assert_allclose(OnnxRunner(folded).run(feed)["Y"], OnnxRunner(flat).run(feed)["Y"],
+                                   rtol=1e-5, atol=1e-5)

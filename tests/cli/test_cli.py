@@ -14,7 +14,6 @@ import pickle
 import re
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ from safetensors.numpy import save_file
 from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
 
 import pseudoformer
-from pseudoformer.cli import main
+from tests.cli.conftest import Cli
 from tests.models.hf_util import log_softmax
 
 MODELS = Path(__file__).resolve().parents[2] / "models"  # not cwd-relative: pytest may run from anywhere
@@ -39,31 +38,6 @@ TINY = dict(L=1, H=2, d_e=8, d_mlp=16, d_attn=4, d_mid=4, ell_max=40, N_V=N_V, e
 # --config /dev/null: the packaged gpt2.toml is gpt2-small, far too big for these tests.
 SMALL_GPT2 = ["--config", os.devnull, *(a for k, v in TINY.items() for a in ("-D", f"{k}={v}"))]
 HAS_CUDA = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
-
-Cli = Callable[..., tuple[int, str, str]]
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
-    """Run the command; return (exit code, stdout, stderr). argparse's own exits count as returns."""
-    def call(*args: str | Path) -> tuple[int, str, str]:
-        capsys.readouterr()
-        try:
-            code = main([str(a) for a in args])
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-        out, err = capsys.readouterr()
-        return code, out, err
-    return call
-
-
-@pytest.fixture
-def out_dir(tmp_path: Path) -> Path:
-    """An empty directory for outputs, so that 'nothing left behind' is 'still empty'."""
-    d = tmp_path / "out"
-    d.mkdir()
-    return d
-
 
 @pytest.fixture
 def tokens_npy(tmp_path: Path) -> Path:

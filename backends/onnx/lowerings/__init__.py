@@ -5,6 +5,7 @@ from pseudoformer.backends.onnx.lowerings import (  # noqa: F401  (each module r
     elementwise,
     movement,
     norms,
+    quantized,
     reductions,
     sizes,
 )

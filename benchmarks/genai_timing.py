@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Time an onnxruntime-genai model folder: prefill of a prompt and the median time per new token.
+
+Runs in onnxruntime-genai's own environment (it brings its own onnxruntime, which must not share an
+environment with ours), so it imports nothing of pseudoformer: bench_llama.py and bench_quant.py call
+it as a subprocess and read the JSON it prints.
+
+    python genai_timing.py MODEL_DIR --prompt 128 --new 32 --threads 2 --rounds 5
+
+The same random prompt as the caller's (numpy's default_rng(0) integers below the vocabulary), greedy,
+batch 1; the JSON has every round's prefill seconds and median step seconds, and the tokens of the last
+round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("model", type=Path)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--vocab", type=int, required=True)
+    args = ap.parse_args()
+
+    import onnxruntime_genai as og
+
+    config = json.loads((args.model / "genai_config.json").read_text())
+    session = config["model"]["decoder"].setdefault("session_options", {})
+    session["intra_op_num_threads"] = args.threads
+    session["inter_op_num_threads"] = 1
+    (args.model / "genai_config.json").write_text(json.dumps(config, indent=4))
+    model = og.Model(str(args.model))
+    prompt = np.random.default_rng(0).integers(0, args.vocab, (1, args.prompt))
+    prefill, steps, tokens = [], [], []
+    for r in range(args.rounds + 1):  # round 0 warms up
+        params = og.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=args.prompt + args.new, min_length=args.prompt + args.new)
+        gen = og.Generator(model, params)
+        start = time.perf_counter()
+        gen.append_tokens(prompt.astype(np.int32))
+        first = int(gen.get_next_tokens()[0])
+        t_prefill = time.perf_counter() - start
+        tokens, times = [first], []
+        for _ in range(args.new - 1):
+            start = time.perf_counter()
+            gen.generate_next_token()
+            tokens.append(int(gen.get_next_tokens()[0]))
+            times.append(time.perf_counter() - start)
+        if r:
+            prefill.append(t_prefill)
+            steps.append(statistics.median(times))
+    size = sum(p.stat().st_size for p in args.model.iterdir() if p.name.startswith("model.onnx"))
+    print(json.dumps({"prefill_s": prefill, "step_s": steps, "tokens": tokens, "file_bytes": size}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

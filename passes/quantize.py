@@ -1,0 +1,234 @@
+"""Weight quantization: each matmul by a weight matrix → a block-quantized matmul (matmul_nbits).
+
+    x · W     (W [K, N] computed from weights alone)  →  matmul_nbits(x, packed, scales[, zero points])
+    W · x     (the paper's layout, W [N, K])          →  the same between transposes
+    x · W + b (b [N] from weights alone)              →  matmul_nbits(x, …, b)        (options.bias)
+    gather(T, ids, axis 0), T [N, K] a weight table   →  gather_nbits(packed, ids, …)  (options.embeddings)
+    gather(T, ids, axis 1), T [K, N] (paper's layout) →  the same, transposed
+
+The weights W are whatever the graph computes from parameters alone (GPT-2's per-head projections
+concatenated by head batching, a transposed embedding): the pass evaluates those subgraphs with the
+interpreter, quantizes the matrices at compile time (quantize_weights.py) and puts the packed arrays
+in the PassContext's weights under new parameter names; parameters nothing reads any more drop out.
+
+Embedding tables (gathers of a weight table by token ids) and the unembedding (a weight matmul
+whose output is as wide as an embedding table is long, or that reads the same parameter) are
+quantized only with `embeddings`: the first and last layers are where low-bit error costs most.
+Tied weights are quantized once: GPT-2's W_e gathered as an embedding and multiplied as the
+unembedding is one matrix, so both ops read the same packed arrays, stored once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from pseudoformer.ir import Graph, Node, Op, interpreter
+from pseudoformer.ir.ops.quantized import ACCURACY_LEVELS, BITS, BLOCK_SIZES, operands
+from pseudoformer.ir.types import DType, TensorType
+from pseudoformer.passes.fold_constants import weight_only
+from pseudoformer.passes.pass_base import Pass, PassContext
+from pseudoformer.passes.quantize_weights import METHODS, Quantized, quantize
+from pseudoformer.passes.rebuild import rebuild
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    bits: int = 4
+    block_size: int = 32
+    symmetric: bool = False
+    # onnxruntime's MatMulNBits: 4 quantizes the activations to int8 inside the op, the only level its CPU
+    # kernels are fast at (int8 weights at 0 run 13× slower than fp32); 0 computes what the reference does
+    accuracy_level: int = 4
+    embeddings: bool = False  # also the embedding tables and the unembedding
+    method: str = "balanced"
+    bias: bool = True  # a bias added to the product goes into the op
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.bits not in BITS:
+            out.append(f"{self.bits} bits is not supported (choose {', '.join(map(str, BITS))})")
+        if self.block_size not in BLOCK_SIZES:
+            out.append(f"block size {self.block_size} is not supported (choose {', '.join(map(str, BLOCK_SIZES))})")
+        if self.accuracy_level not in ACCURACY_LEVELS:
+            out.append(f"accuracy level {self.accuracy_level} is not one of {', '.join(map(str, ACCURACY_LEVELS))}")
+        if self.method not in METHODS:
+            out.append(f"unknown quantization method {self.method!r} (choose {', '.join(METHODS)})")
+        return out
+
+    def describe(self) -> str:
+        kind = "symmetric" if self.symmetric else "asymmetric"
+        extra = ", embeddings too" if self.embeddings else ""
+        return (f"int{self.bits}, blocks of {self.block_size}, {kind}, {self.method}, "
+                f"accuracy level {self.accuracy_level}{extra}")
+
+
+@dataclass
+class _Site:
+    node: Node
+    weight: Node  # the operand computed from weights alone
+    kind: str  # "right" (x · W), "left" (W · x), "gather" (rows), "gather_columns"
+
+
+def quantize_graph(graph: Graph, weights: Mapping[str, np.ndarray], opts: QuantizeOptions,
+                   ) -> tuple[Graph, dict[str, np.ndarray], bool]:
+    """The graph with its weight matmuls (and, by option, embeddings) block-quantized, and its weights."""
+    nodes = graph.nodes()
+    static = weight_only(nodes)
+    sites = _sites(nodes, static, opts)
+    if not sites:
+        return graph, dict(weights), False
+    wanted = {id(s.weight): s.weight for s in sites}
+    values = interpreter.run(Graph([], [(f"w{i}", w) for i, w in enumerate(wanted.values())], {}), {}, weights)
+    matrix = dict(zip(wanted, values.values(), strict=True))
+    taken = {p.attrs["name"] for p in graph.params()}
+    out = dict(weights)
+    made: dict[tuple, tuple[Node, ...]] = {}  # the same matrix (tied weights) → the same parameters
+    replacement: dict[int, Node] = {}
+    for site in sites:
+        w = np.asarray(matrix[id(site.weight)], dtype=np.float32)
+        rows = np.ascontiguousarray(w.T if site.kind in ("right", "gather_columns") else w)  # [N, K]: blocks along K
+        key = (rows.shape, hashlib.blake2b(rows.tobytes(), digest_size=16).digest())
+        if key not in made:
+            q = quantize(rows, bits=opts.bits, block_size=opts.block_size, symmetric=opts.symmetric,
+                         method=opts.method)
+            made[key] = _params(q, _base_name(site.weight, taken), taken, out)
+        replacement[id(site.node)] = _replace(site, made[key], rows.shape[1], opts)
+    new, _ = rebuild(graph, lambda n, src: _with_operands(replacement[id(n)], n, src)
+                     if id(n) in replacement else None)
+    if opts.bias:
+        new = _fuse_bias(new)
+    used = {p.attrs["name"] for p in new.params()}
+    return new, {k: v for k, v in out.items() if k in used}, True
+
+
+def _sites(nodes: list[Node], static: set[int], opts: QuantizeOptions) -> list[_Site]:
+    def table(n: Node) -> bool:
+        return id(n) in static and n.type.rank == 2 and n.dtype.is_float
+
+    # a table's rows gathered (row-major), or its columns (the paper's W_e[:, x[t]])
+    embeddings = [_Site(n, n.src[0], "gather" if n.attrs["axis"] in (0, -2) else "gather_columns")
+                  for n in nodes if n.op is Op.GATHER and table(n.src[0]) and id(n.src[1]) not in static]
+    # the vocabulary: rows of the tables token ids index (not positions': ℓ_max may equal some width)
+    vocab = {e.weight.shape[0 if e.kind == "gather" else 1] for e in embeddings if e.node.src[1].op is Op.INPUT}
+    embedded = {p.attrs["name"] for e in embeddings for p in e.weight.walk() if p.op is Op.PARAM}
+    sites = embeddings if opts.embeddings else []
+    for n in nodes:
+        if n.op is not Op.MATMUL:
+            continue
+        a, b = n.src
+        if table(b) and id(a) not in static and a.type.rank >= 2:
+            site = _Site(n, b, "right")
+        elif table(a) and id(b) not in static and b.type.rank >= 2:
+            site = _Site(n, a, "left")
+        else:
+            continue
+        width = site.weight.shape[1 if site.kind == "right" else 0]
+        unembedding = width in vocab or any(p.op is Op.PARAM and p.attrs["name"] in embedded
+                                            for p in site.weight.walk())
+        if opts.embeddings or not unembedding:
+            sites.append(site)
+    return sites
+
+
+def _base_name(weight: Node, taken: set[str]) -> str:
+    """The quantized matrix's name: its parameter's, or the dotted prefix its parameters share."""
+    names = sorted({p.attrs["name"] for p in weight.walk() if p.op is Op.PARAM})
+    if len(names) == 1:
+        return names[0]
+    parts = [n.split(".") for n in names]
+    common = []
+    for pieces in zip(*parts, strict=False):
+        if len(set(pieces)) > 1:
+            break
+        common.append(pieces[0])
+    return ".".join([*common, "packed"]) if common else "packed"
+
+
+def _params(q: Quantized, base: str, taken: set[str], out: dict[str, np.ndarray]) -> tuple[Node, ...]:
+    arrays = {"quant": q.packed, "scales": q.scales}
+    if q.zero_points is not None:
+        arrays["zero_points"] = q.zero_points
+    nodes = []
+    for suffix, arr in arrays.items():
+        name = f"{base}.{suffix}"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        out[name] = arr
+        nodes.append(Node(Op.PARAM, (), {"name": name, "type": TensorType(DType(arr.dtype.name), arr.shape)}))
+    return tuple(nodes)
+
+
+def _replace(site: _Site, params: tuple[Node, ...], k: int, opts: QuantizeOptions) -> Node:
+    """A template: the new node over the original node's operands (swapped in by _with_operands)."""
+    attrs = {"bits": opts.bits, "block_size": opts.block_size, "K": k}
+    n = site.node
+    if site.kind.startswith("gather"):
+        g = Node(Op.GATHER_NBITS, (params[0], n.src[1], *params[1:]), attrs, span=n.span, scope=n.scope)
+        if site.kind == "gather":
+            return g
+        r = n.src[1].type.rank  # [*ids, K] → [K, *ids], as the columns came out
+        return Node(Op.TRANSPOSE, (g,), {"perm": [r, *range(r)]}, span=n.span, scope=n.scope)
+    x = n.src[0] if site.kind == "right" else n.src[1]
+    attrs["accuracy_level"] = opts.accuracy_level
+    if site.kind == "right":
+        return Node(Op.MATMUL_NBITS, (x, *params), attrs, span=n.span, scope=n.scope)
+    swap = [*range(x.type.rank - 2), x.type.rank - 1, x.type.rank - 2]
+    xt = Node(Op.TRANSPOSE, (x,), {"perm": swap}, span=n.span, scope=n.scope)
+    y = Node(Op.MATMUL_NBITS, (xt, *params), attrs, span=n.span, scope=n.scope)
+    return Node(Op.TRANSPOSE, (y,), {"perm": swap}, span=n.span, scope=n.scope)
+
+
+def _with_operands(template: Node, old: Node, src: tuple[Node, ...]) -> Node:
+    """The template with the old node's operands replaced by their rebuilt versions."""
+    swap = {id(o): s for o, s in zip(old.src, src, strict=True)}
+    memo: dict[int, Node] = {}
+
+    def build(n: Node) -> Node:
+        if id(n) in swap:
+            return swap[id(n)]
+        if n.op is Op.PARAM or id(n) in memo:
+            return memo.get(id(n), n)
+        memo[id(n)] = Node(n.op, tuple(build(s) for s in n.src), dict(n.attrs), span=n.span, scope=n.scope)
+        return memo[id(n)]
+
+    return build(template)
+
+
+def _fuse_bias(graph: Graph) -> Graph:
+    """add(matmul_nbits(x, …), b) → matmul_nbits(x, …, b), b [N] from weights alone, when the add is
+    the product's one reader (the op adds the bias as it writes its output)."""
+    c = graph.consumers()
+    static = weight_only(graph.nodes())
+
+    def fuse(n: Node, src: tuple[Node, ...]) -> Node | None:
+        if n.op is not Op.ADD:
+            return None
+        for i in (0, 1):
+            mm, b = n.src[i], n.src[1 - i]
+            if mm.op is Op.MATMUL_NBITS and operands(mm).bias is None and c.only_user(mm, n) \
+                    and id(b) in static and b.shape == (mm.shape[-1],) and b.dtype == mm.dtype \
+                    and n.shape == mm.shape:
+                new_mm = src[i]
+                return Node(Op.MATMUL_NBITS, (*new_mm.src, src[1 - i]), dict(mm.attrs), span=n.span, scope=n.scope)
+        return None
+
+    return rebuild(graph, fuse)[0]
+
+
+
+def _quantize(graph: Graph, ctx: PassContext) -> tuple[Graph, bool]:
+    if ctx.weights is None or ctx.quantize is None:
+        raise ValueError("the quantize pass needs the weights and its options (PassContext.weights, .quantize)")
+    graph, ctx.weights, changed = quantize_graph(graph, ctx.weights, ctx.quantize)
+    return graph, changed
+
+
+PASSES = [
+    Pass("quantize", _quantize, "weight matmuls → block-quantized matmul_nbits (embeddings, unembedding by option); "
+         "bits, scales and zero points computed at compile time"),
+]

@@ -1,0 +1,145 @@
+"""Choosing the codes, scales and zero points of block-quantized weights, in numpy, at compile time.
+
+Three methods, none needing calibration data:
+
+  rtn       round to nearest over each block's range: asymmetric [min(w, 0), max(w, 0)] onto
+            0 … 2^b − 1; symmetric, the weight of largest magnitude onto code 0 (onnxruntime's rule).
+  mse       per block, the clipping of that range that minimises the block's squared error: the range
+            is shrunk by each factor of a grid (a block's extreme weights are rare; giving them up buys
+            a finer step for all the others; symmetric blocks also try ±7 steps around zero), the best
+            kept, then its scale refitted by least squares for its codes (s = Σ w·(q − z) / Σ (q − z)²)
+            and its zero point moved a step either way, while that helps.
+  balanced  (the default) mse, then the block's errors made to sum to nearly zero by moving the
+            cheapest codes a step (_Best.balance): what a block leaves in x · w is Σ e_k x_k, which
+            for inputs with a mean (after GELU) is mostly that sum.
+
+See docs/quantization.md for the measurements that chose the default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pseudoformer.ir.ops.quantized import default_zero_point, k_blocks, pack
+
+METHODS = ("balanced", "mse", "rtn")
+# Shrink factors of the range tried by `mse`; 1.0 is round to nearest.
+_GRID = np.linspace(1.0, 0.6, 11, dtype=np.float32)
+_REFITS = 3
+_CHUNK = 1 << 22  # weights quantized at a time, to bound the temporaries
+
+
+@dataclass(frozen=True)
+class Quantized:
+    packed: np.ndarray  # uint8 [N, k_blocks, block_size · bits / 8]
+    scales: np.ndarray  # float32 [N, k_blocks]
+    zero_points: np.ndarray | None  # uint8 packed [N, ⌈k_blocks · bits / 8⌉], None when symmetric
+
+
+def quantize(w: np.ndarray, *, bits: int, block_size: int, symmetric: bool, method: str = "balanced") -> Quantized:
+    """W [N, K] (N outputs, blocks along K) → its packed codes, scales and zero points."""
+    if method not in METHODS:
+        raise ValueError(f"unknown quantization method {method!r} (choose {', '.join(METHODS)})")
+    n, k = w.shape
+    kb = k_blocks(k, block_size)
+    padded = np.zeros((n, kb * block_size), np.float32)
+    padded[:, :k] = w  # zeros: exactly representable, so the padding adds no error and moves no range
+    blocks = padded.reshape(n * kb, block_size)
+    codes = np.empty(blocks.shape, np.uint8)
+    scales = np.empty(n * kb, np.float32)
+    zeros = np.empty(n * kb, np.uint8)
+    rows = max(1, _CHUNK // block_size)
+    for start in range(0, n * kb, rows):
+        part = slice(start, start + rows)
+        codes[part], scales[part], zeros[part] = _blocks(blocks[part], bits, symmetric, method)
+    packed, zp = pack(codes.reshape(n, kb, block_size), None if symmetric else zeros.reshape(n, kb), k, bits)
+    return Quantized(packed, scales.reshape(n, kb), zp)
+
+
+def _blocks(b: np.ndarray, bits: int, symmetric: bool, method: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Codes [m, bs], scales [m] and zero points [m] of m blocks."""
+    qmax = float((1 << bits) - 1)
+    half = float(default_zero_point(bits))
+    if symmetric:
+        # The weight of largest magnitude onto the code 0, ±8·s at 4 bits (a negative scale when it is
+        # positive): its side of zero gets the extra level, as onnxruntime's MLAS quantizer does it.
+        extreme = b[np.arange(len(b)), np.abs(b).argmax(axis=1)]
+        z = np.full(len(b), half, np.float32)
+        shapes = [(extreme / -half, z), (np.abs(extreme) / (half - 1), z)]  # …, or ±7·s both sides
+    else:
+        lo, hi = np.minimum(b.min(axis=1), 0), np.maximum(b.max(axis=1), 0)
+        shapes = [((hi - lo) / qmax, None)]
+    best = _Best(b, qmax)
+    for s0, z0 in (shapes if method != "rtn" else shapes[:1]):
+        for alpha in (_GRID if method != "rtn" else _GRID[:1]):
+            s = s0 * alpha
+            z = z0 if z0 is not None else np.clip(np.rint(-lo * alpha / _safe(s)), 0, qmax)
+            best.offer(s, z)
+    if method != "rtn":
+        for _ in range(_REFITS):
+            improved = best.offer(best.refit(best.z), best.z)
+            for dz in ((-1.0, 1.0) if not symmetric else ()):  # the zero point one step either way
+                z = np.clip(best.z + dz, 0, qmax)
+                improved |= best.offer(best.refit(z, best.codes(best.s, z)), z)
+            if not improved:
+                break
+    if method == "balanced":
+        best.balance()
+    scales = np.where(best.s != 0, best.s, 1.0).astype(np.float32)  # an all-zero block: any scale, codes = z
+    return best.q.astype(np.uint8), scales, best.z.astype(np.uint8)
+
+
+class _Best:
+    """Per block, the scale and zero point with the least squared error offered so far, and its codes."""
+
+    def __init__(self, b: np.ndarray, qmax: float) -> None:
+        self.b, self.qmax = b, qmax
+        self.q: np.ndarray = np.empty(0)
+        self.s: np.ndarray = np.empty(0)
+        self.z: np.ndarray = np.empty(0)
+        self.err: np.ndarray | None = None
+
+    def codes(self, s: np.ndarray, z: np.ndarray) -> np.ndarray:
+        return np.clip(np.rint(self.b / _safe(s)[:, None]) + z[:, None], 0, self.qmax)
+
+    def offer(self, s: np.ndarray, z: np.ndarray) -> bool:
+        q = self.codes(s, z)
+        r = self.b - (q - z[:, None]) * _safe(s)[:, None]
+        err = np.einsum("ij,ij->i", r, r)
+        if self.err is None:
+            self.q, self.s, self.z, self.err = q, s.copy(), z.copy(), err
+            return True
+        better = err < self.err
+        self.q[better], self.s[better], self.z[better], self.err[better] = q[better], s[better], z[better], err[better]
+        return bool(better.any())
+
+    def balance(self) -> None:
+        """Move the fewest, cheapest codes one step so that each block's errors sum to at most s/2.
+
+        The error a block leaves in x · w is Σ e_k x_k. For inputs centred on zero only Σ e_k² counts,
+        but for inputs with a mean μ (after a GELU, a ReLU, a norm with a shift) so does μ · Σ e_k, and
+        rounding each weight to its nearest code leaves Σ e_k a random walk of √block_size steps.
+        Moving code k by one step toward the sum's sign changes it by one s and costs s² − 2|s e_k|
+        more squared error: the cheapest are the weights rounded from near a midpoint."""
+        s = self.s[:, None]
+        e = self.b - (self.q - self.z[:, None]) * s
+        steps = e.sum(axis=1) / _safe(self.s)
+        d = np.sign(steps)[:, None]  # the direction codes move in (a code up is +s)
+        moved = self.q + d
+        cost = np.where((moved >= 0) & (moved <= self.qmax), s * s - 2 * d * s * e, np.inf)
+        rank = np.argsort(np.argsort(cost, axis=1), axis=1)
+        self.q = np.where((rank < np.rint(np.abs(steps))[:, None]) & np.isfinite(cost), moved, self.q)
+
+    def refit(self, z: np.ndarray, q: np.ndarray | None = None) -> np.ndarray:
+        """The least-squares scale of codes q (default: the best's) at zero points z: Σ w·c / Σ c², c = q − z."""
+        c = (self.q if q is None else q) - z[:, None]
+        denom = (c * c).sum(axis=1)
+        return np.where(denom > 0, (self.b * c).sum(axis=1) / np.where(denom > 0, denom, 1), self.s)
+
+
+def _safe(s: np.ndarray) -> np.ndarray:
+    return np.where(s != 0, s, 1.0)
+
+

@@ -1,0 +1,87 @@
+"""Weight quantization as the API and the command line take it: `quantize="int4"` or `--quantize int8`.
+
+The pass itself is passes/quantize.py; this reads the options (checking them as a user's input),
+and runs the pass on an optimised graph, for compile and for generation alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from pseudoformer.errors import UsageError
+
+if TYPE_CHECKING:  # the command line reads its arguments without importing the passes
+    import numpy as np
+
+    from pseudoformer.ir import Graph
+    from pseudoformer.passes.quantize import QuantizeOptions
+
+__all__ = ["add_arguments", "from_arguments", "options", "quantize_model_graph"]
+
+KINDS = {"int4": 4, "int8": 8}
+
+
+def options(quantize: str | QuantizeOptions | None, *, block_size: int | None = None, symmetric: bool = False,
+            accuracy_level: int | None = None, embeddings: bool = False, method: str | None = None,
+            ) -> QuantizeOptions | None:
+    """The options of `quantize` ("int4", "int8", a QuantizeOptions, or None: no quantization)."""
+    from pseudoformer.passes.quantize import QuantizeOptions
+
+    details = {"block size": block_size, "symmetric": symmetric or None, "accuracy level": accuracy_level,
+               "quantize embeddings": embeddings or None, "method": method}
+    given = [k for k, v in details.items() if v is not None]
+    if quantize is None:
+        if given:
+            raise UsageError(f"{', '.join(given)}: these set how weights are quantized; add --quantize int4|int8")
+        return None
+    if isinstance(quantize, QuantizeOptions):
+        if given:
+            raise UsageError(f"{', '.join(given)}: set these in the QuantizeOptions given as quantize")
+        opts = quantize
+    else:
+        if quantize not in KINDS:
+            raise UsageError(f"--quantize {quantize}: choose {' or '.join(KINDS)}")
+        d = QuantizeOptions()
+        opts = QuantizeOptions(bits=KINDS[quantize], block_size=d.block_size if block_size is None else block_size,
+                               symmetric=symmetric,
+                               accuracy_level=d.accuracy_level if accuracy_level is None else accuracy_level,
+                               embeddings=embeddings, method=method or d.method)
+    problems = opts.problems()
+    if problems:
+        raise UsageError("--quantize: " + "; ".join(problems))
+    return opts
+
+
+def quantize_model_graph(graph: Graph, weights: Mapping[str, np.ndarray], opts: QuantizeOptions,
+                         ) -> tuple[Graph, dict[str, np.ndarray]]:
+    """An optimised graph with its weight matmuls quantized (the manager's "quantize" pipeline)."""
+    from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
+
+    ctx = PassContext(weights=dict(weights), quantize=opts)
+    graph = run_passes(graph, named_pipeline("quantize"), ctx=ctx)
+    assert ctx.weights is not None
+    return graph, ctx.weights
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quantize", choices=sorted(KINDS), help="store the weight matrices in 4 or 8 bits, in blocks "
+                   "(onnx: com.microsoft MatMulNBits)")
+    p.add_argument("--block-size", type=int, metavar="N", help="weights per scale along K: 16, 32 (default), 64, "
+                   "128 or 256")
+    p.add_argument("--symmetric", action="store_true", help="no zero points: each block is centred on 0")
+    p.add_argument("--accuracy-level", type=int, metavar="L", help="MatMulNBits' accuracy_level: 4 (default) "
+                   "quantizes the activations to int8 inside the op, the fast one on a CPU; 0 computes as the "
+                   "reference does (int8 weights then run far slower than fp32)")
+    p.add_argument("--quantize-embeddings", action="store_true",
+                   help="also the embedding tables and the unembedding (a tied pair is stored once)")
+    p.add_argument("--quantize-method", choices=["balanced", "mse", "rtn"],
+                   help="balanced (default): mse with each block's errors summing to about zero; mse: per block, "
+                   "the clipping with the least squared error; rtn: round to nearest")
+
+
+def from_arguments(args: Any) -> QuantizeOptions | None:
+    return options(args.quantize, block_size=args.block_size, symmetric=args.symmetric,
+                   accuracy_level=args.accuracy_level, embeddings=args.quantize_embeddings,
+                   method=args.quantize_method)

@@ -1,0 +1,77 @@
+"""`compile --quantize` and `generate --quantize` as a user types them, the Python API's `quantize=`,
+and the mistakes: one message, exit code 1, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import pseudoformer
+from pseudoformer.errors import UsageError
+from tests.cli.conftest import Cli
+from tests.cli.test_cli import GPT2, SMALL_GPT2, assert_user_error
+
+WIDER = [*SMALL_GPT2, "-D", "d_e=64", "-D", "d_mlp=128", "-D", "d_attn=16", "-D", "d_mid=16"]
+
+
+def test_compile_int4_writes_matmulnbits_and_runs(cli: Cli, out_dir: Path) -> None:
+    plain, quantized = out_dir / "fp32.onnx", out_dir / "int4.onnx"
+    assert cli("compile", GPT2, *WIDER, "-o", plain)[0] == 0
+    code, _, err = cli("compile", GPT2, *WIDER, "-o", quantized, "--quantize", "int4", "--block-size", "16",
+                       "--symmetric", "--quantize-embeddings")
+    assert code == 0, err
+    assert "weights int4, blocks of 16, symmetric, balanced, accuracy level 4" in err  # level 4 by default
+    model = onnx.load(str(quantized))
+    types = {n.op_type for n in model.graph.node}
+    assert {"MatMulNBits", "GatherBlockQuantized"} <= types and "MatMul" not in types
+    assert {(o.domain, o.version) for o in model.opset_import} >= {("com.microsoft", 1)}
+    props = {p.key: p.value for p in model.metadata_props}
+    assert props["quantization"].startswith("int4, blocks of 16, symmetric")
+    assert quantized.stat().st_size < plain.stat().st_size / 2  # biases, norms and positions stay fp32
+    tokens = out_dir / "x.npy"
+    np.save(tokens, np.array([[1, 2, 3]]))
+    assert cli("run", quantized, "--input", f"x={tokens}", "-o", out_dir / "y.npz")[0] == 0
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--block-size", "32"], "add --quantize int4|int8"),
+    (["--quantize-embeddings"], "add --quantize int4|int8"),
+    (["--quantize", "int4", "--block-size", "48"], "block size 48 is not supported"),
+    (["--quantize", "int4", "--accuracy-level", "5"], "accuracy level 5"),
+    (["--quantize", "int3"], "invalid choice: 'int3'"),
+    (["--quantize", "int4", "--backend", "tvm"], "not supported on the tvm backend"),
+])
+def test_bad_quantization_options(cli: Cli, out_dir: Path, args: list[str], fragment: str) -> None:
+    assert_user_error(cli("compile", GPT2, *SMALL_GPT2, "-o", out_dir / "m.onnx", *args), fragment,
+                      left_empty=out_dir)
+
+
+def test_generate_quantized(cli: Cli) -> None:
+    base = ["generate", GPT2, *WIDER, "--prompt-ids", "4 5 6", "--max-new-tokens", "5", "--temperature", "0"]
+    runs = {}
+    for extra in ([], ["--no-cache"], ["--backend", "numpy"]):
+        code, out, err = cli(*base, "--quantize", "int8", *extra)
+        assert code == 0, err
+        runs[" ".join(extra)] = out
+    assert len(set(runs.values())) == 1
+    assert_user_error(cli(*base, "--quantize", "int4", "--backend", "tvm"), "not supported on the tvm backend")
+
+
+def test_python_api(tmp_path: Path) -> None:
+    defines = [d for d in WIDER if d != "-D"][2:]
+    compiled = pseudoformer.compile(GPT2, config=WIDER[1], defines=defines, quantize="int8", accuracy_level=0)
+    assert compiled.quantize is not None and compiled.quantize.accuracy_level == 0
+    levels = {a.i for n in compiled.onnx.graph.node if n.op_type == "MatMulNBits" for a in n.attribute
+              if a.name == "accuracy_level"}
+    assert levels == {0}
+    assert compiled.run(x=np.array([[1, 2]]))["Y"].shape == (1, 2, 11)
+    opts = pseudoformer.QuantizeOptions(bits=4, block_size=64, method="rtn")
+    assert pseudoformer.compile(GPT2, config=WIDER[1], defines=defines, quantize=opts).quantize == opts
+    with pytest.raises(UsageError, match="set these in the QuantizeOptions"):
+        pseudoformer.compile(GPT2, config=WIDER[1], defines=defines, quantize=opts, symmetric=True)
+    tokens = pseudoformer.generate(GPT2, [1, 2], config=WIDER[1], defines=defines, max_new_tokens=3,
+                                   temperature=0, quantize="int4")
+    assert len(tokens) == 3
