@@ -24,10 +24,11 @@ def main() -> int:
     slowest = max(outcomes, key=lambda o: o.seconds)
     print(f"{len(outcomes)} mutants in {wall:.0f} s: {dict(kinds)}")
     print(f"slowest: {slowest.seconds:.2f} s (limit {MAX_SECONDS} s): {slowest}")
-    print(f"over 1 s: {sum(o.seconds > 1 for o in outcomes)}; problems: {len(bad)}")
-    for o in bad[:50]:
+    slow = [o for o in outcomes if o.seconds > MAX_SECONDS]
+    print(f"over 1 s: {sum(o.seconds > 1 for o in outcomes)}; over {MAX_SECONDS} s: {len(slow)}; problems: {len(bad)}")
+    for o in bad[:50] + slow[:20]:
         print(" ", o)
-    return 1 if bad else 0
+    return 1 if bad or slow else 0
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from tests.fuzz.mutations import mutate_config, mutate_source
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 FILES = sorted(str(p.relative_to(MODELS)) for p in MODELS.rglob("*.alg"))
-MAX_SECONDS = 5.0
+MAX_SECONDS = 5.0  # issue 16's target for the long run (__main__), on an idle machine; not asserted in tests
 HANG_SECONDS = 60  # a mutant still running then is stopped, and fails as a hang
 MEMORY_CAP = 4 << 30  # bytes of address space per worker
 CONFIG_SHARE = 0.15  # the share of mutants that edit the .toml beside the file instead
@@ -55,9 +55,7 @@ class Outcome:
             return f"exit code {self.code}"
         if self.code == 1 and not _MESSAGE.match(self.err):
             return "no clear message"
-        if self.seconds > MAX_SECONDS:
-            return f"took {self.seconds:.1f} s"
-        return None
+        return None  # time is not judged here: a wall-clock bound would fail on a loaded machine
 
     def __str__(self) -> str:
         first = self.err.splitlines()[0][:300] if self.err else ""

@@ -1,8 +1,9 @@
 """Seeded, grammar-aware fuzzing of every file in models/ (mutations.py): every mutant must end as a
-success or one clean diagnostic, never an internal error, and within MAX_SECONDS.
+success or one clean diagnostic, never an internal error or a hang (harness.HANG_SECONDS stops one).
+How long a mutant takes is not asserted here, where other jobs load the machine; the long run,
+`python -m tests.fuzz --mutants 10000`, reports the slowest against issue 16's 5 s target.
 
-MUTANTS runs in CI in about a minute and a half on two cores; `python -m tests.fuzz --mutants 10000`
-runs the long version (issue 16's target: 10,000 mutants, no internal error, none over 5 s).
+MUTANTS runs in CI in about a minute and a half on two cores.
 """
 
 from __future__ import annotations
