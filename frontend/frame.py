@@ -18,7 +18,7 @@ from pseudoformer.frontend.errors import (
 from pseudoformer.frontend.modules import Program
 from pseudoformer.frontend.names import Name, parse_name
 from pseudoformer.frontend.params import DuplicateParameter, Entry, GroupVal, entries, path
-from pseudoformer.frontend.sizes import Size, quotient
+from pseudoformer.frontend.sizes import Size, formula, quotient, rounded
 from pseudoformer.frontend.tensor_ops import ShapeMismatch, show_size, unify
 from pseudoformer.frontend.values import Builder, Val
 from pseudoformer.ir import DType, Op, TensorType
@@ -190,7 +190,26 @@ class Frame:
             if q is None:
                 raise self.error(ShapeError, f"{x} is not divisible by {y}", e.pos)
             return q
+        if e.op in ("floor", "ceil", "mod"):
+            return self._rounded_size(e)
         raise self.error(BadTypeError, "expected a size", e.pos)
+
+    def _rounded_size(self, e: Expr) -> Size:
+        """⌈d/2⌉, ⌊d/2⌋, d mod 2 in a declaration: a size when values or an exact division give one; else,
+        checking without a config or of a size the graph computes, the size named by its formula."""
+        parts = e.args if e.op == "mod" else e.args[0].args if e.args[0].op == "div" else (e.args[0],)
+        num = self.b.resolve(self._eval_size(parts[0]))
+        den = self.b.resolve(self._eval_size(parts[1])) if len(parts) > 1 else Size.of(1)
+        if den == Size.of(0):
+            raise self.error(ShapeError, "this size divides by 0", e.pos)
+        r = rounded(e.op, num, den)
+        if r is not None:
+            return r
+        named = formula(e.op, num, den)
+        if self.root().symbolic or str(named) in self.b.run_dims:
+            return named
+        raise self.error(ShapeError, f"{show_size(named)} is known only when the model runs, so it cannot size "
+                         "a declaration", e.pos)
 
     def bind_dims(self, typ: Type, actual: tuple[Size, ...], what: str, pos: Any) -> None:
         """Unify a declared type's dims with actual sizes, binding names seen for the first time."""

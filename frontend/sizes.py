@@ -111,6 +111,31 @@ class Size:
         return " + ".join(parts)
 
 
+def rounded(op: str, num: Size, den: Size) -> Size | None:
+    """⌊num/den⌋ (op "floor"), ⌈num/den⌉ ("ceil") or num mod den ("mod") as a size: of whole numbers, or
+    where the division is exact; None when a polynomial cannot say it (⌊ℓ/2⌋). den is not 0."""
+    if num.is_int and den.is_int:
+        a, b = num.value, den.value
+        return Size.of(a // b if op == "floor" else -(-a // b) if op == "ceil" else a % b)
+    exact = num.div(den)
+    if op == "mod":
+        return Size.of(0) if exact is not None else None
+    if exact is not None:
+        return exact
+    if op == "ceil" and num == Size.of(1):
+        return Size.of(1)  # ⌈1/G⌉ = 1 for any size G ≥ 1 (checking without a config unrolls h = 1)
+    return None
+
+
+def formula(op: str, num: Size, den: Size) -> Size:
+    """A size of its own named by its formula, `floor(ell/2)`, for what `rounded` cannot say: the same
+    formula written in a type and in an expression is the same size."""
+    shown = [f"({x})" if len(x.terms) > 1 else str(x) for x in (num, den)]
+    if op == "mod":
+        return Size.of(f"{shown[0]} mod {shown[1]}")
+    return Size.of(f"{op}({shown[0]}/{shown[1]})")
+
+
 ONE = Size.of(1)
 # The `1` of `1ᵀ`: a row of ones as long as whatever it meets.
 BROADCAST = Size.of("*")

@@ -26,7 +26,7 @@ from pseudoformer.frontend.expressions.core import (
     size_node,
 )
 from pseudoformer.frontend.frame import Frame
-from pseudoformer.frontend.sizes import Size
+from pseudoformer.frontend.sizes import Size, formula, rounded
 from pseudoformer.frontend.tensor_ops import cast_real, elementwise, unary
 from pseudoformer.frontend.values import SizeVal, Val
 from pseudoformer.ir import DType, Op
@@ -99,17 +99,11 @@ def _rounded(f: Frame, e: Expr) -> Size | None:
     if num is None or den is None:
         return None
     num, den = f.b.resolve(num), f.b.resolve(den)
-    if num.is_int and den.is_int:
-        if den.value == 0:
-            raise f.error(BadTypeError, f"{'⌊' if e.op == 'floor' else '⌈'}a/b{'⌋' if e.op == 'floor' else '⌉'} "
-                          "divides by 0", e.pos)
-        q = num.value // den.value if e.op == "floor" else -(-num.value // den.value)
-        return Size.of(q)
-    if exact := num.div(den):
-        return exact
-    if e.op == "ceil" and num == Size.of(1):
-        return Size.of(1)  # ⌈1/G⌉ = 1 for any size G ≥ 1: checking without a config unrolls h = 1
-    return _opaque(f, e.op, num, den)
+    if den == Size.of(0):
+        raise f.error(BadTypeError, f"{'⌊' if e.op == 'floor' else '⌈'}a/b{'⌋' if e.op == 'floor' else '⌉'} "
+                      "divides by 0", e.pos)
+    r = rounded(e.op, num, den)
+    return r if r is not None else _opaque(f, e.op, num, den)
 
 
 def _remainder(f: Frame, e: Expr) -> Size | None:
@@ -119,19 +113,18 @@ def _remainder(f: Frame, e: Expr) -> Size | None:
     if x is None or y is None:
         return None
     x, y = f.b.resolve(x), f.b.resolve(y)
-    if x.is_int and y.is_int:
-        return Size.of(x.value % y.value)
-    return Size.of(0) if x.div(y) is not None else _opaque(f, "mod", x, y)
+    r = rounded("mod", x, y)
+    return r if r is not None else _opaque(f, "mod", x, y)
 
 
 def _opaque(f: Frame, op: str, num: Size, den: Size) -> Size | None:
     """⌊ℓ/2⌋ of a size known only at run time (or, checking without a config, of a symbolic one): a size
     of its own, named by its formula, which the graph computes from the sizes it is made of. Sizes are
     never negative, so the graph's integer division, which truncates, floors them."""
-    show = [f"({x})" if len(x.terms) > 1 else str(x) for x in (num, den)]
-    name = f"{show[0]} mod {show[1]}" if op == "mod" else f"{op}({show[0]}/{show[1]})"
+    size = formula(op, num, den)
+    name = str(size)
     if f.root().symbolic or name in f.b.run_dims:
-        return Size.of(name)
+        return size
     if not (num.names() | den.names()) <= f.b.run_dims.keys():
         return None
     a, b = size_node(f, num, None), size_node(f, den, None)
@@ -139,7 +132,7 @@ def _opaque(f: Frame, op: str, num: Size, den: Size) -> Size | None:
         a = f.b.node(Op.SUB, f.b.node(Op.ADD, a, b), f.b.const(1, DType.int64))
     q = f.b.node(Op.DIV, a, b)
     f.b.run_dims[name] = f.b.node(Op.SUB, a, f.b.node(Op.MUL, b, q)) if op == "mod" else q
-    return Size.of(name)
+    return size
 
 
 def _static_value(f: Frame, e: Expr) -> Val | SizeVal | None:

@@ -185,3 +185,34 @@ def test_integer_expressions_of_sizes_as_indices(tmp_path: Path, ell: int) -> No
     # 1-based positions ⌈ℓ/2⌉, 4 mod 3 + 1 = 2 and ℓ − ⌊ℓ/3⌋, as 0-based columns
     want = x[:, (ell + 1) // 2 - 1] + 10 * x[:, 1] + 100 * x[:, ell - ell // 3 - 1]
     np.testing.assert_allclose(run_both(model, x=x)["y"], want, rtol=1e-5)
+
+
+HALVES = """Algorithm: y ← Halves(x | W)
+  Input: x ∈ ℝ^{d}
+  Output: y ∈ ℝ^{ceil(d/2)}
+  Hyperparameters: d ∈ ℕ
+  Parameters: W ∈ ℝ^{\\lceil d/2 \\rceil × d}
+  1 for i ∈ [⌈d/2⌉] : y[i] ← (W x)[i] + Σ_{j=1}^{⌊d/2⌋} j + i mod 2 + (d mod 2)
+  2 return y
+"""
+
+
+@pytest.mark.parametrize("d", [4, 5])
+def test_rounded_sizes_in_declarations(tmp_path: Path, d: int) -> None:
+    model = compile_source(tmp_path, HALVES, d=d)
+    assert model.weights["W"].shape == ((d + 1) // 2, d)
+    x = RNG.standard_normal((2, d)).astype(np.float32)
+    i = np.arange(1, (d + 1) // 2 + 1)
+    want = x @ model.weights["W"].T + sum(range(1, d // 2 + 1)) + i % 2 + d % 2
+    np.testing.assert_allclose(run_both(model, x=x)["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_rounded_sizes_check_without_a_config(tmp_path: Path) -> None:
+    check(write(tmp_path, HALVES))  # ⌈d/2⌉ in the types and the map, in three spellings, is one size
+
+
+def test_a_declaration_cannot_be_sized_by_a_run_time_rounding(tmp_path: Path) -> None:
+    src = HALVES.replace("x ∈ ℝ^{d}", "x ∈ ℝ^{ℓ}").replace("ℝ^{\\lceil d/2 \\rceil × d}", "ℝ^{⌈ℓ/2⌉ × d}")
+    with pytest.raises(CompileError) as info:
+        compile_source(tmp_path, src, d=4)
+    assert "is known only when the model runs, so it cannot size a declaration" in str(info.value.errors[0])

@@ -130,3 +130,40 @@ def test_misuse_is_one_positioned_diagnostic(tmp_path: Path, call: str, col: int
         load(write(tmp_path, src), entry="Outer", defines=["d=3"])
     (err,) = info.value.errors
     assert message in str(err) and (err.pos.line, err.pos.col) == (12, col), str(err)
+
+
+ROPE = """Algorithm: Y ← RoPE(X | b)
+  Input: X ∈ ℝ^{d × ℓ}
+  Output: Y ∈ ℝ^{d × ℓ}
+  Hyperparameters: b ∈ ℝ
+  1 for i ∈ [d/2], t ∈ [ℓ] : θ[i, t] ← (t − 1) · b^{−2(i−1)/d}
+  2 for i ∈ [d/2], t ∈ [ℓ] : Y[i, t] ← X[i, t] cos(θ[i, t]) − X[i + d/2, t] sin(θ[i, t])
+  3 for i ∈ [d/2], t ∈ [ℓ] : Y[i + d/2, t] ← X[i + d/2, t] cos(θ[i, t]) + X[i, t] sin(θ[i, t])
+  4 return Y
+
+Algorithm: Y ← Rotated(X)
+  Input: X ∈ ℝ^{d × ℓ}
+  Output: Y ∈ ℝ^{d × ℓ}
+  Hyperparameters: d ∈ ℕ, β ∈ ℝ
+  1 return Y = RoPE(X | β) + RoPE(X | b = 100)
+"""
+
+
+def _rope(X: np.ndarray, b: float) -> np.ndarray:
+    """Rotate-half RoPE of one example, X: d × ℓ."""
+    d, ell = X.shape
+    i, t = np.arange(1, d // 2 + 1)[:, None], np.arange(1, ell + 1)[None]
+    theta = (t - 1) * b ** (-2 * (i - 1) / d)
+    c, s = np.cos(theta), np.sin(theta)
+    return np.concatenate([X[:d // 2] * c - X[d // 2:] * s, X[d // 2:] * c + X[:d // 2] * s])
+
+
+@pytest.mark.parametrize("ell", [1, 6])
+def test_the_llama_sketch_rope_with_its_base_passed(tmp_path: Path, ell: int) -> None:
+    """RoPE as /work/issues/llama_notation.md writes it: the rotary base b is a real argument."""
+    model = load(write(tmp_path, ROPE), entry="Rotated", defines=["d=8", "beta=10000.0"])
+    X = RNG.standard_normal((2, ell, 8)).astype(np.float32)
+    got = run_both(model, X=X)["Y"]
+    for b in range(2):
+        want = _rope(X[b].T, 10000.0) + _rope(X[b].T, 100.0)
+        np.testing.assert_allclose(got[b], want.T, rtol=1e-5, atol=1e-5)
