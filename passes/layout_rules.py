@@ -131,6 +131,24 @@ class Elementwise(LayoutRule):
         return P
 
 
+class Rotary(Elementwise):
+    """ROTARY: the angles c and s broadcast against x like an elementwise op's operands, and the rotated
+    axis is remapped. The packed form (made after layout) keeps its layout."""
+
+    def plan(self, n: Node, L: Perm, avail: Avail) -> list[Perm | None] | None:
+        if n.attrs.get("heads", 0) and L != ident(len(L)):
+            return None
+        return super().plan(n, L, avail)
+
+    def build(self, n: Node, L: Perm, src: Sequence[Node], lay: Sequence[Perm]) -> Node:
+        built = super().build(n, L, src, lay)
+        axis = respell(n.attrs["axis"], L.index(n.attrs["axis"] % len(L)), len(L))
+        return new_node(n, Op.ROTARY, built.src, {**n.attrs, "axis": axis})
+
+    def prefer(self, n: Node, P: Perm | None) -> Perm | None:
+        return P if P is None or self.plan(n, P, None) is not None else ident(len(P))
+
+
 def _strip_leading(s: Node) -> Node:
     """s without the leading unit axes an UNSQUEEZE or RESHAPE put in front of its operand."""
     if s.op is Op.RESHAPE:

@@ -86,8 +86,10 @@ class Emitter:
         self.out, self.k, self.span = self.output_of.get(id(n), f"{self.v}{i}"), 0, n.span
 
     def result_names(self, n: Node, count: int) -> list[str]:
-        """The values of an op with `count` results: each a graph output's name where a `get` of it is one."""
+        """The values of an op with `count` results: each a graph output's name where a `get` of it is one.
+        Call it before emitting the op's helpers, whose names would otherwise take the same numbers."""
         names = [f"{self.out}.{i}" for i in range(count)]
+        self.k = max(self.k, count - 1)  # helpers emitted after this are numbered past the results
         for u in self.consumers.of(n):
             if u.op is Op.GET and id(u) in self.output_of:
                 names[u.attrs["index"]] = self.output_of[id(u)]

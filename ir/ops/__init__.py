@@ -1,7 +1,7 @@
 """The IR's ops, each defined once in the registry (registry.py) by the module of its family.
 
-Importing this package registers them all: leaves, elementwise ops, erf and GELU, matmul, data
-movement, reductions, gather, run-time sizes, norms, attention, tuples.
+Importing this package registers them all: leaves, elementwise ops, erf and GELU, SiLU and SwiGLU,
+matmul, data movement, reductions, gather, run-time sizes, norms, attention, rotary embedding, tuples.
 """
 
 from pseudoformer.ir.ops import (  # noqa: F401  (each module registers its ops)
@@ -9,11 +9,13 @@ from pseudoformer.ir.ops import (  # noqa: F401  (each module registers its ops)
     elementwise,
     gather,
     gelu,
+    glu,
     leaves,
     matmul,
     movement,
     norms,
     reductions,
+    rotary,
     sizes,
     tuples,
 )

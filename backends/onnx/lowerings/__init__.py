@@ -3,9 +3,11 @@
 from pseudoformer.backends.onnx.lowerings import (  # noqa: F401  (each module registers its lowerings)
     attention,
     elementwise,
+    glu,
     movement,
     norms,
     reductions,
+    rotary,
     sizes,
 )
 from pseudoformer.backends.onnx.lowerings.registry import LOWERINGS, accepts
