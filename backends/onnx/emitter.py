@@ -61,6 +61,7 @@ class Emitter:
         self.vals: dict[int, Any] = {}
         self.consts: dict[tuple, str] = {}
         self.shape_of: dict[tuple[str, int], str] = {}
+        self.shared: dict[tuple, str] = {}  # values lowerings share across nodes (rotary's cos/sin caches)
         # Types onnx's shape inference cannot work out alone (3-D Attention after a Slice): from the IR.
         self.value_info: list[onnx.ValueInfoProto] = []
         self.names: set[str] = set()
@@ -150,6 +151,16 @@ class Emitter:
         if (value, axis) not in self.shape_of:
             self.shape_of[value, axis] = self.emit("Shape", [value], start=axis, end=axis + 1)
         return self.shape_of[value, axis]
+
+    def size_of(self, dim: str | int, fallback: tuple[str, int]) -> str:
+        """A run-time size as an int64 [1] tensor, read off a graph input that has the dim (the same
+        Shape for every node that needs it), else off `fallback` (value, axis)."""
+        if isinstance(dim, int):
+            return self.ints([dim])
+        for n in self.graph.inputs:
+            if dim in n.type.shape:
+                return self.shape_dim(n.attrs["name"], n.type.shape.index(dim))
+        return self.shape_dim(*fallback)
 
     def range(self, n: str, out: str | None = None, start: str | None = None) -> str:
         zero, one = self.const(0, TensorProto.INT64), self.const(1, TensorProto.INT64)

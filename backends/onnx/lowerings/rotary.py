@@ -26,13 +26,22 @@ def _takes(n: Node, opset: int) -> bool:
     return all(t.type.rank <= 2 and (t.type.rank < 2 or t.shape[0] in (seq, 1)) for t in (c, s))
 
 
+def _cache(e: Emitter, x: Node, angles: Node, seq_axis: int) -> str:
+    """cos or sin [seq, d/2] expanded over the batch, once per table and batch for all the model's rotations."""
+    batch, seq = x.shape[0], x.shape[seq_axis]
+    key = ("rotary cache", e.value(angles), batch, seq)
+    if key not in e.shared:
+        xv = e.value(x)
+        sizes = [e.size_of(batch, (xv, 0)), e.size_of(seq, (xv, seq_axis)), e.ints([angles.shape[-1]])]
+        e.shared[key] = e.emit("Expand", [e.value(angles), e.emit("Concat", sizes, axis=0)])
+    return e.shared[key]
+
+
 @lowers(Op.ROTARY, when=_takes)
 def _rotary(e: Emitter, n: Node) -> str:
     x, c, s = n.src
     xv = e.value(x)
-    half = c.shape[-1]
-    shape = e.emit("Concat", [e.shape_dim(xv, 0), e.shape_dim(xv, _seq_axis(n)), e.ints([half])], axis=0)
-    caches = [e.emit("Expand", [e.value(t), shape]) for t in (c, s)]
+    caches = [_cache(e, x, t, _seq_axis(n)) for t in (c, s)]
     attrs = {"num_heads": int(n.attrs.get("heads", 0)) or 1} if x.type.rank == 3 else {}
     e.annotate(xv, x)
     return e.emit("RotaryEmbedding", [xv, *caches], out=e.out, **attrs)
