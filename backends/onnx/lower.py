@@ -23,9 +23,11 @@ from pseudoformer.ir.ops import Op
 from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
 from pseudoformer.version import __version__
 
-# The newest opset onnxruntime 1.31 loads (it refuses 27). Nothing here needs more than 20 (Gelu);
-# pass opset=21 for files that onnxruntime 1.20, the oldest the package allows, can load.
-DEFAULT_OPSET = 26
+# Opset 24: the newest at which onnxruntime (1.32) has a kernel for every op we write. Attention changed
+# in opset 25, and for Attention-25 onnxruntime 1.32 has no kernel: it inlines the op's function body
+# (~25 nodes: Softmax, Where, Mod, …), 10–20× slower than its kernel (benchmarks/README.md, "Llama").
+# Pass opset=21 for files that onnxruntime 1.20, the oldest the package allows, can load.
+DEFAULT_OPSET = 24
 # Shape(start, end) needs 15, single-axis Softmax 13, Min/Max on every dtype 17.
 MIN_OPSET = 17
 # onnxruntime 1.31, the version pyproject requires, loads opsets up to 26.
