@@ -12,23 +12,25 @@ from typing import Any
 
 from pseudoformer.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
 from pseudoformer.frontend.ast import Algorithm, Decl, is_inference
-from pseudoformer.frontend.calls import input_decl, run_body
-from pseudoformer.frontend.errors import BadTypeError, HyperparameterError, UnknownNameError
+from pseudoformer.frontend.calls import input_decl
+from pseudoformer.frontend.errors import BadTypeError, HyperparameterError, LimitError, UnknownNameError
 from pseudoformer.frontend.frame import Frame, Weights
 from pseudoformer.frontend.inference import plan_inference
 from pseudoformer.frontend.modules import Program
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.sizes import Size
+from pseudoformer.frontend.statements import run_body
 from pseudoformer.frontend.tensor_ops import ShapeMismatch, show
-from pseudoformer.frontend.values import Builder, MaskDef, SizeVal, Val
+from pseudoformer.frontend.values import Builder, MaskDef, NodeLimit, SizeVal, Val
 from pseudoformer.ir import DType, Graph, Op, TensorType
+from pseudoformer.limits import MAX_NODES
 
 
 def find_entry(prog: Program, entry: str | None) -> Algorithm:
     algs = prog.entries()
     if not algs:  # a mistake in the file as a whole: reported at its start
         raise CompileError([UnknownNameError(f"{prog.root.path} defines no algorithm",
-                                             Pos(prog.root.path, 1, 1), prog.root.line(1))])
+                                             Pos(prog.root.path, 1, 1), prog.root.line(1) or None)])
     if entry is None:
         # An inference algorithm (Algorithm 14) is a loop around a model, not a graph: the default
         # entry is the model beside it, whichever order the file defines them in.
@@ -64,12 +66,17 @@ def _not_a_graph(prog: Program, alg: Algorithm) -> str:
 
 
 def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str, Any] | None = None,
-              *, symbolic: bool = False, optional: set[str] | frozenset[str] = frozenset()) -> Graph:
-    """Build the graph of `entry` with the given hyperparameters (ASCII names); raise CompileError."""
+              *, symbolic: bool = False, optional: set[str] | frozenset[str] = frozenset(),
+              max_nodes: int = MAX_NODES) -> Graph:
+    """Build the graph of `entry` with the given hyperparameters (ASCII names); raise CompileError.
+
+    A graph that would pass `max_nodes` IR nodes is refused (LimitError) as soon as that is
+    foreseeable: after the first iteration of a block loop that would unroll past it.
+    """
     alg = find_entry(prog, entry)
     config = dict(hyperparameters or {})
     try:
-        f = Frame(alg=alg, prog=prog, b=Builder(), weights=Weights(), config=config, symbolic=symbolic,
+        f = Frame(alg=alg, prog=prog, b=Builder(max_nodes), weights=Weights(), config=config, symbolic=symbolic,
                   scope=alg.name, runtime_dims=True)
     except AlgError as e:
         raise CompileError([e]) from None
@@ -86,6 +93,9 @@ def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str
         raise CompileError([e]) from None
     except ShapeMismatch as e:
         raise CompileError([f.error(AlgError, str(e), alg.pos)]) from None
+    except NodeLimit:
+        raise CompileError([f.error(LimitError, f"the graph of {alg.name} grows past {max_nodes:,} IR nodes; "
+                                    "--max-nodes N raises the limit", alg.pos)]) from None
     used = f.config_used | {k for k in f.sizes if k in config} | {k for k in f.reals if k in config}
     hyper = {k: v for k, v in config.items() if k in used}
     meta = {"entry": alg.name, "source": alg.pos.file, "hyperparameters": hyper,

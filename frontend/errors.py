@@ -44,3 +44,7 @@ class ModuleError(AlgError):
 class InferenceError(AlgError):
     """An inference algorithm (Algorithms 14, 15) whose loop is not the one generation runs: the wrong
     column of P, a sampled token that is not fed back, a return that is not the generated tokens."""
+
+
+class LimitError(AlgError):
+    """A program that is too big to build: more IR nodes than the limit, or nesting past the parser's."""

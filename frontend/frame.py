@@ -99,6 +99,8 @@ class Frame:
             root.config_used.add(key)
             if isinstance(v, bool) or not isinstance(v, int):
                 raise self.error(HyperparameterError, f"{text} is a size, so it must be a whole number (got {v!r})", pos)
+            if v < 1:  # a model of no layers, heads or features compiles, and computes nothing meaningful
+                raise self.error(HyperparameterError, f"{text} is a size, so it must be at least 1 (got {v})", pos)
             self.sizes[key] = Size.of(v)
             return self.sizes[key]
         if root.symbolic and self is root and (create or key in self.declared_sizes()):
@@ -157,6 +159,12 @@ class Frame:
 
     # ------------------------------------------------------------------ types
     def eval_size(self, e: Expr, bind: dict[str, Size] | None = None) -> Size:
+        size = self._eval_size(e)
+        if size.is_int and size.value < 1:  # ℝ^{d − 5} with d = 4: no tensor has -1 rows
+            raise self.error(HyperparameterError, f"this size is {size.value}; a size must be at least 1", e.pos)
+        return size
+
+    def _eval_size(self, e: Expr) -> Size:
         if e.op == "number":
             return Size.of(int(e.args[0]))
         if e.op == "name":

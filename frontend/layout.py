@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from pseudoformer.errors import Diagnostics, Pos
-from pseudoformer.frontend.errors import LayoutError
+from pseudoformer.frontend.errors import LayoutError, LimitError
+from pseudoformer.limits import MAX_INT_DIGITS
 
 
 class Kind(Enum):
@@ -73,7 +74,10 @@ def split_lines(source: str, file: str, diags: Diagnostics) -> list[Line]:
         elif _SECTION.match(body):
             lines.append(Line(Kind.SECTION, body, pos, lead))
             section_indent = lead
-        elif m := _NUMBERED.match(body):
+        elif (m := _NUMBERED.match(body)) and len(m.group(1)) > MAX_INT_DIGITS:
+            diags.add(LimitError(f"a line number of {len(m.group(1)):,} digits; at most {MAX_INT_DIGITS} are read",
+                                 pos, raw))
+        elif m:
             start = lead + m.end()
             stmt = text[start:]
             remark = None

@@ -1,19 +1,30 @@
 """Load a .alg file and the files it `use`s; look algorithms up in a module's scope.
 
 `use "paper/primitives.alg"` brings every algorithm of that file into scope; `use MHAttention,
-layer_norm from "variants.alg"` brings the named ones. Paths are relative to the using file.
-Algorithms resolve their callees in the module that defines them (lexical scope), so a file can
-shadow `layer_norm` without changing what the imported MHAttention calls.
+layer_norm from "variants.alg"` brings the named ones. Algorithms resolve their callees in the
+module that defines them (lexical scope), so a file can shadow `layer_norm` without changing what
+the imported MHAttention calls.
+
+A `use` names a .alg file by a path relative to the using file; one that is not there is looked
+for under each --include directory, then under the installed models/ (so any file can `use
+"paper/primitives.alg"`). Wherever it is found, it must lie inside an allowed root: the entry
+file's directory tree, the installed models/ or an --include directory, symbolic links
+resolved. A source therefore cannot make pseudoformer read (and quote in a diagnostic)
+/etc/shadow or /proc/self/environ.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
-from pseudoformer.errors import CompileError, Diagnostics, Pos
+from pseudoformer.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
+from pseudoformer.file_access import FileAccessError, read_bytes
 from pseudoformer.frontend.assemble import parse_module
-from pseudoformer.frontend.ast import Algorithm, Module
+from pseudoformer.frontend.ast import Algorithm, Module, Use
 from pseudoformer.frontend.errors import ModuleError, UnknownNameError
 
 
@@ -23,6 +34,8 @@ class Program:
     modules: dict[str, Module] = field(default_factory=dict)
     # module path → visible name → overloads, own definitions first
     scopes: dict[str, dict[str, list[Algorithm]]] = field(default_factory=dict)
+    # (using module, `use` path) → the module it loaded
+    targets: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def lookup(self, module: Module, name: str) -> list[Algorithm]:
         return self.scopes[module.path].get(name, [])
@@ -31,33 +44,64 @@ class Program:
         return list(self.root.algorithms)
 
 
-def load_program(path: str | Path, source: str | None = None) -> Program:
-    """Parse `path` and everything it uses; raise CompileError with every problem found."""
+def models_root() -> Path:
+    """The installed models/ folder."""
+    return Path(str(resources.files("pseudoformer.models"))).resolve()
+
+
+def load_program(path: str | Path, source: str | None = None, include: Sequence[str | Path] = ()) -> Program:
+    """Parse `path` and everything it uses; raise CompileError with every problem found.
+
+    `include`: directories besides the entry's own tree and the installed models/ that a `use`
+    may read from (--include DIR).
+    """
     diags = Diagnostics()
     display = str(path)
+    if Path(path).suffix != ".alg":
+        raise UsageError(f"{display} is not a .alg file: pseudoformer compiles .alg sources")
+    if Path(path).exists() and Path(path).resolve().suffix != ".alg":
+        # Diagnostics quote lines of the source, so a link x.alg → /etc/passwd is no source.
+        raise UsageError(f"{display} links to {Path(path).resolve()}, which is not a .alg file")
+    roots = _roots(Path(path), include)
     text = source if source is not None else _read(Path(path), display, diags, None)
     if text is None:
         diags.raise_if_any()
-    root, d = parse_module(text, display)
-    diags.errors.extend(d.errors)
+    root, errors = _parse(text, display)
+    diags.errors.extend(errors)
     prog = Program(root=root)
     prog.modules[display] = root
-    _load_uses(prog, root, Path(path), diags, stack=[str(Path(path).resolve())])
+    _load_uses(prog, root, Path(path), diags, [str(Path(path).resolve())], roots)
     for mod in prog.modules.values():
         _build_scope(prog, mod, diags)
     diags.raise_if_any()
     return prog
 
 
+@lru_cache(maxsize=32)
+def _parse(text: str, display: str) -> tuple[Module, tuple[AlgError, ...]]:
+    """Parse a module once per process for each (text, name): the files a model uses are read by
+    every load, and nothing changes a Module once it is built."""
+    module, diags = parse_module(text, display)
+    return module, tuple(diags.errors)
+
+
+def _roots(entry: Path, include: Sequence[str | Path]) -> list[Path]:
+    extra = []
+    for d in include:
+        p = Path(d)
+        if not p.is_dir():
+            raise UsageError(f"--include {d}: no such directory")
+        extra.append(p.resolve())
+    return [entry.resolve().parent, *extra, models_root()]
+
+
 def _read(p: Path, display: str, diags: Diagnostics, pos: Pos | None) -> str | None:
     try:
-        data = p.read_bytes()
+        data = read_bytes(p, "file", "source", name=display)
         # utf-8-sig: an editor's byte-order mark is not part of the first line
         return data.decode("utf-8-sig")
-    except FileNotFoundError:
-        diags.add(ModuleError(f"no such file: {display}", pos))
-    except IsADirectoryError:
-        diags.add(ModuleError(f"{display} is a directory, not a .alg file", pos))
+    except FileAccessError as e:
+        diags.add(ModuleError(e.message, pos))
     except UnicodeDecodeError as e:
         # Point at the offending byte in the file itself, as for any other mistake in it.
         head = data[: e.start]
@@ -66,36 +110,68 @@ def _read(p: Path, display: str, diags: Diagnostics, pos: Pos | None) -> str | N
         line = data.split(b"\n")[lineno - 1].decode("utf-8", errors="replace")
         diags.add(ModuleError(f"{display} is not UTF-8 text (byte 0x{data[e.start]:02x})",
                               Pos(display, lineno, len(before) + 1), line))
-    except OSError as e:
-        diags.add(ModuleError(f"cannot read {display}: {e.strerror}", pos))
     return None
 
 
-def _load_uses(prog: Program, mod: Module, path: Path, diags: Diagnostics, stack: list[str]) -> None:
+def _load_uses(prog: Program, mod: Module, path: Path, diags: Diagnostics, stack: list[str],
+               roots: list[Path]) -> None:
     for use in mod.uses:
-        target = (path.parent / use.path)
-        key = str(target.resolve())
-        display = _display(path, use.path, mod.path)
+        try:
+            target, display = _locate(use, path, mod.path, roots)
+            found = target.exists()
+        except OSError as e:  # a name too long, a loop of links
+            diags.add(ModuleError(f"cannot use {use.path!r}: {e.strerror or e}", use.pos, _line(mod, use.pos)))
+            continue
+        except ModuleError as e:
+            e.source_line = _line(mod, use.pos)
+            diags.add(e)
+            continue
+        key = str(target)
+        prog.targets[(mod.path, use.path)] = display
         if key in stack:
             cycle = " → ".join(Path(s).name for s in [*stack[stack.index(key):], key])
             diags.add(ModuleError(f"`use` cycle: {cycle}", use.pos, _line(mod, use.pos)))
             continue
         if display in prog.modules:
             continue
+        if not found:
+            diags.add(ModuleError(f"no such file: {display}", use.pos, _line(mod, use.pos), notes=(
+                "a `use` path is looked for beside the using file, then in each --include directory and in "
+                "the installed models/",)))
+            continue
         text = _read(target, display, diags, use.pos)
         if text is None:
             if diags.errors[-1].pos == use.pos:  # not when it points into the file itself
                 diags.errors[-1].source_line = _line(mod, use.pos)
             continue
-        sub, d = parse_module(text, display)
-        diags.errors.extend(d.errors)
+        sub, errors = _parse(text, display)
+        diags.errors.extend(errors)
         prog.modules[display] = sub
-        _load_uses(prog, sub, target, diags, [*stack, key])
+        _load_uses(prog, sub, target, diags, [*stack, key], roots)
 
 
-def _display(path: Path, rel: str, mod_display: str) -> str:
+def _locate(use: Use, path: Path, mod_display: str, roots: list[Path]) -> tuple[Path, str]:
+    """The file a `use` names, resolved, and the name diagnostics give it; ModuleError if it may not be read."""
+    rel = use.path
+    if any(ord(c) < 32 or ord(c) == 127 for c in rel):
+        raise ModuleError("the path of a `use` holds a control character", use.pos)
+    if not rel.endswith(".alg"):
+        raise ModuleError(f"`use` takes a .alg file, not {rel!r}", use.pos)
+    if Path(rel).is_absolute() or rel.startswith("~"):
+        raise ModuleError(f"`use` takes a path relative to the using file, not {rel!r}", use.pos)
+    here = (path.parent / rel).resolve()
+    if not any(here.is_relative_to(r) for r in roots) or here.suffix != ".alg":
+        raise ModuleError(f"`use {rel!r}` leads outside the directories a source may use: the entry file's "
+                          "directory, the installed models/ and --include directories", use.pos)
     base = Path(mod_display).parent
-    return str(Path(base, rel)) if str(base) != "." else rel
+    display = str(Path(base, rel)) if str(base) != "." else rel
+    if here.exists():
+        return here, display
+    for root in roots[1:]:  # --include directories, then the installed models/
+        there = (root / rel).resolve()
+        if there.is_relative_to(root) and there.suffix == ".alg" and there.is_file():
+            return there, str(there)
+    return here, display
 
 
 def _line(mod: Module, pos: Pos) -> str:
@@ -107,7 +183,7 @@ def _build_scope(prog: Program, mod: Module, diags: Diagnostics) -> None:
     for alg in mod.algorithms:
         scope.setdefault(alg.name, []).append(alg)
     for use in mod.uses:
-        sub = prog.modules.get(_display(Path(mod.path), use.path, mod.path))
+        sub = prog.modules.get(prog.targets.get((mod.path, use.path), ""))
         if sub is None:
             continue
         wanted = use.names if use.names is not None else [a.name for a in sub.algorithms]

@@ -13,8 +13,9 @@ from lark.lexer import PatternStr
 
 from pseudoformer.errors import Pos
 from pseudoformer.frontend.ast import Expr, Type
-from pseudoformer.frontend.errors import AlgSyntaxError
+from pseudoformer.frontend.errors import AlgSyntaxError, LimitError
 from pseudoformer.frontend.layout import Kind, Line
+from pseudoformer.limits import MAX_INT_DIGITS, MAX_NESTING
 
 _START = {Kind.HEADER: "header", Kind.SECTION: "section", Kind.CONTINUATION: "decl_line",
           Kind.BODY: "statement", Kind.USE: "use_line"}
@@ -282,15 +283,39 @@ _REL = {"≤": "<=", "\\leq": "<=", "\\le": "<=", "<=": "<=", "≥": ">=", "\\ge
 
 
 def parse_line(line: Line, module_path: str, start: str | None = None) -> Tree | Expr | Type:
-    """Parse one logical line; raise AlgSyntaxError positioned in the file."""
+    """Parse one logical line; raise AlgSyntaxError (LimitError past the limits) positioned in the file."""
     rule = start or _START[line.kind]
+    if m := _LONG_NUMBER.search(line.text):
+        raise LimitError(f"a number of {len(m.group()):,} digits; at most {MAX_INT_DIGITS} are read",
+                         _at(line, m.start()))
     try:
         tree = grammar().parse(line.text, start=rule)
     except UnexpectedInput as e:
         raise _syntax_error(e, line) from None
     except LarkError as e:  # pragma: no cover - grammar bugs, reported rather than crashing
         raise AlgSyntaxError(f"cannot parse this line ({type(e).__name__})", line.pos) from None
+    _check_nesting(tree, line)
     return _ToAst(line.pos).transform(tree)
+
+
+_LONG_NUMBER = re.compile(rf"\d{{{MAX_INT_DIGITS + 1},}}")
+
+
+def _at(line: Line, offset: int) -> Pos:
+    return Pos(line.pos.file, line.pos.line, line.pos.col + offset)
+
+
+def _check_nesting(tree: Tree, line: Line) -> None:
+    """Refuse a line nested deeper than MAX_NESTING (parentheses, calls, chains of operators), found
+    without recursion: turning it into an AST, then a graph, recurses once per level."""
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise LimitError(f"this expression is nested more than {MAX_NESTING} levels deep (each parenthesis, "
+                             "function and operator of a chain is a level); split it over several lines",
+                             _pos(line.pos, node.meta) if not node.meta.empty else line.pos)
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
 
 
 def _syntax_error(e: UnexpectedInput, line: Line) -> AlgSyntaxError:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pseudoformer.frontend.sizes import Size
 from pseudoformer.ir import DType, Node, Op, Span
+from pseudoformer.limits import MAX_NODES
 
 
 @dataclass(frozen=True)
@@ -71,10 +72,16 @@ def labels(v: Val) -> list[Label]:
     return out
 
 
+class NodeLimit(Exception):
+    """The graph grew past Builder.max_nodes; the statement being elaborated reports it at its place."""
+
+
 class Builder:
     """Creates IR nodes with the current source span and scope, and solves unknown sizes."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_nodes: int = MAX_NODES) -> None:
+        self.max_nodes = max_nodes
+        self.nodes = 0  # created so far, dead ones included: what elaborating costs
         self.span: Span | None = None
         self.scope: str = ""
         self.solved: dict[str, Size] = {}
@@ -87,6 +94,9 @@ class Builder:
     def node(self, op: Op, *src: Node, type: Any = None, **attrs: Any) -> Node:
         if op in (Op.INPUT, Op.PARAM):
             attrs["type"] = type  # leaves carry their type as an attribute (ir/ops.py)
+        self.nodes += 1
+        if self.nodes > self.max_nodes:
+            raise NodeLimit()
         n = Node(op, tuple(src), attrs, span=self.span, scope=self.scope, type=type)
         if any(isinstance(d, str) and "?" in d for d in n.type.shape):
             self.with_unknowns.append(n)

@@ -14,8 +14,9 @@ from pseudoformer.ir.ops import Op
 class Graph:
     """A model: `inputs` in signature order, `outputs` as (name, node) in signature order.
 
-    `meta` records what the graph was made from (entry algorithm, source file, hyperparameters,
-    the run-time dims and their meaning) for printers and backends.
+    `meta` records what the graph was made from, as the frontend elaborated it: the entry algorithm,
+    its source file, the hyperparameters, the run-time dims and their meaning, the limits on them.
+    Passes carry it over unchanged; what a pass needs to tell another goes through the PassContext.
     """
 
     inputs: list[Node]

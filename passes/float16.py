@@ -83,10 +83,16 @@ class _Half:
         if op is Op.CONST:
             return n if not n.dtype.is_float else self.value(n, F16)
         d = op_def(op)
-        if op is Op.CAST:
+        if op in (Op.ATTENTION, Op.CACHED_ATTENTION):
+            n_float = 5 if op is Op.CACHED_ATTENTION else 3
+            src: tuple[Node, ...] = tuple(self.value(s, F16 if i < n_float else None) for i, s in enumerate(n.src))
+            attrs["softmax_fp32"] = True
+        elif op is Op.GET:  # a result of the op above, in the precision it has
+            src = (self.value(n.src[0]),)
+        elif op is Op.CAST:
             to = attrs["dtype"]
             attrs["dtype"] = self.compute(n) if to.is_float else to
-            src: tuple[Node, ...] = (self.value(n.src[0]),)
+            src = (self.value(n.src[0]),)
         elif op is Op.WHERE:
             want = self.compute(n) if n.dtype.is_float else None
             src = (self.value(n.src[0]), self.value(n.src[1], want), self.value(n.src[2], want))
@@ -100,10 +106,6 @@ class _Half:
         elif n.dtype is DType.bool and all(s.dtype.is_float for s in n.src):  # a comparison
             want = self._common(n.src, F32)
             src = tuple(self.value(s, want) for s in n.src)
-        elif op in (Op.ATTENTION, Op.CACHED_ATTENTION):
-            n_float = 5 if op is Op.CACHED_ATTENTION else 3
-            src = tuple(self.value(s, F16 if i < n_float else None) for i, s in enumerate(n.src))
-            attrs["softmax_fp32"] = True
         elif isinstance(n.type, TensorType) and n.dtype.is_float:
             want = self.compute(n)
             src = tuple(self.value(s, want if s.dtype.is_float else None) for s in n.src)

@@ -97,18 +97,15 @@ def _error(n: Node, why: str, inner: Node | None = None) -> NotCacheableError:
 def _in_root(graph: Graph, n: Node) -> Node:
     """The first node downstream of n written in the entry's own file (the line that called the
     algorithm n comes from), so the error points at the user's call, not into a library file."""
-    root = graph.meta.get("source_path") or graph.meta.get("source")
+    root = graph.meta.get("source")
     if root is None or n.span is None or n.span.file == str(root):
         return n
-    users: dict[int, list[Node]] = {}
-    for m in graph.nodes():
-        for s in m.src:
-            users.setdefault(id(s), []).append(m)
+    consumers = graph.consumers()
     frontier, seen = [n], {id(n)}
     while frontier:
         nxt = []
         for m in frontier:
-            for u in users.get(id(m), []):
+            for u in consumers.of(m):
                 if u.span is not None and u.span.file == str(root):
                     return u
                 if id(u) not in seen:
@@ -161,7 +158,7 @@ def _split_encoder(graph: Graph, x: Node) -> tuple[Graph | None, Graph]:
     frontier += [n for _, n in graph.outputs if depends.get(id(n)) == "enc" and n not in frontier]
     names = [f"encoder.{i}" for i in range(len(frontier))]
     encoder = Graph(inputs=others, outputs=list(zip(names, frontier, strict=True)),
-                    meta={**graph.meta, "role": "encoder"})
+                    meta=dict(graph.meta))
     replace = {id(n): Node(Op.INPUT, (), {"name": name, "type": n.type}) for name, n in zip(names, frontier, strict=True)}
     decoder = _substitute(graph, replace, inputs=[x, *replace.values()])
     return encoder, decoder
@@ -186,7 +183,7 @@ def _with_present(graph: Graph, attentions: list[Node], slots: tuple[CacheSlot, 
     present = []
     for a, s in zip(attentions, slots, strict=True):
         present += [(s.present_key, a.src[1]), (s.present_value, a.src[2])]
-    return Graph(inputs=list(graph.inputs), outputs=[*graph.outputs, *present], meta={**graph.meta, "role": "prefill"})
+    return Graph(inputs=list(graph.inputs), outputs=[*graph.outputs, *present], meta=dict(graph.meta))
 
 
 def _step_graph(graph: Graph, x: Node, seq: str, attentions: list[Node], slots: tuple[CacheSlot, ...]) -> Graph:
@@ -214,7 +211,7 @@ def _step_graph(graph: Graph, x: Node, seq: str, attentions: list[Node], slots: 
         new = get(a)
         outputs += [(s.present_key, new.src[1]), (s.present_value, new.src[2])]
     inputs = [*graph.inputs, *past_inputs]
-    return Graph(inputs=inputs, outputs=outputs, meta={**graph.meta, "role": "step"})
+    return Graph(inputs=inputs, outputs=outputs, meta=dict(graph.meta))
 
 
 def _step_node(n: Node, get: Callable[[Node], Node], seq: str, total: Node, past_len: Node, slot_of: dict[int, int],

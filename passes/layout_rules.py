@@ -316,9 +316,8 @@ class Reduce(LayoutRule):
     the operand's layout, and the canonical choice is last."""
 
     def _dropped(self, n: Node) -> tuple[list[int], list[int]]:
-        r = n.src[0].type.rank
-        axes = norm_axes(n.attrs["axes"], r)
-        return axes, [a for a in range(r) if a not in axes]
+        axes = op_def(n.op).reduces(n)  # type: ignore[misc]
+        return axes, [a for a in range(n.src[0].type.rank) if a not in axes]
 
     def plan(self, n: Node, L: Perm, avail: Avail) -> list[Perm | None] | None:
         axes, keep = self._dropped(n)

@@ -75,4 +75,4 @@ def add_padding_masks(graph: Graph) -> Graph:
                                "applied to fused attention ops: compile at -O2)")
     inputs = [*graph.inputs, *(m for m, _ in keep.values())]
     return Graph(inputs=inputs, outputs=[(name, get(n)) for name, n in graph.outputs],
-                 meta={**graph.meta, "padding_mask": True})
+                 meta=dict(graph.meta))

@@ -10,13 +10,16 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from pseudoformer.atomic_write import check_output, write_atomic
 from pseudoformer.errors import AlgError, CompileError, UsageError
+from pseudoformer.file_access import load_npy
+from pseudoformer.limits import MAX_NODES
+from pseudoformer.run_settings import check_seed, check_threads
 from pseudoformer.version import __version__
 
 
@@ -28,11 +31,23 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(1)
 
 
-def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--entry", help="the algorithm to compile (a name, or its number as in `Algorithm 4`)")
+def _model_args(p: argparse.ArgumentParser, entry: bool = True) -> None:
+    if entry:
+        p.add_argument("--entry", help="the algorithm to compile (a name, or its number as in `Algorithm 4`)")
     p.add_argument("--config", help="a TOML file of hyperparameters (default: the .toml beside the .alg file)")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                    help="set a hyperparameter, e.g. -D L=2 or -D ℓ_max=128")
+    p.add_argument("--include", action="append", default=[], metavar="DIR",
+                   help="a directory `use` may read from, besides the entry file's and the installed models/")
+    p.add_argument("--max-nodes", type=int, default=MAX_NODES, metavar="N",
+                   help=f"refuse a model whose graph would pass N IR nodes (default {MAX_NODES:,})")
+
+
+def _weights_args(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--weights", help="a .safetensors file or a HuggingFace checkpoint directory")
+    p.add_argument("--seed", type=int, default=0, help=f"seed of {what} (a whole number ≥ 0)")
+    p.add_argument("--allow-nonfinite", action="store_true",
+                   help="load weights that hold NaN or ±∞ (refused by default, naming the tensors)")
 
 
 def _opt_arg(p: argparse.ArgumentParser, default: int, what: str) -> None:
@@ -65,8 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("compile", help="compile a model to a deployable file")
     k.add_argument("file", metavar="FILE")
     _model_args(k)
-    k.add_argument("--weights", help="a .safetensors file or a HuggingFace checkpoint directory")
-    k.add_argument("--seed", type=int, default=0, help="seed of the random init when no --weights are given")
+    _weights_args(k, "the random init when no --weights are given")
     k.add_argument("--backend", default="onnx", help="onnx (the default) or tvm (a .so; pip install pseudoformer[tvm])")
     k.add_argument("--target", default="llvm", help="tvm target: llvm (this CPU, the default) or cuda")
     k.add_argument("--tvm-params", choices=["args", "bind"],
@@ -83,13 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a model on inputs saved as .npy files")
     r.add_argument("file", metavar="FILE", help="a .alg file (or a compiled model.onnx or TVM model.so)")
     _model_args(r)
-    r.add_argument("--weights", help="a .safetensors file or a HuggingFace checkpoint directory")
-    r.add_argument("--seed", type=int, default=0, help="seed of the random init when no --weights are given")
+    _weights_args(r, "the random init when no --weights are given")
     r.add_argument("--backend", help="numpy (the reference interpreter), onnx (ONNX Runtime) or tvm; the default "
                    "is numpy for a .alg file, onnx for a .onnx file and tvm for a .so file")
     r.add_argument("--target", default="llvm", help="tvm target for a .alg file: llvm (this CPU) or cuda")
     r.add_argument("--provider", default="cpu", help="ONNX Runtime provider: cpu or cuda")
-    r.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads")
+    r.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (1 to 4 × the cores)")
     r.add_argument("-O", dest="opt", type=int, metavar="LEVEL",
                    help="optimisation level (default: -O0 on numpy, the reference; -O2 on onnx and tvm)")
     r.add_argument("--input", dest="inputs", action="append", default=[], metavar="NAME=FILE.npy", required=True,
@@ -97,11 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", required=True, help="the .npz file to write the outputs to")
     from pseudoformer.generation.cli import add_parser as add_generate
 
-    add_generate(sub)
+    add_generate(sub, _model_args)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is not None and any("\x00" in a for a in argv):  # a shell cannot pass one; a caller of main() can
+        print("error: an argument holds a NUL byte, which no path or value may hold", file=sys.stderr)
+        return 1
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = {"check": _check, "inspect": _inspect, "run": _run,
                                                         "compile": _compile, "generate": _generate}[args.command]
@@ -114,13 +130,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.filename is None:
+            return _internal(e)
+        # A path the user gave that the system refuses to look at (a name too long, a loop of links).
+        print(f"error: cannot use {e.filename}: {e.strerror or e}", file=sys.stderr)
     except Exception as e:  # a bug in pseudoformer, not in the user's input
-        if os.environ.get("PSEUDOFORMER_DEBUG"):
-            raise
-        print(f"pseudoformer: internal error: {type(e).__name__}: {e}\n"
-              "  this is a bug in pseudoformer; PSEUDOFORMER_DEBUG=1 shows the traceback", file=sys.stderr)
-        return 2
+        return _internal(e)
     return 1
+
+
+def _internal(e: Exception) -> int:
+    if os.environ.get("PSEUDOFORMER_DEBUG"):
+        raise e
+    print(f"pseudoformer: internal error: {type(e).__name__}: {e}\n"
+          "  this is a bug in pseudoformer; PSEUDOFORMER_DEBUG=1 shows the traceback", file=sys.stderr)
+    return 2
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -135,7 +160,8 @@ def _check(args: argparse.Namespace) -> int:
     errors: list[AlgError] = []
     for f in args.files:
         try:
-            report = check_report(f, entry=args.entry, config=args.config, defines=args.defines)
+            report = check_report(f, entry=args.entry, config=args.config, defines=args.defines,
+                                  include=args.include, max_nodes=args.max_nodes)
             # One line per file: an inference algorithm's plan follows its file's `ok`.
             plans = f" — {'; '.join(report.summaries)}" if report.summaries else ""
             print(f"{f}: ok ({', '.join(report.checked)}){plans}")
@@ -157,7 +183,8 @@ def _inspect(args: argparse.Namespace) -> int:
         return 0
     if args.file is None:
         raise UsageError("inspect needs a FILE (or --passes)")
-    model = load(args.file, entry=args.entry, config=args.config, defines=args.defines)
+    model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, include=args.include,
+                 max_nodes=args.max_nodes)
     if args.diff:
         text = diff_pass(model.graph, args.diff, max(args.opt, 2))
     elif args.format == "html":
@@ -190,30 +217,39 @@ def _read_inputs(specs: list[str]) -> dict[str, np.ndarray]:
             raise UsageError(f"--input takes NAME=FILE.npy or NAME=[…], got {spec!r}")
         name, file = spec.split("=", 1)
         if file.lstrip().startswith("["):
-            try:
-                out[name] = np.array(json.loads(file))  # JSON, never eval: inputs are untrusted
-            except (json.JSONDecodeError, ValueError) as e:
-                raise UsageError(f"--input {name}: not a JSON list of numbers ({e})") from None
+            out[name] = _json_array(name, file)
             continue
-        try:
-            out[name] = np.load(file, allow_pickle=False)  # never unpickle user files
-        except FileNotFoundError:
-            raise UsageError(f"--input {name}: no such file {file}") from None
-        except (ValueError, OSError) as e:
-            raise UsageError(f"--input {name}: {file} is not a .npy array ({e})") from None
+        out[name] = load_npy(file, f"--input {name} file")  # never unpickled: inputs are untrusted
     return out
+
+
+def _json_array(name: str, text: str) -> np.ndarray:
+    """An inline --input, JSON (never eval'ed): a list of numbers, nested as deep as the array's rank."""
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, ValueError) as e:
+        raise UsageError(f"--input {name}: not a JSON list of numbers ({e})") from None
+    except RecursionError:
+        raise UsageError(f"--input {name}: the JSON list is nested too deeply for an array") from None
+    try:
+        array = np.array(value)
+    except (ValueError, OverflowError, RecursionError) as e:  # ragged lists, lists thousands deep
+        raise UsageError(f"--input {name}: not a JSON list of numbers ({e})") from None
+    if array.dtype == object:  # mixed types, or integers past 64 bits
+        raise UsageError(f"--input {name}: not a list of numbers that fit an array (integers must fit in 64 bits)")
+    return array
 
 
 def _compile(args: argparse.Namespace) -> int:
     from pseudoformer.deploy import compile
 
     out = Path(args.output)
-    if not out.parent.is_dir() and str(out.parent):
-        raise UsageError(f"cannot write {out}: no directory {out.parent}")
+    check_output(out)  # before compiling: a path that cannot be written should not cost a compile
     compiled = compile(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
                        seed=args.seed, backend=args.backend, dtype=args.dtype, opset=args.opset,
                        opt_level=args.opt, target=args.target, padding_mask=args.padding_mask,
-                       tvm_params=args.tvm_params)
+                       tvm_params=args.tvm_params, include=args.include, max_nodes=args.max_nodes,
+                       allow_nonfinite=args.allow_nonfinite)
     compiled.save(out)
     n = sum(w.size for w in compiled.model.weights.values())
     inputs = [str(i.attrs['name']) + str(list(i.type.shape)) for i in compiled.model.graph.inputs]
@@ -235,6 +271,8 @@ def _compile(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from pseudoformer.model import check_inputs, load
 
+    check_threads(args.threads)
+    check_seed(args.seed)
     inputs = _read_inputs(args.inputs)
     is_onnx = Path(args.file).suffix == ".onnx"
     is_so = Path(args.file).suffix == ".so"
@@ -261,7 +299,8 @@ def _run(args: argparse.Namespace) -> int:
         outputs = run_onnx(args.file, inputs, provider=args.provider, threads=args.threads)
     else:
         model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
-                     seed=args.seed)
+                     seed=args.seed, include=args.include, max_nodes=args.max_nodes,
+                     allow_nonfinite=args.allow_nonfinite)
         feed = check_inputs(model.graph, inputs)
         if backend == "tvm":
             from pseudoformer.deploy_tvm import compile_model
@@ -289,29 +328,6 @@ def _run(args: argparse.Namespace) -> int:
     shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in outputs.items())
     print(f"wrote {args.output}: {shapes}", file=sys.stderr)
     return 0
-
-
-def write_atomic(path: Path, write: Callable) -> None:
-    """Write through a temporary file in the same directory, so a failure never leaves a partial file."""
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise UsageError(f"cannot write {path}: no directory {directory}")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise UsageError(f"cannot write {path}: {e.strerror}") from None
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's file is private; the result should not be
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        os.replace(tmp, path)
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, OSError):
-            raise UsageError(f"cannot write {path}: {e.strerror}") from None
-        raise
 
 
 if __name__ == "__main__":

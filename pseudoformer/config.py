@@ -7,12 +7,14 @@ Names may be written as in the source (ℓ_max, ε) or in ASCII (ell_max, eps).
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pseudoformer.errors import UsageError
+from pseudoformer.file_access import read_text
 from pseudoformer.frontend.names import parse_name
 
 
@@ -35,14 +37,13 @@ def default_config_path(alg_path: Path) -> Path | None:
 
 
 def read_toml(path: Path) -> Config:
+    text = read_text(path, "config file", "config")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"no such config file: {path}") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{path}: not valid TOML: {e}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read config {path}: {e}") from None
+    except (ValueError, RecursionError) as e:  # an integer of thousands of digits, arrays nested thousands deep
+        raise UsageError(f"{path}: not a config pseudoformer reads ({type(e).__name__}: {e})") from None
     unknown = set(data) - {"entry", "hyperparameters"}
     if unknown:
         raise UsageError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(sorted(unknown))} "
@@ -55,8 +56,8 @@ def read_toml(path: Path) -> Config:
         raise UsageError(f"{path}: [hyperparameters] must be a table")
     out: dict[str, int | float] = {}
     for k, v in hyper.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise UsageError(f"{path}: hyperparameter {k} must be a number, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise UsageError(f"{path}: hyperparameter {k} must be a finite number, got {v!r}")
         out[canonical(k)] = v
     return Config(entry=entry, hyperparameters=out, source=str(path))
 
@@ -75,6 +76,8 @@ def parse_define(text: str) -> tuple[str, int | float]:
             v = float(value)
         except ValueError:
             raise UsageError(f"-D {name}={value!r}: the value must be a number") from None
+    if not math.isfinite(v):
+        raise UsageError(f"-D {name}={value!r}: the value must be a finite number")
     return canonical(name), v
 
 

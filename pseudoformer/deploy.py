@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pseudoformer.errors import UsageError
+from pseudoformer.file_access import regular_file
+from pseudoformer.inputs import check_token_ids
+from pseudoformer.limits import FILE_CAPS, MAX_NODES
 from pseudoformer.model import Model, check_inputs, load, model_metadata
+from pseudoformer.run_settings import check_threads
 
 if TYPE_CHECKING:
     from pseudoformer.deploy_tvm import TVMCompiledModel
@@ -87,7 +93,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
             backend: str = "onnx", dtype: str = "float32", opset: int | None = None,
             opt_level: int = 2, target: str = "llvm", padding_mask: bool = False,
-            tvm_params: str | None = None) -> CompiledModel | TVMCompiledModel:
+            tvm_params: str | None = None, include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES,
+            allow_nonfinite: bool = False) -> CompiledModel | TVMCompiledModel:
     """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
 
     backend="onnx" gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so for
@@ -96,6 +103,7 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     "bind" compiles them into the .so as constants.
     padding_mask=True adds an `attention_mask` input per token input (ONNX only; see
     passes/padding_mask.py) so that right-padded batches of different lengths run together.
+    include, max_nodes, allow_nonfinite: as for `load`.
     """
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
@@ -107,7 +115,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
         raise UsageError("--padding-mask is for the onnx backend")
     if tvm_params is not None and backend != "tvm":
         raise UsageError("--tvm-params is for the tvm backend")
-    model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed)
+    model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed, include=include,
+                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite)
     if backend == "tvm":
         from pseudoformer.deploy_tvm import compile_model
 
@@ -143,10 +152,19 @@ def run_onnx(onnx_model: Any, inputs: Mapping[str, np.ndarray], *, provider: str
              threads: int | None = None) -> dict[str, np.ndarray]:
     from pseudoformer.backends.onnx import BackendError, OnnxRunner
 
+    check_threads(threads)
+    if isinstance(onnx_model, (str, os.PathLike)):
+        regular_file(onnx_model, "model", FILE_CAPS["onnx"])
     try:
         runner = OnnxRunner(onnx_model, provider=provider, threads=threads)
     except BackendError as e:
         raise UsageError(str(e)) from None
+    # Token inputs index tables, and ONNX's Gather takes a negative index from the end: check them as
+    # `run model.alg` does, from the bounds the compiled model records (model_metadata).
+    recorded = runner.session.get_modelmeta().custom_metadata_map.get("token_bounds")
+    for name, vocabulary in (json.loads(recorded) if recorded else {}).items():
+        if name in inputs:
+            check_token_ids(name, np.asarray(inputs[name]), int(vocabulary))
     try:
         return runner.run(inputs)
     except BackendError as e:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.errors import BackendError, UsageError
+from pseudoformer.file_access import regular_file
 from pseudoformer.model import Model, check_inputs, model_metadata
 
 
@@ -75,6 +76,7 @@ def compile_model(model: Model, *, target: str = "llvm", opt_level: int = 2, dty
 
 def run_library(path: str | Path, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Load a library written by TVMCompiledModel.save and run it on `inputs` (by name)."""
+    regular_file(path, "compiled model")
     build = _build()
     try:
         compiled = build.load_model(path)

@@ -12,8 +12,12 @@ mistake of a file in one run.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pseudoformer.limits import FILE_CAPS
+from pseudoformer.regular_file import open_regular, read_at_most
 
 
 @dataclass(frozen=True)
@@ -105,8 +109,17 @@ class CompileError(Exception):
 
 
 def _read_line(pos: Pos) -> str | None:
+    """The source line at `pos`, from a .alg file only: a diagnostic never quotes another kind of file."""
+    if Path(pos.file).suffix != ".alg":
+        return None
     try:
-        lines = Path(pos.file).read_text(encoding="utf-8-sig").splitlines()
+        fd, _ = open_regular(pos.file)
+        assert fd is not None
+        try:
+            data = read_at_most(fd, FILE_CAPS["source"])
+        finally:
+            os.close(fd)
+        lines = data.decode("utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError):
         return None
     return lines[pos.line - 1] if 0 < pos.line <= len(lines) else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -14,7 +14,7 @@ import numpy as np
 
 from pseudoformer.config import Config, resolve
 from pseudoformer.errors import CompileError, UsageError
-from pseudoformer.frontend.entry import elaborate
+from pseudoformer.frontend.entry import elaborate, find_entry
 from pseudoformer.frontend.generation_plan import GenerationPlan
 from pseudoformer.frontend.inference import (
     check_plan_config,
@@ -24,7 +24,11 @@ from pseudoformer.frontend.inference import (
     plan_inference,
 )
 from pseudoformer.frontend.modules import load_program
-from pseudoformer.ir import DType, Graph
+from pseudoformer.inputs import check_inputs, token_bounds
+from pseudoformer.ir import Graph
+from pseudoformer.limits import MAX_NODES
+from pseudoformer.model_checks import check_finite, check_memory
+from pseudoformer.run_settings import check_max_nodes, check_seed
 from pseudoformer.version import __version__
 from pseudoformer.weights import (
     WeightsError,
@@ -87,8 +91,17 @@ class Model:
 
 
 def load(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,
-         defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0) -> Model:
-    """Parse, check and elaborate `path`; bind weights from a checkpoint or a seeded random init."""
+         defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
+         include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False) -> Model:
+    """Parse, check and elaborate `path`; bind weights from a checkpoint or a seeded random init.
+
+    `include`: directories a `use` may read besides the entry's own and the installed models/.
+    `max_nodes`: the most IR nodes the graph may have. Parameters that do not fit in the memory
+    available are refused before they are allocated, and weights holding NaN or ±∞ unless
+    `allow_nonfinite`.
+    """
+    check_seed(seed)
+    check_max_nodes(max_nodes)
     src = resolve_source(path)
     hf = None
     hf_note = ""
@@ -104,11 +117,11 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
                 raise UsageError(str(e)) from None
             hf_note = f"{wpath} is a HuggingFace {hf_config.get('model_type')!r} checkpoint"
     cfg = resolve(src, config, defines, hf)
-    prog = load_program(src)
+    prog = load_program(src, include=include)
     # τ and ℓ_gen of the file's DInference may be set beside its model's sizes: not unknown to the model.
     cfg.optional |= inference_hyperparameters(prog)
     try:
-        graph = elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional)
+        graph = elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional, max_nodes=max_nodes)
     except CompileError as e:
         # A checkpoint of another model (GPT-2's config.json under bert.alg) fills in some sizes
         # and not others, and the mix fails to shape-check in the source. Blame the checkpoint,
@@ -117,6 +130,7 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
             raise
         raise UsageError(f"{hf_note}, and its config.json does not fit {src.name}: {e.errors[0].message}") from None
     expected = {p.attrs["name"]: (tuple(int(d) for d in p.type.shape), "float32") for p in graph.params()}
+    check_memory(graph, expected)
     if wpath is not None:
         try:
             params = load_weights(wpath, expected)
@@ -124,9 +138,10 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
             if hf_note:  # name the checkpoint's kind: a misfit list alone reads like a corrupt file
                 e.summary += f" ({hf_note})"
             raise UsageError(str(e)) from None
+        if not allow_nonfinite:
+            check_finite(params, wpath)
     else:
         params = random_weights(expected, seed=seed)
-    graph.meta["source_path"] = str(src)
     return Model(graph, params, src, cfg, str(wpath) if wpath else None, meta={"seed": seed})
 
 
@@ -150,23 +165,29 @@ class CheckReport:
 
 
 def check(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,
-          defines: list[str] | None = None) -> list[str]:
+          defines: list[str] | None = None, include: Sequence[str | Path] = (),
+          max_nodes: int = MAX_NODES) -> list[str]:
     """Check a file: parse, resolve names, and infer shapes of every algorithm it defines.
 
     With a config (the model's own, --config or -D) each entry is elaborated at those sizes; without
     one, hyperparameters stay symbols. Returns the names of the algorithms checked.
     """
-    return check_report(path, entry=entry, config=config, defines=defines).checked
+    return check_report(path, entry=entry, config=config, defines=defines, include=include,
+                        max_nodes=max_nodes).checked
 
 
 def check_report(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,
-                 defines: list[str] | None = None) -> CheckReport:
+                 defines: list[str] | None = None, include: Sequence[str | Path] = (),
+                 max_nodes: int = MAX_NODES) -> CheckReport:
     """`check`, with the generation plan of each inference algorithm (Algorithms 14, 15) it checked:
     those are checked line by line (frontend/inference.py), not elaborated."""
+    check_max_nodes(max_nodes)
     src = resolve_source(path)
     cfg = resolve(src, config, defines)
-    prog = load_program(src)
+    prog = load_program(src, include=include)
     algs = prog.entries()
+    if not algs:
+        find_entry(prog, None)  # the file's own mistake: it defines nothing
     errors = []
     report = CheckReport([])
     for a in algs:
@@ -183,7 +204,7 @@ def check_report(path: str | Path, *, entry: str | None = None, config: str | Pa
                 report.summaries.append(describe_plan(prog, plan, cfg.hyperparameters))
             else:
                 elaborate(prog, ident, cfg.hyperparameters, symbolic=not cfg.hyperparameters,
-                          optional=set(cfg.hyperparameters))
+                          optional=set(cfg.hyperparameters), max_nodes=max_nodes)
             report.checked.append(ident)
         except CompileError as e:
             errors.extend(e.errors)
@@ -192,49 +213,6 @@ def check_report(path: str | Path, *, entry: str | None = None, config: str | Pa
     if entry is not None and not report.checked:
         raise UsageError(f"{src} has no algorithm {entry!r}")
     return report
-
-
-def check_inputs(graph: Graph, given: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Match user arrays to the graph's inputs by name, with clear errors and safe dtype conversion."""
-    want = {n.attrs["name"]: n for n in graph.inputs}
-    missing = [k for k in want if k not in given]
-    extra = [k for k in given if k not in want]
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"missing input{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
-        if extra:
-            parts.append(f"unknown input{'s' if len(extra) > 1 else ''} {', '.join(extra)}")
-        raise UsageError(f"{'; '.join(parts)} (the model takes {', '.join(_spec(n) for n in graph.inputs)})")
-    out = {}
-    for name, node in want.items():
-        a = np.asarray(given[name])
-        t = node.type
-        if a.ndim != t.rank:
-            raise UsageError(f"input {name} has shape {list(a.shape)}, but the model takes {_spec(node)}")
-        limits = graph.meta.get("limits", {})
-        for d, s in zip(t.shape, a.shape, strict=True):
-            if isinstance(d, int) and d != s:
-                raise UsageError(f"input {name} has shape {list(a.shape)}, but the model takes {_spec(node)}")
-            if isinstance(d, str) and d in limits and s > limits[d][0]:
-                raise UsageError(f"input {name} has {d} = {s}, but the model takes at most {limits[d][0]} "
-                                 f"({limits[d][1]})")
-        if t.dtype is DType.int64:
-            if not np.issubdtype(a.dtype, np.integer):
-                raise UsageError(f"input {name} holds {a.dtype} values; token ids must be integers")
-            a = a.astype(np.int64)
-        elif t.dtype is DType.bool:
-            a = a.astype(bool)
-        else:
-            if not np.issubdtype(a.dtype, np.number):
-                raise UsageError(f"input {name} holds {a.dtype} values, not numbers")
-            a = a.astype(np.float32)
-        out[name] = a
-    return out
-
-
-def _spec(node: Any) -> str:
-    return f"{node.attrs['name']}: {node.type}"
 
 
 def model_metadata(model: Model, opt_level: int) -> dict[str, str]:
@@ -247,4 +225,7 @@ def model_metadata(model: Model, opt_level: int) -> dict[str, str]:
         "weights": model.weights_source or f"random (seed {model.meta.get('seed', 0)})",
         "pseudoformer_version": __version__,
         "opt_level": str(opt_level),
+        # The tables token inputs index, so `run model.onnx` refuses an id out of range as `run model.alg`
+        # does (ONNX Gather takes a negative index from the end).
+        "token_bounds": json.dumps(token_bounds(model.graph), sort_keys=True),
     }

@@ -25,7 +25,7 @@ from pseudoformer.version import __version__
 
 # Opset 24: the newest at which onnxruntime (1.32) has a kernel for every op we write. Attention changed
 # in opset 25, and for Attention-25 onnxruntime 1.32 has no kernel: it inlines the op's function body
-# (~25 nodes: Softmax, Where, Mod, …), 10–20× slower than its kernel (benchmarks/README.md, "Llama").
+# (~30 nodes: Softmax, Where, Mod, …) instead (tests/backends/test_onnx_runner.py checks the kernel runs).
 # Pass opset=21 for files that onnxruntime 1.20, the oldest the package allows, can load.
 DEFAULT_OPSET = 24
 # Shape(start, end) needs 15, single-axis Softmax 13, Min/Max on every dtype 17.

@@ -2,7 +2,7 @@
 
 A reader (onnxruntime, a serving process watching the path) must never see half a model, so
 every file is written under a temporary name in the destination directory and moved into place
-with os.replace, which is atomic within one file system.
+(pseudoformer/atomic_write.py, which also refuses to replace anything but a regular file).
 
 A LoweredModel (lower.py: the model without initializers, and the weights as arrays) is written
 without building its protobuf: the small parts are serialised by protobuf, and each weight's
@@ -12,10 +12,8 @@ write of 500 MB, not a copy into a message, a serialisation and a write.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
@@ -25,6 +23,7 @@ import onnx
 from google.protobuf.message import Message
 from onnx import TensorProto, helper
 
+from pseudoformer.atomic_write import OutputError, atomic_path, write_atomic
 from pseudoformer.backends.onnx.lower import LoweredModel, initializer_header
 from pseudoformer.errors import BackendError
 
@@ -48,29 +47,21 @@ def save_model(model: onnx.ModelProto | LoweredModel, path: str | os.PathLike, *
     """
     path = Path(path)
     threshold = EXTERNAL_DATA_THRESHOLD if external_threshold is None else external_threshold
-    if not path.parent.is_dir():
-        raise BackendError(f"cannot save {path}: directory {path.parent} does not exist")
     try:
         if isinstance(model, LoweredModel):
             if model.nbytes + model.skeleton.ByteSize() > threshold:
                 _save_external_lowered(model, path)
             else:
-                with _temporary(path) as tmp:
-                    with open(tmp, "wb") as f:
-                        _write_inline(model, f)
-                        f.flush()
-                        os.fsync(f.fileno())
-                    os.replace(tmp, path)
+                write_atomic(path, lambda f: _write_inline(model, f))
         elif _byte_size(model, threshold) > threshold:
             _save_external(model, path)
         else:
-            with _temporary(path) as tmp:
+            with atomic_path(path) as tmp:
                 onnx.save_model(model, tmp, format="protobuf")
-                _fsync(tmp)
-                os.replace(tmp, path)
-    except OSError as e:
-        # strerror, when there is one, because the exception's own text names our temporary file.
-        raise BackendError(f"cannot save the model to {path}: {e.strerror or e}") from e
+    except OutputError as e:  # no directory, a device at the path, a full disk
+        raise BackendError(e.message) from None
+    except OSError as e:  # strerror, when there is one: the exception's own text names a temporary file
+        raise BackendError(f"cannot write {path}: {e.strerror or e}") from e
     return path
 
 
@@ -91,27 +82,6 @@ def _byte_size(model: onnx.ModelProto, threshold: int) -> int:
     raw = sum(_raw_bytes(t) for t in model.graph.initializer)
     # ByteSize serialises, which fails past the protobuf limit, so only ask when well under.
     return raw if raw > threshold else model.ByteSize()
-
-
-@contextlib.contextmanager
-def _temporary(path: Path):
-    """A fresh temporary file name beside `path`, removed on the way out unless it was moved."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    # mkstemp makes the file private (0600); the result should get the usual permissions.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
-    try:
-        yield tmp
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def _fsync(file: str) -> None:
-    with open(file, "rb") as f:
-        os.fsync(f.fileno())
 
 
 def _save_external(model: onnx.ModelProto, path: Path) -> None:
@@ -146,20 +116,16 @@ def _write_external(model: onnx.ModelProto, tensors: Iterable[tuple[TensorProto,
                     path: Path) -> None:
     """Write each tensor's bytes to `<path>.data`, point the tensor at them, then write `model`."""
     data = data_path(path)
-    with _temporary(data) as data_tmp, _temporary(path) as model_tmp:
+    # Nested, the inner file is moved into place first: the weights, since a model file that names
+    # missing weights is worse than stale weights.
+    with atomic_path(path) as model_tmp, atomic_path(data) as data_tmp:
         with open(data_tmp, "wb") as f:
             for t, raw in tensors:
                 offset = (f.tell() + _ALIGN - 1) // _ALIGN * _ALIGN
                 f.seek(offset)
                 f.write(raw)
                 _point_at(t, data.name, offset, len(raw))
-            f.flush()
-            os.fsync(f.fileno())
         onnx.save_model(model, model_tmp, format="protobuf")
-        _fsync(model_tmp)
-        # Weights first: a model file that names missing weights is worse than stale weights.
-        os.replace(data_tmp, data)
-        os.replace(model_tmp, path)
     try:
         onnx.checker.check_model(str(path), full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:

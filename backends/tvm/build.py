@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.atomic_write import OutputError, atomic_path
 from pseudoformer.backends.tvm.dedup import dedup_prim_funcs
 from pseudoformer.backends.tvm.fastmath import fast_math
 from pseudoformer.backends.tvm.guard import require_tvm
@@ -157,9 +158,10 @@ class TVMModel:
             if value.ndim != rank:
                 raise BackendError(f"input {name} has rank {value.ndim}, the model wants {rank}")
             bound = self.meta.get("index_bounds", {}).get(name)
-            if bound is not None and value.size and not (-bound <= value.min() and value.max() < bound):
-                bad = value[(value < -bound) | (value >= bound)].flat[0]
-                raise BackendError(f"input {name} holds index {bad}, out of range for a table of {bound}")
+            if bound is not None and value.size and not (0 <= value.min() and value.max() < bound):
+                bad = value[(value < 0) | (value >= bound)].flat[0]
+                raise BackendError(f"token id {bad} in {name} is out of range: the model's vocabulary has {bound} "
+                                   f"tokens (ids 0 to {bound - 1})")
             args.append(tvm.runtime.tensor(value, dev))
         params = self._param_args()
         fn = self.vm()["main"]
@@ -193,21 +195,13 @@ class TVMModel:
     def save(self, path: str | Path) -> Path:
         """Write the shared library (and, with params="args", its weights beside it: weights_path)."""
         path = Path(path)
-        if not path.parent.is_dir():
-            raise BackendError(f"cannot write {path}: no directory {path.parent}")
-        tmp = path.with_name(f".{path.name}.tmp.so")
         try:
-            with _quiet_stderr():
+            with atomic_path(path, suffix=".so") as tmp, _quiet_stderr():  # TVM links by the name's suffix
                 self.executable.export_library(str(tmp))
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
-        if self.meta["param_mode"] == "args":
-            wpath = weights_path(path)
-            save_weights({n: self.weights[n] for n in self.meta["params"]}, wpath)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(wpath, 0o666 & ~umask)  # save_weights' temporary file is private; a model is not
+            if self.meta["param_mode"] == "args":
+                save_weights({n: self.weights[n] for n in self.meta["params"]}, weights_path(path))
+        except OutputError as e:
+            raise BackendError(e.message) from None
         return path
 
 
@@ -287,7 +281,8 @@ def _index_bounds(graph: Graph) -> dict[str, int]:
     """Inputs used directly as gather indices (token ids), and the size of the axis they index.
 
     The compiled gather wraps an index that is out of range (reading out of bounds would crash);
-    checking these inputs at run time makes such an index the same error it is on the interpreter.
+    checking these inputs at run time makes such an index, negative ones included, the same error
+    it is on the interpreter.
     """
     bounds: dict[str, int] = {}
     for n in graph.nodes():

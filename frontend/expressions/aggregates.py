@@ -91,14 +91,28 @@ def _column_list(f: Frame, e: Expr) -> Val:
         unify(f.b, n, val.free_size(own[0]), "the list's length")
         return free_to_dim(f.b, val, own[0])
     count = script_int(f, last, e.pos)
-    missing = [k for k in range(1, count + 1) if (k,) not in fam.members]
-    if missing:
+    if missing := _missing(fam, count):
         raise f.error(UnknownNameError, f"members {missing} of the list have not been assigned", e.pos)
     cols = [fam.members[(k,)] for k in range(1, count + 1)]
     for c in cols:
         _check_column(f, c, e)
     return _stack(f, [replace(c, node=f.b.node(Op.UNSQUEEZE, c.node, axes=[c.paper_axis0 + 1]),
                               dims=c.dims + (ONE,)) for c in cols], axis=1, e=e)
+
+
+def _missing(fam: Family, count: int) -> str:
+    """The members 1…count a family lacks, shown; found in time bounded by its size, not by `count`
+    (a list [e_1, …, e_N] with N = 10⁹ must not loop 10⁹ times to say so)."""
+    present = sum(1 for k in fam.members if len(k) == 1 and isinstance(k[0], int) and 1 <= k[0] <= count)
+    if present == count:
+        return ""
+    gaps = []
+    k = 1
+    while len(gaps) < 5 and k <= count:
+        if (k,) not in fam.members:
+            gaps.append(k)
+        k += 1
+    return "[" + ", ".join(map(str, gaps)) + (", …]" if count - present > len(gaps) else "]")
 
 
 def _check_column(f: Frame, c: Any, it: Expr) -> None:
@@ -128,8 +142,7 @@ def _row_stack(f: Frame, e: Expr) -> Val:
         node = f.b.node(Op.CONCAT, m.node, axis=m.paper_axis0, type=TensorType(m.node.dtype, tuple(shape)))
         return replace(m, node=node, dims=dims)
     count = script_int(f, last, e.pos)
-    missing = [k for k in range(1, count + 1) if (k,) not in fam.members]
-    if missing:
+    if missing := _missing(fam, count):
         raise f.error(UnknownNameError, f"members {missing} of the stack have not been assigned", e.pos)
     return _stack(f, [fam.members[(k,)] for k in range(1, count + 1)], axis=0, e=e)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from pseudoformer.frontend.ast import Expr
-from pseudoformer.frontend.errors import BadTypeError
+from pseudoformer.frontend.errors import BadTypeError, ShapeError
 from pseudoformer.frontend.expressions.core import const, describe, ev_val, handles, size_node
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.sizes import BROADCAST, ONE
@@ -43,6 +43,10 @@ def _product(f: Frame, e: Expr) -> Val:
     x, y = ev_val(f, e.args[0]), ev_val(f, e.args[1])
     if x.const is not None and y.const is not None and not x.dims and not y.dims:
         return _fold(f, "mul", x.const, y.const)
+    for v, a in ((x, e.args[0]), (y, e.args[1])):
+        if v.kind == "token" and v.dims:
+            raise f.error(ShapeError, f"product {show(x)} · {show(y)}: {describe(a)} is a sequence of token ids, "
+                          "not a vector of numbers; embed it first, as W_e[:, x[t]]", e.pos)
     return product(f.b, cast_real(f.b, x), cast_real(f.b, y))
 
 

@@ -20,6 +20,7 @@ from pseudoformer.frontend.sizes import Size
 from pseudoformer.frontend.tensor_ops import ShapeMismatch, show
 from pseudoformer.frontend.values import SizeVal, Val
 from pseudoformer.ir import DType, Op
+from pseudoformer.ir.ops import IRTypeError
 
 Handler = Callable[[Frame, Expr], Any]
 HANDLERS: dict[str, Handler] = {}
@@ -43,6 +44,10 @@ def ev(f: Frame, e: Expr) -> Any:
         return handler(f, e)
     except ShapeMismatch as m:
         raise f.shape_error(m, e.pos) from None
+    except IRTypeError as m:
+        # A combination of operands the frontend's own shape rules let through and the IR's typing
+        # rejects: still the source's mistake, at the expression that made it.
+        raise f.error(ShapeError, f"{describe(e)}: the operands do not fit ({m})", e.pos) from None
 
 
 def ev_val(f: Frame, e: Expr) -> Val:

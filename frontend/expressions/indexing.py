@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -52,7 +53,7 @@ def index(f: Frame, base: Any, items: tuple, e: Expr) -> Val:
         if isinstance(idx, SizeVal):
             idx = Val(f.b.node(Op.SUB, size_node(f, idx.size, it.pos), f.b.const(1, DType.int64)), "index")
         elif isinstance(idx, Val) and idx.kind == "real" and isinstance(idx.const, (int, float)):
-            k = int(idx.const)
+            k = int(idx.const) if math.isfinite(idx.const) else 0
             if k != idx.const or k < 1:
                 raise f.error(BadTypeError, f"index {idx.const} is not a position (they count from 1)", it.pos)
             idx = Val(f.b.const(k - 1, DType.int64), "index")

@@ -23,10 +23,13 @@ def _reduce_type(src: Sequence[TensorType], attrs: Mapping[str, Any], op: Op) ->
     return TensorType(src[0].dtype, dims)
 
 
+def reduced_axes(n: Any) -> list[int]:
+    """The operand axes a reduction removes (or keeps as unit axes), sorted and non-negative."""
+    return sorted({a % n.src[0].type.rank for a in n.attrs["axes"]})
+
+
 def _reduce_positions(n: Any, dim: str) -> tuple[int, ...] | str:
-    x = n.src[0]
-    axes = {a % x.type.rank for a in n.attrs["axes"]}
-    return "a reduction over positions" if x.shape.index(dim) in axes else (0,)
+    return "a reduction over positions" if n.src[0].shape.index(dim) in reduced_axes(n) else (0,)
 
 
 def reduction(op: Op, doc: str, fn: Callable[..., Any]) -> OpDef:
@@ -36,7 +39,8 @@ def reduction(op: Op, doc: str, fn: Callable[..., Any]) -> OpDef:
         return np.asarray(out).astype(a[0].dtype, copy=False)
 
     return OpDef(op, doc, 1, lambda src, attrs: _reduce_type(src, attrs, op), impl,
-                 attrs=(Attr("axes", "ints"), Attr("keepdims", "bool", False)), positions=_reduce_positions,
+                 attrs=(Attr("axes", "ints"), Attr("keepdims", "bool", False)), reduces=reduced_axes,
+                 positions=_reduce_positions,
                  layout="reduce", precision="anchor")
 
 

@@ -7,7 +7,7 @@ OpDef holds, for one op:
   attrs       its attributes: name, kind (for the verifier and the IR text parser), default, choices
   infer       its typing rule: operand types and attributes → result type, or IRTypeError
   impl        its numpy reference semantics, which the interpreter runs
-  traits      what passes ask instead of listing ops: elementwise, how the op maps positions
+  traits      what passes ask instead of listing ops: elementwise, the axes it reduces, how the op maps positions
               (kv_cache, last_position), which layout rule applies (layout), how it fares in
               float16 (precision)
   decompose   optionally, the op as a formula of other ops, which a backend without a kernel for
@@ -98,6 +98,7 @@ class OpDef:
     impl: Callable[[Node, list[Any]], Any]
     attrs: tuple[Attr, ...] = ()
     elementwise: bool = False
+    reduces: Callable[[Node], list[int]] | None = None  # the operand axes a reduction sums, maxes or averages away
     positions: PositionRule | None = None
     layout: str = "fixed"  # the layout rule of passes/layout_rules.py that applies ("fixed": identity only)
     precision: str = "half"  # under float16: "anchor" computes in fp32, "follower" joins an fp32 region

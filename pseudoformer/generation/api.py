@@ -16,6 +16,7 @@ from pseudoformer.errors import UsageError
 from pseudoformer.frontend.generation_plan import GenerationPlan
 from pseudoformer.generation.generator import Generation, Generator
 from pseudoformer.generation.sampling import Sampling, SamplingError
+from pseudoformer.limits import MAX_NODES
 
 DEFAULT_TEMPERATURE = 1.0
 
@@ -32,14 +33,19 @@ class Prepared:
 
 def prepare(path: str | Path, *, inference: str | None = None, config: str | Path | None = None,
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
-            backend: str = "onnx", cache: bool = True, threads: int | None = None) -> Prepared:
-    """Check `path`'s inference algorithm and build the generator for the model it calls."""
+            backend: str = "onnx", cache: bool = True, threads: int | None = None,
+            include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False) -> Prepared:
+    """Check `path`'s inference algorithm and build the generator for the model it calls.
+
+    include, max_nodes, allow_nonfinite: as for `pseudoformer.load`.
+    """
     from pseudoformer.frontend.inference import plan_inference
     from pseudoformer.frontend.modules import load_program
     from pseudoformer.model import load, resolve_source
 
-    plan = plan_inference(load_program(resolve_source(path)), inference)
-    model = load(path, entry=plan.model, config=config, defines=defines, weights=weights, seed=seed)
+    plan = plan_inference(load_program(resolve_source(path), include=include), inference)
+    model = load(path, entry=plan.model, config=config, defines=defines, weights=weights, seed=seed, include=include,
+                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite)
     inputs = [n.attrs["name"] for n in model.graph.inputs if n.attrs["name"] != plan.encoder_input]
     if len(inputs) != 1:
         raise UsageError(f"{plan.model} takes {', '.join(inputs) or 'no inputs'}: generation needs exactly one "

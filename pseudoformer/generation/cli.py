@@ -6,20 +6,25 @@ import argparse
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pseudoformer.errors import UsageError
+from pseudoformer.file_access import regular_file
 from pseudoformer.generation.generator import BACKENDS
+from pseudoformer.limits import FILE_CAPS
+from pseudoformer.run_settings import check_seed
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None]) -> None:
+    """The `generate` subcommand, with the model options every command shares (cli.py)."""
     g = sub.add_parser("generate", help="sample tokens with a file's inference algorithm (Algorithm 14 or 15)")
     g.add_argument("file", metavar="FILE", help="a .alg file with an inference algorithm (e.g. models/gpt2.alg)")
-    g.add_argument("--config", help="a TOML file of hyperparameters (default: the .toml beside the .alg file)")
-    g.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
-                   help="set a hyperparameter, e.g. -D L=2 or -D τ=0.7")
+    model_args(g, entry=False)
     g.add_argument("--inference", metavar="NAME", help="which inference algorithm, if the file has several")
     g.add_argument("--weights", help="a safetensors file or a HuggingFace checkpoint directory (default: random)")
+    g.add_argument("--allow-nonfinite", action="store_true",
+                   help="load weights that hold NaN or ±∞ (refused by default, naming the tensors)")
     g.add_argument("--prompt", metavar="TEXT", help="the prompt as text, encoded with the tokenizer (--tokenizer, "
                    "else the tokenizer.json of the --weights checkpoint directory)")
     g.add_argument("--prompt-ids", metavar="IDS", help='the prompt as token ids, e.g. "464 2068 7586"')
@@ -28,12 +33,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--temperature", type=float, metavar="TAU", help="τ in q ∝ p^{1/τ}; 0 is greedy (default: τ)")
     g.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens")
     g.add_argument("--top-p", type=float, metavar="P", help="sample among the fewest tokens holding mass P")
-    g.add_argument("--seed", type=int, help="seed of the sampler, for reproducible samples")
+    g.add_argument("--seed", type=int, help="seed of the sampler (a whole number ≥ 0), for reproducible samples")
     g.add_argument("--eos-token-id", type=int, metavar="ID", help="stop a row at this token (default: eos_token)")
     g.add_argument("--backend", choices=BACKENDS, default="onnx", help="onnx (default), tvm, or numpy")
     g.add_argument("--no-cache", action="store_true",
                    help="re-run the model on the whole sequence every step, as the algorithm is written")
-    g.add_argument("--threads", type=int, help="onnxruntime threads (default: all cores)")
+    g.add_argument("--threads", type=int, help="onnxruntime threads, 1 to 4 × the cores (default: all cores)")
     g.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json: also print the text (default "
                    "with --prompt: the checkpoint's)")
 
@@ -80,8 +85,10 @@ def run(args: argparse.Namespace) -> int:
     tokenizer = _tokenizer(path) if path else None
     if args.prompt is not None:
         prompt = _encode(tokenizer, args.prompt)
+    check_seed(args.seed)
     prepared = prepare(args.file, inference=args.inference, config=args.config, defines=args.defines,
-                       weights=args.weights, backend=args.backend, cache=not args.no_cache, threads=args.threads)
+                       weights=args.weights, backend=args.backend, cache=not args.no_cache, threads=args.threads,
+                       include=args.include, max_nodes=args.max_nodes, allow_nonfinite=args.allow_nonfinite)
     n = args.max_new_tokens if args.max_new_tokens is not None else prepared.setting(prepared.plan.max_new_tokens)
     progress = _Progress(int(n)) if n else None
     result, _ = run_plan(prepared, prompt_ids=prompt, encoder_ids=encoder, max_new_tokens=args.max_new_tokens,
@@ -117,8 +124,7 @@ def _encode(tokenizer, text: str) -> list[int]:  # tokenizer: tokenizers.Tokeniz
 
 
 def _tokenizer(path: str):  # -> tokenizers.Tokenizer
-    if not Path(path).is_file():
-        raise UsageError(f"no tokenizer file at {path}")
+    regular_file(path, "tokenizer file", FILE_CAPS["tokenizer"])
     try:
         from tokenizers import Tokenizer
     except ImportError:

@@ -23,11 +23,13 @@ import numpy as np
 from pseudoformer.errors import UsageError
 from pseudoformer.generation.runtimes import Cache, NumpyRuntime, OnnxRuntime, Runtime
 from pseudoformer.generation.sampling import Sampling, log_probabilities, sample
-from pseudoformer.ir import Graph, Op
+from pseudoformer.inputs import check_input, token_bounds
+from pseudoformer.ir import Graph
 from pseudoformer.model import Model
 from pseudoformer.passes.generation_passes import incremental
 from pseudoformer.passes.kv_cache import IncrementalDecoder
 from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
+from pseudoformer.run_settings import check_seed, check_threads
 
 BACKENDS = ("onnx", "numpy", "tvm")
 
@@ -52,6 +54,7 @@ class Generator:
 
         if backend not in BACKENDS:
             raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
+        check_threads(threads)
         if cache and opt_level < 2:
             raise UsageError(f"the key/value cache is derived from fused attention, which -O{opt_level} does not "
                              "make: generate at -O2, or without the cache")
@@ -92,7 +95,8 @@ class Generator:
                  progress: Callable[[int], None] | None = None, keep_scores: bool = False) -> Generation:
         """Generate up to `max_new_tokens` after `prompt` (token ids [ℓ] or [batch, ℓ])."""
         sampling = sampling or Sampling()
-        x = np.asarray(prompt, dtype=np.int64)
+        check_seed(seed)
+        x = _ids(prompt, "the prompt")
         if x.ndim == 1:
             x = x[None, :]
         if x.ndim != 2 or x.shape[1] == 0:
@@ -136,25 +140,24 @@ class Generator:
             raise UsageError(f"{self.model.entry} needs encoder inputs {want}; got {', '.join(given) or 'none'}")
         if not others:
             return {}
-        feed = {k: np.asarray(v, dtype=np.int64).reshape(1, -1) if np.ndim(v) == 1 else np.asarray(v, np.int64)
-                for k, v in given.items()}
+        feed = {k: _ids(v, k) for k, v in given.items()}
+        feed = {k: v.reshape(1, -1) if v.ndim == 1 else v for k, v in feed.items()}
         for k, v in feed.items():
             self._check_ids(k, v)
         return self.runtime.encode(feed)
 
     def _check_ids(self, name: str, ids: np.ndarray) -> None:
-        """Token ids index embedding tables: one out of range is the user's mistake, said before running."""
+        """Token ids index embedding tables, and a sequence is at most as long as the model's positions:
+        a mistake in either is the user's, said before running."""
         graph = self.model.graph
-        node = graph.input(name)
-        sizes = [n.src[0].shape[n.attrs["axis"]] for n in graph.nodes()
-                 if n.op is Op.GATHER and n.src[1] is node and isinstance(n.src[0].shape[n.attrs["axis"]], int)]
-        if not sizes or ids.size == 0:
-            return
-        vocab = min(sizes)
-        bad = ids[(ids < 0) | (ids >= vocab)]
-        if bad.size:
-            raise UsageError(f"token id {int(bad[0])} in {name} is out of range: {self.model.entry} has a vocabulary "
-                             f"of {vocab} (ids 0 to {vocab - 1})")
+        check_input(graph, graph.input(name), ids, token_bounds(graph).get(name))
+
+
+def _ids(value: Any, what: str) -> np.ndarray:
+    try:
+        return np.asarray(value, dtype=np.int64)
+    except (OverflowError, ValueError, TypeError):
+        raise UsageError(f"{what} must be token ids: whole numbers below 2^63, one list per row") from None
 
 
 def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, threads: int | None,

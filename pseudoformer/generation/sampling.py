@@ -2,7 +2,9 @@
 
 q ∝ p^{1/τ} is computed as softmax(log p / τ) in float64, which is the same distribution without
 underflow when p holds tiny probabilities and τ is small. τ = 0 is the limit, greedy argmax (ties
-to the lowest id, as numpy's argmax and HuggingFace's greedy search break them).
+to the lowest id, as numpy's argmax and HuggingFace's greedy search break them). A τ between 0 and
+MIN_TEMPERATURE (pseudoformer/limits.py) is refused: sampling there is argmax up to rounding, and
+at the extreme (τ = 1e-320) log p / τ overflows into NaN.
 
 Draws use one uniform number per row from a numpy Generator, by inverse CDF, so a seed fixes every
 token on every backend and the draw does not depend on how the vocabulary is ordered in memory.
@@ -13,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from pseudoformer.limits import MIN_TEMPERATURE
 
 
 class SamplingError(ValueError):
@@ -28,6 +32,9 @@ class Sampling:
     def __post_init__(self) -> None:
         if not np.isfinite(self.temperature) or self.temperature < 0:
             raise SamplingError(f"temperature must be ≥ 0 (0 is greedy), got {self.temperature}")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise SamplingError(f"temperature {self.temperature:g} is below {MIN_TEMPERATURE:g}, where sampling is "
+                                "greedy up to rounding: give 0 for greedy decoding")
         if self.top_k is not None and self.top_k < 1:
             raise SamplingError(f"top_k must be at least 1, got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:

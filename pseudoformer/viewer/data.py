@@ -69,7 +69,7 @@ def _finish(graph: Graph, level: int, table: EntryTable, snaps: list[Snapshot], 
         src = {e: [at[x] for x in table.entries[e].src] for e in live}
         groups.append(assign_groups(live, {e: table.entries[e].scope for e in live}, src))
     files = sorted({e.span.file for e in table.entries if e.live and e.span is not None})
-    source = str(graph.meta.get("source_path", files[0] if files else ""))
+    source = str(graph.meta.get("source", files[0] if files else ""))
     return ViewData(graph_name(graph), source, level, table, snaps, groups, initial, _read_sources(files))
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.file_access import FileAccessError, read_text
+
 from . import hf_bart, hf_bert, hf_gpt2, hf_llama
 from .errors import WeightsError
 from .hf_common import Collector
@@ -33,20 +35,28 @@ INDEX_FILE = "model.safetensors.index.json"
 def read_hf_config(directory: str | Path) -> dict[str, Any]:
     """The parsed config.json of a HF checkpoint directory."""
     path = Path(directory) / "config.json"
-    if not path.is_file():
+    if not path.exists():
         raise WeightsError(f"'{directory}' is not a HuggingFace checkpoint directory: it has no config.json")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise WeightsError(f"cannot read '{path}': {e}") from e
+    config = _read_json(path, "config", "config")
     if not isinstance(config, dict):
         raise WeightsError(f"'{path}' does not hold a JSON object")
     return config
 
 
+def _read_json(path: Path, what: str, kind: str) -> Any:
+    try:
+        return json.loads(read_text(path, what, kind))
+    except FileAccessError as e:
+        raise WeightsError(e.message) from None
+    except RecursionError:
+        raise WeightsError(f"cannot read '{path}': JSON nested too deeply") from None
+    except ValueError as e:  # not JSON, or an integer of thousands of digits
+        raise WeightsError(f"cannot read '{path}': {e}") from None
+
+
 def _model_type(config: Mapping[str, object], where: str | Path) -> str:
     model_type = config.get("model_type")
-    if model_type not in MAPPERS:
+    if not isinstance(model_type, str) or model_type not in MAPPERS:
         raise WeightsError(
             f"{where}: model_type {model_type!r} is not supported; supported types: {', '.join(SUPPORTED)}"
         )
@@ -78,10 +88,8 @@ def _shard_path(directory: Path, name: object) -> Path:
 
 def _read_sharded(directory: Path) -> dict[str, np.ndarray]:
     index_path = directory / INDEX_FILE
-    try:
-        weight_map = json.loads(index_path.read_text(encoding="utf-8")).get("weight_map")
-    except (OSError, ValueError, AttributeError) as e:
-        raise WeightsError(f"cannot read the shard index '{index_path}': {e}") from e
+    index = _read_json(index_path, "shard index", "shard index")
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise WeightsError(f"shard index '{index_path}' has no weight_map object")
     tensors: dict[str, np.ndarray] = {}
@@ -104,9 +112,9 @@ def _read_sharded(directory: Path) -> dict[str, np.ndarray]:
 def read_hf_tensors(directory: str | Path) -> dict[str, np.ndarray]:
     """All tensors of a HF checkpoint directory by their HF names, from safetensors files only."""
     directory = Path(directory)
-    if (directory / SINGLE_FILE).is_file():
+    if (directory / SINGLE_FILE).exists():
         return read_safetensors(directory / SINGLE_FILE)
-    if (directory / INDEX_FILE).is_file():
+    if (directory / INDEX_FILE).exists():
         return _read_sharded(directory)
     if any((directory / f).exists() for f in FOREIGN_FILES) or any(
         p.suffix in PICKLE_SUFFIXES for p in directory.iterdir()

@@ -7,15 +7,16 @@ loaded, so they are recognised by name only and never opened.
 from __future__ import annotations
 
 import json
-import os
 import struct
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
+
+from pseudoformer.atomic_write import atomic_path
+from pseudoformer.file_access import FileAccessError, regular_file
 
 from .errors import WeightsError
 
@@ -73,6 +74,10 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
     """All tensors of one .safetensors file, by name, in their stored dtype (bfloat16 -> float32)."""
     path = Path(path)
     try:
+        regular_file(path, "weights file")
+    except FileAccessError as e:
+        raise WeightsError(e.message) from None
+    try:
         out: dict[str, np.ndarray] = {}
         with safe_open(str(path), framework="numpy") as f:
             for name in f.keys():
@@ -91,8 +96,8 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
 def save_weights(weights: Mapping[str, np.ndarray], path: str | Path) -> None:
     """Write our-named weights to a .safetensors file, atomically.
 
-    The file is written next to its destination and then renamed over it, so a crash or a full disk
-    never leaves a truncated checkpoint under the real name.
+    The file is written next to its destination and then renamed over it (atomic_write.py), so a
+    crash or a full disk never leaves a truncated checkpoint under the real name.
     """
     path = Path(path)
     tensors: dict[str, np.ndarray] = {}
@@ -100,13 +105,5 @@ def save_weights(weights: Mapping[str, np.ndarray], path: str | Path) -> None:
         if not isinstance(name, str):
             raise TypeError(f"weight names must be str, got {type(name).__name__}: {name!r}")
         tensors[name] = np.ascontiguousarray(np.asarray(value))
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata={"producer": "pseudoformer"})
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"producer": "pseudoformer"})

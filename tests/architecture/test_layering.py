@@ -2,9 +2,10 @@
 
     ir  ←  frontend, passes  ←  backends  ←  pseudoformer (the API, CLI, weights, generation)
 
-`pseudoformer.errors`, `pseudoformer.version` and the safetensors file format (`pseudoformer.weights.errors`,
-`.safetensors_io`, which the TVM backend saves its weights in) sit below every stage; function-level and
-relative imports count too; imports under `if TYPE_CHECKING:` do not (they never run).
+`pseudoformer.errors`, `pseudoformer.version`, the safetensors file format (`pseudoformer.weights.errors`,
+`.safetensors_io`, which the TVM backend saves its weights in) and the rules for touching files
+(`pseudoformer.limits`, `.regular_file`, `.file_access`, `.atomic_write`) sit below every stage; function-level
+and relative imports count too; imports under `if TYPE_CHECKING:` do not (they never run).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"pseudoformer": "pseudoformer", "pseudoformer.frontend": "frontend", "pseudoformer.ir": "ir",
            "pseudoformer.passes": "passes", "pseudoformer.backends": "backends"}
 SHARED = {"pseudoformer.errors", "pseudoformer.version", "pseudoformer.weights.errors",
-          "pseudoformer.weights.safetensors_io"}
+          "pseudoformer.weights.safetensors_io", "pseudoformer.limits", "pseudoformer.regular_file",
+          "pseudoformer.file_access", "pseudoformer.atomic_write"}
 # What each stage may import besides itself and the shared modules.
 ALLOWED = {
     "ir": set(),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from onnx_cases import assert_matches, block, block_inputs, block_params, lower_checked
@@ -98,3 +100,20 @@ def test_cuda_run_matches_the_interpreter(model):
     for b, s in [(1, 1), (3, 8)]:
         feed = block_inputs(b, s)
         assert_matches(runner.run(feed), interpreter.run(block(), feed, block_params()), tol=1e-4)
+
+
+def test_the_default_opset_runs_onnx_runtimes_attention_kernel(tmp_path: Path) -> None:
+    """At an opset whose Attention onnxruntime has no kernel for, it inlines the op's ~30-node function body
+    (opset 25 and 26 with onnxruntime 1.32): the optimised session must keep one Attention per layer."""
+    import onnxruntime as ort
+
+    from pseudoformer.deploy import compile
+
+    model = compile("gpt2", config=os.devnull, defines=["L=2", "H=2", "d_e=8", "d_mlp=16", "d_attn=4", "d_mid=4",
+                                                         "ell_max=8", "N_V=11", "eps=1e-5"])
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimised.onnx")
+    options.log_severity_level = 3
+    ort.InferenceSession(model.onnx.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "optimised.onnx")).graph.node]
+    assert ops.count("Attention") == 2 and "Softmax" not in ops

@@ -110,7 +110,7 @@ def test_prompt_text_is_encoded_with_the_checkpoints_tokenizer(capsys: pytest.Ca
     (["--prompt-ids", "1 2", "--max-new-tokens", "80"], "positions"),
     (["--prompt-ids", "1 2", "--top-p", "1.5"], "top_p"),
     (["--prompt-ids", "1 2", "--encoder-ids", "3"], "decoder only"),
-    (["--prompt-ids", "1 2", "--tokenizer", "/nonexistent/tokenizer.json"], "no tokenizer file"),
+    (["--prompt-ids", "1 2", "--tokenizer", "/nonexistent/tokenizer.json"], "no such tokenizer file"),
 ])
 def test_user_mistakes_exit_1_with_one_message(capsys: pytest.CaptureFixture, argv: list[str], message: str) -> None:
     assert main(["generate", "models/gpt2.alg", *TINY, *argv]) == 1
@@ -134,6 +134,6 @@ def test_file_without_inference_algorithm_is_refused(capsys: pytest.CaptureFixtu
 def test_token_ids_past_the_vocabulary_are_a_user_error(capsys: pytest.CaptureFixture, backend: str) -> None:
     assert main(["generate", "models/gpt2.alg", *TINY, "--prompt-ids", "1 2 60", "--backend", backend]) == 1
     err = capsys.readouterr().err
-    assert "token id 60 in x is out of range" in err and "vocabulary of 50" in err
+    assert "token id 60 in x is out of range" in err and "vocabulary has 50 tokens" in err
     assert main(["generate", "models/paper/edinference.alg", *ED, "--encoder-ids", "1 11"]) == 1
     assert "token id 11 in z is out of range" in capsys.readouterr().err

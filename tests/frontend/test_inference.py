@@ -125,10 +125,11 @@ def test_an_interval_type_is_a_real_in_every_spelling(interval: str, tmp_path: P
 # ---------------------------------------------------------------------- mistakes, each at its place
 
 def _copy(name: str) -> str:
-    """A model file with its `use` paths made absolute, so a copy in tmp_path finds what it uses."""
+    """A model file with its `use` paths made relative to models/, so a copy in tmp_path finds what it
+    uses where any file finds the installed models."""
     path = MODELS / name
     text = path.read_text(encoding="utf-8")
-    return re.sub(r'"([^"/][^"]*\.alg)"', lambda m: f'"{path.parent / m.group(1)}"', text)
+    return re.sub(r'"([^"/][^"]*\.alg)"', lambda m: f'"{(path.parent / m.group(1)).relative_to(MODELS)}"', text)
 
 
 D, ED, G = "paper/dinference.alg", "paper/edinference.alg", "gpt2.alg"
@@ -291,7 +292,7 @@ def test_a_model_cannot_use_what_only_sampling_needs(source: str, line: int, col
 
 def test_a_model_cannot_call_an_inference_algorithm(tmp_path: Path) -> None:
     src = tmp_path / "wrap.alg"
-    src.write_text(f'use DInference from "{MODELS / "gpt2.alg"}"\nuse GPT2 from "{MODELS / "gpt2.alg"}"\n\n'
+    src.write_text('use DInference from "gpt2.alg"\nuse GPT2 from "gpt2.alg"\n\n'
                    "Algorithm: y ← Wrap(x | θ̂)\n  Input: x ∈ V*\n  Output: y ∈ V*\n  Parameters: θ̂ : GPT2\n"
                    "  1 return y = DInference(x | θ̂)\n", encoding="utf-8")
     with pytest.raises(CompileError) as info:

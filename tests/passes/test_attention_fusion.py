@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import textwrap  # noqa: F401
 
 import numpy as np
 import pytest
 
+from pseudoformer import ir  # noqa: F401
 from pseudoformer.config import resolve
 from pseudoformer.frontend.entry import elaborate
 from pseudoformer.frontend.modules import load_program
@@ -36,6 +38,7 @@ from tests.passes.attention_graphs import (
     scaled,
     self_input,
 )
+from tests.passes.ir_text import check_rewrite, text  # noqa: F401
 
 GONE = (Op.SOFTMAX, Op.WHERE, Op.INDEX_MASK, Op.NOT)
 
@@ -204,3 +207,30 @@ def test_a_softmax_of_no_scores_is_left_alone() -> None:
     out, changed = fuse_attention(g, refusals := [])
     assert not changed and [r[0] for r in refusals] == ["attention"]  # said why, and left it alone
     np.testing.assert_equal(ops(out), ops(g))
+
+
+def test_one_causal_head_as_ir_text() -> None:
+    """Algorithm 4's head (Kᵀ Q, [[t ≤ t']] masked to −∞, scaled, softmax over keys, V ·) → one attention."""
+    check_rewrite(fuse_attention, """
+        graph head(Q: float32[batch, 2, seq], K: float32[batch, 2, seq], V: float32[batch, 3, seq]) -> (Y: float32[batch, 3, seq])
+          %1 = transpose %K {perm=[0, 2, 1]} : float32[batch, seq, 2]
+          %2 = matmul %1, %Q : float32[batch, seq, seq]
+          %3 = dim %Q {axis=2} : int64[]
+          %4 = index_mask %3, %3 {dims=["seq", "seq"], rel="<="} : bool[seq, seq]
+          %5 = not %4 : bool[seq, seq]
+          %6 = const -inf : float32[]
+          %7 = where %5, %6, %2 : float32[batch, seq, seq]
+          %8 = const 1.4142135623730951 : float32[]
+          %9 = div %7, %8 : float32[batch, seq, seq]
+          %10 = softmax %9 {axis=1} : float32[batch, seq, seq]
+          %11 = matmul %V, %10 : float32[batch, 3, seq]
+          return Y = %11
+    """, """
+        graph head(Q: float32[batch, 2, seq], K: float32[batch, 2, seq], V: float32[batch, 3, seq]) -> (Y: float32[batch, 3, seq])
+          %1 = transpose %Q {perm=[0, 2, 1]} : float32[batch, seq, 2]
+          %2 = transpose %K {perm=[0, 2, 1]} : float32[batch, seq, 2]
+          %3 = transpose %V {perm=[0, 2, 1]} : float32[batch, seq, 3]
+          %4 = attention %1, %2, %3 {causal=true, scale=0.7071067811865475} : float32[batch, seq, 3]
+          %5 = transpose %4 {perm=[0, 2, 1]} : float32[batch, 3, seq]
+          return Y = %5
+    """, tol=1e-5)

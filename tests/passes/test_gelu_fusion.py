@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import textwrap  # noqa: F401
 from pathlib import Path
 
 import pytest
 
+from pseudoformer import ir  # noqa: F401
 from pseudoformer.ir import Graph, Node, Op
 from pseudoformer.ir.verify import verify
 from pseudoformer.model import load
@@ -28,6 +30,7 @@ from tests.passes.fusion_cases import (
     spread_weights,
     tokens,
 )
+from tests.passes.ir_text import check_rewrite, text  # noqa: F401
 
 SIZES = {"batch": 3, "seq": 5}
 BOTH = pytest.mark.parametrize("optimised", [False, True], ids=["raw", "cse+simplify"])
@@ -219,3 +222,34 @@ def test_no_half_means_no_gelu_and_no_refusal() -> None:
     refusals: list = []
     after, changed = fuse_gelu(graph([a], y=y), refusals)
     assert not changed and not refusals
+
+
+# --- as Before/Expected IR text ------------------------------------------------------------------
+
+
+def test_gpt2_gelu_tanh_as_ir_text() -> None:
+    """variants.alg's GELU_tanh as the frontend lowers it (then cse and simplify) becomes one gelu op."""
+    before = """
+        graph GELU_tanh(x: float32[batch]) -> (y: float32[batch])
+          %1 = const 0.5 : float32[]
+          %2 = mul %1, %x : float32[batch]
+          %3 = const 1.0 : float32[]
+          %4 = const 0.7978845608028654 : float32[]
+          %5 = const 0.044715 : float32[]
+          %6 = mul %x, %x : float32[batch]
+          %7 = mul %6, %x : float32[batch]
+          %8 = mul %5, %7 : float32[batch]
+          %9 = add %x, %8 : float32[batch]
+          %10 = mul %4, %9 : float32[batch]
+          %11 = tanh %10 : float32[batch]
+          %12 = add %3, %11 : float32[batch]
+          %13 = mul %2, %12 : float32[batch]
+          return y = %13
+    """
+    model = load("models/variants.alg", entry="GELU_tanh", config="/dev/null")
+    assert text(prepared(model.graph, True)) == text(ir.parse(textwrap.dedent(before)))
+    check_rewrite(fuse_gelu, before, """
+        graph GELU_tanh(x: float32[batch]) -> (y: float32[batch])
+          %1 = gelu %x {approximate="tanh"} : float32[batch]
+          return y = %1
+    """, tol=1e-6)

@@ -3,11 +3,13 @@ in the interpreter and through ONNX Runtime, and it refuses heads that do not fo
 
 from __future__ import annotations
 
+import textwrap  # noqa: F401
 from collections import Counter
 
 import numpy as np
 import pytest
 
+from pseudoformer import ir  # noqa: F401
 from pseudoformer.backends.onnx import to_onnx
 from pseudoformer.backends.onnx.runner import OnnxRunner
 from pseudoformer.config import resolve
@@ -39,6 +41,7 @@ from tests.passes.attention_graphs import (
     scaled,
     self_input,
 )
+from tests.passes.ir_text import check_rewrite, text  # noqa: F401
 
 ED = {k: v for k, v in TINY.items() if k != "L"} | {"L_enc": 1, "L_dec": 2}
 
@@ -204,3 +207,64 @@ def test_batched_heads_keep_bool_masks_bool() -> None:
     (att,) = attention_nodes(out)
     assert changed and att.src[3].dtype is DType.bool and att.type.rank == 4
     assert_same(g, out, feeds(g, 2, 5), random_params(g))
+
+
+def test_two_heads_as_ir_text() -> None:
+    """Two fused heads of one input, row-stacked → one stacked projection, one 4-D attention (the slice
+    bounds are CSE's to share, which runs next in -O2)."""
+    check_rewrite(batch_heads, """
+          graph mha(X: float32[batch, 3, seq]) -> (Y: float32[batch, 4, seq])
+            %1 = param "W_q1" : float32[2, 3]
+            %2 = matmul %1, %X : float32[batch, 2, seq]
+            %3 = transpose %2 {perm=[0, 2, 1]} : float32[batch, seq, 2]
+            %4 = param "W_k1" : float32[2, 3]
+            %5 = matmul %4, %X : float32[batch, 2, seq]
+            %6 = transpose %5 {perm=[0, 2, 1]} : float32[batch, seq, 2]
+            %7 = param "W_v1" : float32[2, 3]
+            %8 = matmul %7, %X : float32[batch, 2, seq]
+            %9 = transpose %8 {perm=[0, 2, 1]} : float32[batch, seq, 2]
+            %10 = attention %3, %6, %9 {causal=true, scale=0.7071067811865475} : float32[batch, seq, 2]
+            %11 = transpose %10 {perm=[0, 2, 1]} : float32[batch, 2, seq]
+            %12 = param "W_q2" : float32[2, 3]
+            %13 = matmul %12, %X : float32[batch, 2, seq]
+            %14 = transpose %13 {perm=[0, 2, 1]} : float32[batch, seq, 2]
+            %15 = param "W_k2" : float32[2, 3]
+            %16 = matmul %15, %X : float32[batch, 2, seq]
+            %17 = transpose %16 {perm=[0, 2, 1]} : float32[batch, seq, 2]
+            %18 = param "W_v2" : float32[2, 3]
+            %19 = matmul %18, %X : float32[batch, 2, seq]
+            %20 = transpose %19 {perm=[0, 2, 1]} : float32[batch, seq, 2]
+            %21 = attention %14, %17, %20 {causal=true, scale=0.7071067811865475} : float32[batch, seq, 2]
+            %22 = transpose %21 {perm=[0, 2, 1]} : float32[batch, 2, seq]
+            %23 = concat %11, %22 {axis=1} : float32[batch, 4, seq]
+            return Y = %23
+    """, """
+        graph mha(X: float32[batch, 3, seq]) -> (Y: float32[batch, 4, seq])
+          %1 = param "W_q1" : float32[2, 3]
+          %2 = param "W_q2" : float32[2, 3]
+          %3 = param "W_k1" : float32[2, 3]
+          %4 = param "W_k2" : float32[2, 3]
+          %5 = param "W_v1" : float32[2, 3]
+          %6 = param "W_v2" : float32[2, 3]
+          %7 = concat %1, %2, %3, %4, %5, %6 {axis=0} : float32[12, 3]
+          %8 = matmul %7, %X : float32[batch, 12, seq]
+          %9 = const 0 : int64[]
+          %10 = const 4 : int64[]
+          %11 = slice %8, %9, %10 {axis=1, dim=4} : float32[batch, 4, seq]
+          %12 = reshape %11 {shape=["batch", 2, 2, "seq"]} : float32[batch, 2, 2, seq]
+          %13 = transpose %12 {perm=[0, 1, 3, 2]} : float32[batch, 2, seq, 2]
+          %14 = const 4 : int64[]
+          %15 = const 8 : int64[]
+          %16 = slice %8, %14, %15 {axis=1, dim=4} : float32[batch, 4, seq]
+          %17 = reshape %16 {shape=["batch", 2, 2, "seq"]} : float32[batch, 2, 2, seq]
+          %18 = transpose %17 {perm=[0, 1, 3, 2]} : float32[batch, 2, seq, 2]
+          %19 = const 8 : int64[]
+          %20 = const 12 : int64[]
+          %21 = slice %8, %19, %20 {axis=1, dim=4} : float32[batch, 4, seq]
+          %22 = reshape %21 {shape=["batch", 2, 2, "seq"]} : float32[batch, 2, 2, seq]
+          %23 = transpose %22 {perm=[0, 1, 3, 2]} : float32[batch, 2, seq, 2]
+          %24 = attention %13, %18, %23 {causal=true, scale=0.7071067811865475} : float32[batch, 2, seq, 2]
+          %25 = transpose %24 {perm=[0, 1, 3, 2]} : float32[batch, 2, 2, seq]
+          %26 = reshape %25 {shape=["batch", 4, "seq"]} : float32[batch, 4, seq]
+          return Y = %26
+    """, tol=1e-5)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import textwrap  # noqa: F401
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from pseudoformer import ir  # noqa: F401
 from pseudoformer.generation import Generator, Sampling
 from pseudoformer.ir import Op
 from pseudoformer.ir.verify import verify
@@ -25,6 +27,7 @@ from tests.passes.fusion_cases import (
     param,
     random_params,
 )
+from tests.passes.ir_text import check_rewrite, text  # noqa: F401
 
 D = 6
 DECODER = str(Path(__file__).with_name("rms_decoder.alg"))
@@ -124,3 +127,26 @@ def test_rms_decoder_generates_with_a_cache() -> None:
         [3, 1, 4], max_new_tokens=6, sampling=Sampling(temperature=0.8), seed=1, keep_scores=True) for c in (True, False)]
     assert runs[0].tokens == runs[1].tokens
     assert max(np.abs(a - b).max() for a, b in zip(runs[0].scores, runs[1].scores, strict=True)) <= 1e-5
+
+
+def test_rms_norm_over_the_features_as_ir_text() -> None:
+    check_rewrite(fuse_norms, """
+        graph rms_norm(e: float32[batch, 4, seq]) -> (e_hat: float32[batch, 4, seq])
+          %1 = mul %e, %e : float32[batch, 4, seq]
+          %2 = const 4.0 : float32[]
+          %3 = div %1, %2 : float32[batch, 4, seq]
+          %4 = reduce_sum %3 {axes=[1], keepdims=true} : float32[batch, 1, seq]
+          %5 = const 1e-06 : float32[]
+          %6 = add %4, %5 : float32[batch, 1, seq]
+          %7 = sqrt %6 : float32[batch, 1, seq]
+          %8 = div %e, %7 : float32[batch, 4, seq]
+          %9 = param "gamma" : float32[4]
+          %10 = unsqueeze %9 {axes=[1]} : float32[4, 1]
+          %11 = mul %8, %10 : float32[batch, 4, seq]
+          return e_hat = %11
+    """, """
+        graph rms_norm(e: float32[batch, 4, seq]) -> (e_hat: float32[batch, 4, seq])
+          %1 = param "gamma" : float32[4]
+          %2 = rms_norm %e, %1 {axis=1, eps=1e-06} : float32[batch, 4, seq]
+          return e_hat = %2
+    """, tol=1e-5)

@@ -1,0 +1,281 @@
+"""Statements: run an algorithm's body, unroll `for … do` loops (within the node limit), vectorise column
+maps, and assign values whole or entry-wise."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from pseudoformer.errors import AlgError
+from pseudoformer.frontend.ast import Expr, Stmt
+from pseudoformer.frontend.errors import BadTypeError, LimitError, ShapeError
+from pseudoformer.frontend.expressions import as_size, describe, distinct_index_vars, ev, ev_val
+from pseudoformer.frontend.frame import Frame, MapVar
+from pseudoformer.frontend.names import parse_name
+from pseudoformer.frontend.params import collection
+from pseudoformer.frontend.tensor_ops import (
+    ShapeMismatch,
+    cast_real,
+    dim_to_free,
+    elementwise,
+    show,
+    show_size,
+    to_layout,
+    unify,
+)
+from pseudoformer.frontend.values import Family, NodeLimit, Val
+from pseudoformer.ir import Op, Span
+from pseudoformer.ir.ops import IRTypeError
+
+
+class _Return(Exception):
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def run_body(f: Frame) -> Any:
+    try:
+        exec_block(f, f.alg.body)
+    except _Return as r:
+        return r.value
+    raise f.error(BadTypeError, f"{f.alg.name} ends without `return`", f.alg.pos)
+
+
+def exec_block(f: Frame, stmts: list[Stmt]) -> None:
+    for s in stmts:
+        exec_stmt(f, s)
+
+
+def exec_stmt(f: Frame, s: Stmt) -> None:
+    f.b.span = Span(s.pos.file, s.pos.line, s.pos.col)
+    f.b.scope = f.scope
+    try:
+        _exec(f, s)
+    except ShapeMismatch as m:
+        raise f.shape_error(m, s.pos) from None
+    except NodeLimit:
+        raise f.error(LimitError, f"the graph grows past {f.b.max_nodes:,} IR nodes here{_sizes(f)}; "
+                      "--max-nodes N raises the limit", s.pos) from None
+    except IRTypeError as m:  # as in ev, for what a statement builds itself (an assignment's where)
+        raise f.error(ShapeError, f"the values of this line do not fit ({m})", s.pos) from None
+
+
+def _sizes(f: Frame) -> str:
+    config = f.root().config or {}
+    shown = ", ".join(f"{k} = {v}" for k, v in config.items() if isinstance(v, int) and not isinstance(v, bool))
+    return f" (with {shown})" if shown else ""
+
+
+def _unroll(f: Frame, s: Stmt, count: int) -> None:
+    """Unroll a block loop, refusing it after one iteration when all of them would pass the node limit."""
+    saved_scope = f.scope
+    start = f.b.nodes
+    for i in range(1, count + 1):
+        f.loops[s.name] = i
+        f.scope = f"{saved_scope}/{collection(s.name)}.{i - 1}"
+        exec_block(f, s.body)
+        projected = f.b.nodes + (f.b.nodes - start) * (count - i)
+        if i == 1 and projected > f.b.max_nodes:
+            bound = describe(s.bounds[-1])
+            times = f"{bound} = {count:,}" if bound != str(count) else f"{count:,}"
+            raise f.error(LimitError, f"this loop runs {times} times: unrolled, the graph would have about "
+                          f"{projected:,} IR nodes, more than the limit of {f.b.max_nodes:,}; --max-nodes N raises "
+                          "it", s.pos)
+    f.loops.pop(s.name, None)
+    f.scope = saved_scope
+
+
+def _exec(f: Frame, s: Stmt) -> None:
+    k = s.kind
+    if k == "assign":
+        value = ev(f, s.value)
+        assign(f, s.target, value, None, s)
+        _check_remark(f, s, value)
+    elif k == "return":
+        v = ev(f, s.value)
+        _check_remark(f, s, v)
+        raise _Return(v)
+    elif k == "for_map":
+        n = as_size(ev(f, s.bounds[0]))
+        if n is None:
+            raise f.error(BadTypeError, "a column map runs over [n] for a size n", s.bounds[0].pos)
+        with _mapvars(f, [(s.name, n)]):
+            exec_block(f, s.body)
+    elif k in ("for_in", "for_range"):
+        if k == "for_range":
+            first, second, last = (ev(f, x) for x in s.bounds)
+            if not (isinstance(first, Val) and first.const == 1 and isinstance(second, Val) and second.const == 2):
+                raise f.error(BadTypeError, "write loops as for l = 1, 2, …, L do", s.pos)
+        else:
+            last = ev(f, s.bounds[0])
+        bound = as_size(last)
+        if bound is None:
+            raise f.error(BadTypeError, "a loop's bound must be a size", s.pos)
+        size = f.b.resolve(bound)
+        if not size.is_int and not f.root().symbolic:
+            raise f.error(BadTypeError, f"a block loop is unrolled, so it needs a count known before run time, and "
+                          f"{show_size(size)} is only known when the model runs; map over positions on one line instead: "
+                          f"for {s.name} ∈ [n] : …", s.pos)
+        _unroll(f, s, size.value if size.is_int else 1)  # checking without a config: one iteration stands for all
+    elif k == "forall":
+        with _mapvars(f, [(v, None) for v in s.vars]):
+            exec_block(f, s.body)
+    elif k == "if":
+        _ranges_from_target(f, s.body[0])
+        cond = ev_val(f, s.value)
+        if cond.kind != "bool":
+            raise f.error(BadTypeError, f"the condition is {show(cond)}, not a truth value", s.value.pos)
+        if cond.const is False:
+            return
+        if cond.const is True:
+            exec_block(f, s.body)
+            return
+        inner = s.body[0]
+        if inner.kind != "assign":
+            raise f.error(BadTypeError, "`if … then` takes an assignment", inner.pos)
+        assign(f, inner.target, ev(f, inner.value), cond, inner)
+    elif k in ("while", "sample"):  # only in inference algorithms, which are never elaborated
+        raise f.error(BadTypeError, f"`{k}` belongs to inference algorithms (Algorithms 14 and 15), which "
+                      "sample tokens; a model's body is one graph and cannot have it", s.pos)
+    else:
+        raise f.error(BadTypeError, f"unexpected {k}", s.pos)
+
+
+def _ranges_from_target(f: Frame, inner: Stmt) -> None:
+    """In `∀t, t′ : if t < t′ then S[t, t′] ← −∞` the ranges of t and t′ are S's dims: read them off S
+    before the condition needs them (indexing an existing value binds a free variable's range)."""
+    if inner.kind != "assign" or len(inner.target.children) < 2:
+        return
+    items = inner.target.children[1]
+    if not any(it.op == "name" and it.text in f.maps and f.maps[it.text].size is None for it in items):
+        return
+    distinct_index_vars(f, items)
+    tok = inner.target.children[0]
+    try:
+        ev(f, Expr("index", (Expr("name", (), tok.pos, str(tok)), tuple(items)), inner.pos))
+    except AlgError:
+        pass  # not assigned yet, or not indexable: assign() reports it in its own words
+
+
+def _check_remark(f: Frame, s: Stmt, value: Any) -> None:
+    """[[Query ∈ ℝ^{d_attn × ℓ_x}]] after a line is a claim about its value's shape: hold the source to it."""
+    if s.remark is not None and isinstance(value, Val):
+        name, typ, rpos = s.remark
+        f.bind_dims(typ, value.dims, f"the remark [[{name} ∈ …]]", rpos)
+
+
+class _mapvars:
+    def __init__(self, f: Frame, vars_: list[tuple[str, Any]]) -> None:
+        self.f, self.vars = f, vars_
+        self.saved: dict[str, Any] = {}
+
+    def __enter__(self) -> None:
+        for name, size in self.vars:
+            self.saved[name] = self.f.maps.get(name)
+            self.f.maps[name] = MapVar(self.f.b.fresh(name), size)
+
+    def __exit__(self, *exc: object) -> None:
+        for name, old in self.saved.items():
+            if old is None:
+                self.f.maps.pop(name, None)
+            else:
+                self.f.maps[name] = old
+
+
+def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None:
+    tok = target.children[0]
+    items = target.children[1] if len(target.children) > 1 else None
+    name = parse_name(str(tok))
+    key = name.key(f.active())
+    loop_idx = tuple(f.loops[x] for _, x in name.scripts if x in f.loops)
+    map_vars = [x for _, x in name.scripts if x in f.maps]
+    if items is None:
+        if cond is not None:
+            raise f.error(BadTypeError, "a conditional assignment needs indices: S[t_z, t_x] ← …", s.pos)
+        if map_vars:
+            if not isinstance(value, Val):
+                raise f.error(BadTypeError, "only values can be assigned in a map", s.pos)
+            internals = tuple(f.maps[x].internal for x in map_vars)
+            missing = [x for x, i in zip(map_vars, internals, strict=True) if i not in value.free_vars]
+            if missing:
+                raise f.error(BadTypeError, f"the value does not depend on {', '.join(missing)}", s.pos)
+            f.vars[key] = (value, internals)
+        elif loop_idx:
+            fam = f.vars.get(key)
+            if not isinstance(fam, Family):
+                fam = f.vars[key] = Family()
+            fam.members[loop_idx] = value
+        else:
+            if isinstance(value, Val) and value.free and set(value.free_vars) & {m.internal for m in f.maps.values()}:
+                raise f.error(BadTypeError, f"{tok} is assigned a value that depends on a loop index; "
+                              f"index it: {tok}[:, t] ← …", s.pos)
+            f.vars[key] = value
+        return
+    if not isinstance(value, Val):
+        raise f.error(BadTypeError, "only values can be assigned entry-wise", s.pos)
+    if any(not (it.op == "all" or (it.op == "name" and it.text in f.maps)) for it in items):
+        raise f.error(BadTypeError, "assign to whole rows and columns: use `:` and loop indices", s.pos)
+    distinct_index_vars(f, items)
+    # Sʰ[t, t'] ← … inside `For h ∈ [H]:` updates this head's member of the family Sʰ.
+    fam = f.vars.get(key) if loop_idx else None
+    if loop_idx and not isinstance(fam, Family):
+        fam = Family()
+    existing = fam.members.get(loop_idx) if fam is not None else f.vars.get(key)
+    if existing is not None and isinstance(existing, Val) and len(existing.dims) != len(items):
+        raise f.error(ShapeError, f"{tok} is {show(existing)}; it takes {len(existing.dims)} indices", s.pos)
+    if cond is not None:
+        if existing is None:
+            raise f.error(BadTypeError, f"{tok} is not defined yet", s.pos)
+        if not isinstance(existing, Val):
+            raise f.error(BadTypeError, f"{tok} is not a vector or a matrix, so it cannot be updated entry-wise",
+                          s.pos)
+        view = existing
+        for i in reversed(range(len(items))):
+            if items[i].op == "name":
+                mv = f.maps[items[i].text]
+                if mv.size is None:
+                    mv.size = view.dims[i]
+                view = dim_to_free(f.b, view, i, mv.internal)
+        if value.node.dtype is not view.node.dtype and view.kind == "real":
+            value = cast_real(f.b, value)  # S[t, t'] ← [[…]]: a truth value assigned as the number 0 or 1
+        new = elementwise(f.b, Op.WHERE, [cond, value, view], "assign", kind=view.kind)
+        value = new
+    result = _place(f, value, items, s)
+    if isinstance(existing, Val):
+        if len(existing.dims) != len(result.dims):
+            raise f.error(ShapeError, f"{tok} is {show(existing)}, the new value {show(result)}", s.pos)
+        for old, new in zip(existing.dims, result.dims, strict=True):
+            unify(f.b, old, new, f"assigning to {tok}")
+    if fam is not None:
+        fam.members[loop_idx] = result
+        f.vars[key] = fam
+    else:
+        f.vars[key] = result
+
+
+def _place(f: Frame, value: Val, items: list, s: Stmt) -> Val:
+    """Build the whole matrix from a value computed per index: X̃[:, t] ← v(t)."""
+    own_dims = iter(range(len(value.dims)))
+    target_labels: list = []
+    dims = []
+    used = set()
+    for it in items:
+        if it.op == "all":
+            i = next(own_dims, None)
+            if i is None:
+                raise f.error(ShapeError, "more `:` than the value has dims", s.pos)
+            target_labels.append(("d", i))
+            dims.append(value.dims[i])
+        else:
+            internal = f.maps[it.text].internal
+            if internal not in value.free_vars:
+                raise f.error(BadTypeError, f"the value does not depend on {it.text}", s.pos)
+            target_labels.append(("f", internal))
+            dims.append(value.free_size(internal))
+            used.add(internal)
+    if next(own_dims, None) is not None:
+        raise f.error(ShapeError, f"the value is {show(value)}: it has more dims than `:` in the target", s.pos)
+    rest = [(n, sz) for n, sz in value.free if n not in used]
+    labels_ = [("b", None)] * value.batched + target_labels + [("f", n) for n, _ in rest]
+    node = to_layout(f.b, value, labels_)
+    return replace(value, node=node, dims=tuple(dims), free=tuple(rest), const=None)

@@ -1,0 +1,91 @@
+"""The limits pseudoformer holds untrusted input to, in one place (docs/security.md lists them).
+
+A file, a config value or a command-line number may come from anyone. Each limit below bounds
+the time or memory one of them can cost before pseudoformer refuses it with a message, instead of
+reading a device until memory runs out or unrolling a model for hours.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+
+KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
+
+# The most bytes read from each kind of file. The real models are a few KiB of source and a few
+# hundred bytes of config; the caps leave room for far larger ones and stop /dev/zero-like input.
+FILE_CAPS: dict[str, int] = {
+    "source": 1 * MiB,  # a .alg file (the entry and each file it `use`s)
+    "config": 1 * MiB,  # a --config .toml, and a checkpoint's config.json
+    "shard index": 64 * MiB,  # model.safetensors.index.json of a sharded checkpoint
+    "input": 1 * GiB,  # a --input .npy array
+    "tokenizer": 256 * MiB,  # a --tokenizer tokenizer.json
+    "onnx": 2 * GiB,  # a .onnx file given to `run` (protobuf's own limit; bigger weights live in .data)
+}
+
+# IR nodes the elaborator may create for one entry before it refuses (--max-nodes raises it).
+# GPT-2 small at -O0 is about 4,500 nodes, GPT-2 XL about 18,000.
+MAX_NODES = 1_000_000
+# Parentheses, function applications and operator chains nested deeper than this in one line are
+# a diagnostic: each level costs a few Python frames when the line is turned into a graph.
+MAX_NESTING = 100
+# Digits in an integer literal (Python refuses to convert more than 4,300 anyway).
+MAX_INT_DIGITS = 100
+# --threads may be 1 to this many times the cores this process may run on.
+THREADS_PER_CORE = 4
+# A sampling temperature τ must be 0 (greedy) or at least this: below it q ∝ p^{1/τ} is argmax up
+# to rounding, and at the extremes (τ = 1e-320) p^{1/τ} overflows into NaN.
+MIN_TEMPERATURE = 1e-3
+
+
+def cores() -> int:
+    """The CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def max_threads() -> int:
+    return THREADS_PER_CORE * cores()
+
+
+def available_memory() -> int | None:
+    """Bytes of memory a new allocation can still get: MemAvailable, or less under `ulimit -v`."""
+    avail: int | None = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * KiB
+                    break
+    except (OSError, ValueError):
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            avail = None
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        left = max(soft - _address_space_used(), 0)
+        avail = left if avail is None else min(avail, left)
+    return avail
+
+
+def _address_space_used() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * KiB
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def show_bytes(n: float) -> str:
+    for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} bytes"

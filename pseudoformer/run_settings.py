@@ -1,0 +1,35 @@
+"""Checking the numbers a run is given (seed, threads, the node limit) before anything uses them.
+
+numpy refuses a negative seed with its own ValueError, and onnxruntime asked for 100,000 threads
+crashes the process: each is a user's mistake, said in one line, here.
+"""
+
+from __future__ import annotations
+
+from pseudoformer.errors import UsageError
+from pseudoformer.limits import THREADS_PER_CORE, cores, max_threads
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_seed(seed: object) -> None:
+    """A seed is a whole number ≥ 0 (numpy's generators take no negative seed)."""
+    if seed is not None and (not _whole(seed) or seed < 0):  # type: ignore[operator]
+        raise UsageError(f"the seed must be a whole number ≥ 0, got {seed!r}")
+
+
+def check_threads(threads: object) -> None:
+    """Threads: 1 to THREADS_PER_CORE × the cores this process may use (None: the runtime's default)."""
+    if threads is None:
+        return
+    top = max_threads()
+    if not _whole(threads) or not 1 <= threads <= top:  # type: ignore[operator]
+        raise UsageError(f"--threads must be between 1 and {top} ({THREADS_PER_CORE} × the {cores()} cores "
+                         f"this process may use), got {threads!r}")
+
+
+def check_max_nodes(max_nodes: object) -> None:
+    if not _whole(max_nodes) or max_nodes < 1:  # type: ignore[operator]
+        raise UsageError(f"--max-nodes must be a whole number ≥ 1, got {max_nodes!r}")
