@@ -10,7 +10,8 @@
 ATTENTION is row-major (q [.., s_q, d], k [.., s_k, d], v [.., s_k, d_v]), so the paper's column
 layout is transposed in and out; those transposes cancel against the frontend's own in `simplify`.
 M [s_z, s_x] = INDEX_MASK(seq, seq, rel="<=") — key t_z ≤ query t_x, the paper's [[t ≤ t']] — is
-`causal` with no mask operand; any other bool [s_z, s_x] mask becomes the operand, transposed.
+`causal` with no mask operand; a conjunct t_x − t_z < w beside it (Mistral's sliding window,
+[[t ≤ t' ∧ t' − t < w]]) is `window=w`; any other bool [s_z, s_x] mask becomes the operand, transposed.
 """
 
 from __future__ import annotations
@@ -164,6 +165,32 @@ def _relation(n: Node, negated: bool) -> str | None:
     return _NEGATE[rel] if flip else rel
 
 
+def _conjuncts(n: Node) -> list[Node]:
+    return [c for s in n.src for c in _conjuncts(s)] if n.op is Op.AND else [n]
+
+
+def _index_along(n: Node, axis: int) -> Node | None:
+    """The ARANGE under `n` when n is positions varying along `axis` of a [s_z, s_x] matrix (unsqueezed)."""
+    if n.op is not Op.UNSQUEEZE or list(n.attrs["axes"]) not in ([1 - axis], [-1 - axis]):
+        return None
+    inner = n.src[0]
+    while inner.op is Op.CAST:
+        inner = inner.src[0]
+    return inner if inner.op is Op.ARANGE else None
+
+
+def _window(n: Node) -> int | None:
+    """w when keep[t_z, t_x] = t_x − t_z < w over one length (Mistral's [[t' − t < w]]): a sliding window."""
+    if n.op is not Op.LT or n.src[0].op is not Op.SUB:
+        return None
+    w = const_value(n.src[1])
+    queries, keys = (_index_along(s, a) for s, a in zip(n.src[0].src, (1, 0), strict=True))
+    if w is None or w != int(w) or w < 1 or queries is None or keys is None:
+        return None
+    same = queries.src[0] is keys.src[0] or queries.shape == keys.shape and isinstance(queries.shape[0], str)
+    return int(w) if same else None
+
+
 def _check(m: AttentionMatch, ctx: Context) -> str | None:
     if m.problem is not None:
         return m.problem
@@ -186,6 +213,7 @@ def _check(m: AttentionMatch, ctx: Context) -> str | None:
 
 def _rewrite(m: AttentionMatch, n: Node) -> Node:
     causal = False
+    windows: list[tuple[int, Node]] = []
     general: list[Node] = []
     for k in m.keeps:
         if k.node.op is Op.CONST:
@@ -196,14 +224,26 @@ def _rewrite(m: AttentionMatch, n: Node) -> Node:
         keep = k.node
         if k.negated:
             keep = keep.src[0] if keep.op is Op.NOT else Node(Op.NOT, (keep,), span=n.span, scope=n.scope)
-        general.append(transposed(keep, n))  # [s_z, s_x] → ATTENTION's [s_q, s_k]
+        # [[t ≤ t' ∧ t' − t < w]]: each conjunct the kernel knows becomes an attribute.
+        for c in _conjuncts(keep) if keep.op is Op.AND else [keep]:
+            if _relation(c, False) == "<=":
+                causal = True
+            elif (w := _window(c)) is not None:
+                windows.append((w, c))
+            else:
+                general.append(c)
+    attrs: dict[str, object] = {"scale": m.scale, "causal": causal}
+    if causal and windows:
+        attrs["window"] = min(w for w, _ in windows)
+    else:  # a window alone also shows later keys: not what the kernel's window means
+        general += [c for _, c in windows]
     operands = [transposed(m.q, n), m.kt, transposed(m.v, n)]
     if general:
-        mask = general[0]
+        mask = transposed(general[0], n)  # [s_z, s_x] → ATTENTION's [s_q, s_k]
         for g in general[1:]:
-            mask = Node(Op.AND, (mask, g), span=n.span, scope=n.scope)
+            mask = Node(Op.AND, (mask, transposed(g, n)), span=n.span, scope=n.scope)
         operands.append(mask)
-    att = Node(Op.ATTENTION, tuple(operands), {"scale": m.scale, "causal": causal}, span=n.span, scope=n.scope)
+    att = Node(Op.ATTENTION, tuple(operands), attrs, span=n.span, scope=n.scope)
     out = transposed(att, n)
     assert out.type == n.type, f"attention fusion changed the type {n.type} to {out.type}"
     return out

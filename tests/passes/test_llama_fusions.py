@@ -181,3 +181,14 @@ def test_decoder_on_onnx_runtime_has_four_matmuls_per_layer_and_no_per_head_ops(
     feed, weights = _feed_and_weights(g)
     got = OnnxRunner(model).run(feed)["Y"]
     np.testing.assert_allclose(got, run(g, feed, weights)["Y"], rtol=1e-5, atol=1e-5)
+
+
+def test_sliding_window_mask_becomes_the_attentions_window() -> None:
+    """Mistral's [[t ≤ t' ∧ t' − t < w]]: causal with window=w and no mask operand, numbers held."""
+    g = llama_graphs.llama(window=3)
+    out = _optimised(g)
+    atts = [n for n in out.nodes() if n.op is Op.ATTENTION]
+    assert len(atts) == llama_graphs.TINY["L"]
+    assert all(a.attrs["causal"] and a.attrs["window"] == 3 and len(a.src) == 3 for a in atts)
+    feed, weights = _feed_and_weights(g)
+    np.testing.assert_allclose(run(out, feed, weights)["Y"], run(g, feed, weights)["Y"], rtol=1e-5, atol=1e-5)
