@@ -76,7 +76,27 @@ def _unary(lw: RelaxLowering, n: Node) -> Any:
 
 @lowers(*_BINARY)
 def _binary(lw: RelaxLowering, n: Node) -> Any:
+    shifted = _shifted_range(lw, n)
+    if shifted is not None:
+        return shifted
     return _BINARY[n.op](lw.tensor(n.src[0]), lw.tensor(n.src[1]))
+
+
+def _shifted_range(lw: RelaxLowering, n: Node) -> Any:
+    """arange(ℓ) + s, with s a size (the key/value cache's positions past + 0, 1, …), as the last ℓ of
+    arange(s + ℓ). As an add of a size tensor, or as arange(s, s + ℓ), TVM 0.27's FuseTIR fuses it with
+    its users into a PrimFunc that its RenewDefs pass rejects ("VarRemapGet(source) == nullptr");
+    a strided slice (what the cache's slice of a position table already is) fuses fine."""
+    if n.op is not Op.ADD:
+        return None
+    for i in (0, 1):
+        r, s = n.src[i], n.src[1 - i]
+        if r.op is Op.ARANGE and s.type.shape == () and id(s) in lw.sizes:
+            start, length = lw.size(s), lw.size(r.src[0])
+            last = lw.emit(R.strided_slice(lw.emit(R.arange(0, start + length, 1, "int64")), [0], [start],
+                                           [start + length], assume_inbound=True))
+            return R.reshape(last, [length])
+    return None
 
 
 @lowers(Op.GELU)
