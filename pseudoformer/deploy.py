@@ -94,7 +94,7 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
             backend: str = "onnx", dtype: str = "float32", opset: int | None = None,
             opt_level: int = 2, target: str = "llvm", padding_mask: bool = False,
             tvm_params: str | None = None, include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES,
-            allow_nonfinite: bool = False) -> CompiledModel | TVMCompiledModel:
+            allow_nonfinite: bool = False, functions: bool = False) -> CompiledModel | TVMCompiledModel:
     """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
 
     backend="onnx" gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so for
@@ -104,6 +104,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     padding_mask=True adds an `attention_mask` input per token input (ONNX only; see
     passes/padding_mask.py) so that right-padded batches of different lengths run together.
     include, max_nodes, allow_nonfinite: as for `load`.
+    functions=True writes each algorithm call as an ONNX local function (ONNX only; see
+    backends/onnx/functions.py): the same model, folded as the paper writes it, for a viewer such as Netron.
     """
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
@@ -115,18 +117,21 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
         raise UsageError("--padding-mask is for the onnx backend")
     if tvm_params is not None and backend != "tvm":
         raise UsageError("--tvm-params is for the tvm backend")
+    if functions and backend != "onnx":
+        raise UsageError("--functions is for the onnx backend")
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed, include=include,
                  max_nodes=max_nodes, allow_nonfinite=allow_nonfinite)
     if backend == "tvm":
         from pseudoformer.deploy_tvm import compile_model
 
         return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args")
-    lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False)
+    lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False,
+                    functions=functions)
     return CompiledModel(lowered, model, dtype, padding_mask, opt_level)
 
 
 def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,
-          padding_mask: bool = False, whole: bool = True) -> Any:
+          padding_mask: bool = False, whole: bool = True, functions: bool = False) -> Any:
     """The optimised model as an onnx.ModelProto; with whole=False as a LoweredModel (graph + arrays)."""
     from pseudoformer.backends.onnx import BackendError
     from pseudoformer.backends.onnx.lower import lower_model
@@ -142,7 +147,7 @@ def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt
         except PaddingMaskError as e:
             raise UsageError(f"--padding-mask: {e}") from None
     try:
-        lowered = lower_model(graph, model.weights, dtype=dtype, opset=opset, metadata=metadata)
+        lowered = lower_model(graph, model.weights, dtype=dtype, opset=opset, metadata=metadata, functions=functions)
     except BackendError as e:
         raise UsageError(str(e)) from None
     return lowered.to_proto() if whole else lowered

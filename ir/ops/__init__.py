@@ -1,7 +1,8 @@
 """The IR's ops, each defined once in the registry (registry.py) by the module of its family.
 
 Importing this package registers them all: leaves, elementwise ops, erf and GELU, SiLU and SwiGLU,
-matmul, data movement, reductions, gather, run-time sizes, norms, attention, rotary embedding, tuples.
+matmul, data movement, reductions, gather, scatter, run-time sizes, norms, attention, rotary embedding,
+tuples.
 """
 
 from pseudoformer.ir.ops import (  # noqa: F401  (each module registers its ops)
@@ -16,6 +17,7 @@ from pseudoformer.ir.ops import (  # noqa: F401  (each module registers its ops)
     norms,
     reductions,
     rotary,
+    scatter,
     sizes,
     tuples,
 )

@@ -29,7 +29,7 @@ def _takes(n: Node, opset: int) -> bool:
 def _cache(e: Emitter, x: Node, angles: Node, seq_axis: int) -> str:
     """cos or sin [seq, d/2] expanded over the batch, once per table and batch for all the model's rotations."""
     batch, seq = x.shape[0], x.shape[seq_axis]
-    key = ("rotary cache", e.value(angles), batch, seq)
+    key = ("rotary cache", e.region, e.value(angles), batch, seq)  # per local function, as shape_of is
     if key not in e.shared:
         xv = e.value(x)
         sizes = [e.size_of(batch, (xv, 0)), e.size_of(seq, (xv, seq_axis)), e.ints([angles.shape[-1]])]
