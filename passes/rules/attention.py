@@ -169,25 +169,44 @@ def _conjuncts(n: Node) -> list[Node]:
     return [c for s in n.src for c in _conjuncts(s)] if n.op is Op.AND else [n]
 
 
-def _index_along(n: Node, axis: int) -> Node | None:
-    """The ARANGE under `n` when n is positions varying along `axis` of a [s_z, s_x] matrix (unsqueezed)."""
-    if n.op is not Op.UNSQUEEZE or list(n.attrs["axes"]) not in ([1 - axis], [-1 - axis]):
+def _positions(n: Node) -> tuple[Node, float, int] | None:
+    """(ARANGE, offset, axis) when n is arange + offset laid along `axis` of a [rows, cols] matrix: unsqueezed
+    to [n, 1] (axis 0) or [1, n], or a vector broadcast as a row (axis 1); cast and shifted by constants."""
+    axis = 1
+    if n.op is Op.UNSQUEEZE and n.type.rank == 2:
+        axis = 0 if list(n.attrs["axes"]) in ([1], [-1]) else 1
+        n = n.src[0]
+    if n.type.rank != 1:
         return None
-    inner = n.src[0]
-    while inner.op is Op.CAST:
-        inner = inner.src[0]
-    return inner if inner.op is Op.ARANGE else None
+    offset = 0.0
+    while n.op in (Op.CAST, Op.ADD, Op.SUB):
+        if n.op is Op.CAST:
+            n = n.src[0]
+            continue
+        c = const_value(n.src[1])
+        if c is None:
+            return None
+        offset += c if n.op is Op.ADD else -c
+        n = n.src[0]
+    return (n, offset, axis) if n.op is Op.ARANGE else None
 
 
 def _window(n: Node) -> int | None:
     """w when keep[t_z, t_x] = t_x − t_z < w over one length (Mistral's [[t' − t < w]]): a sliding window."""
+    swapped = False
+    while n.op is Op.TRANSPOSE:
+        n, swapped = n.src[0], not swapped
     if n.op is not Op.LT or n.src[0].op is not Op.SUB:
         return None
     w = const_value(n.src[1])
-    queries, keys = (_index_along(s, a) for s, a in zip(n.src[0].src, (1, 0), strict=True))
-    if w is None or w != int(w) or w < 1 or queries is None or keys is None:
+    later, earlier = (_positions(s) for s in n.src[0].src)
+    if w is None or w != int(w) or w < 1 or later is None or earlier is None:
         return None
-    same = queries.src[0] is keys.src[0] or queries.shape == keys.shape and isinstance(queries.shape[0], str)
+    # t_x (the queries) runs along the columns of [s_z, s_x], the rows of its transpose
+    if later[1] != earlier[1] or later[2] != (0 if swapped else 1) or earlier[2] != (1 if swapped else 0):
+        return None
+    a, b = later[0].src[0], earlier[0].src[0]
+    same = a is b or later[0].shape == earlier[0].shape and isinstance(later[0].shape[0], str)
     return int(w) if same else None
 
 
