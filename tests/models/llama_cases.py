@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
 from transformers import (
     LlamaConfig,
@@ -22,7 +21,6 @@ from transformers import (
 )
 
 from pseudoformer.config import Config
-from pseudoformer.errors import CompileError, UsageError
 from pseudoformer.model import Model, load
 from pseudoformer.weights import hf_hyperparameters, load_weights, read_hf_config
 from tests.passes import llama_graphs
@@ -40,14 +38,7 @@ SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hi
                rope_theta=100000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
 KINDS = tuple(HF)
 
-# The .alg sources need the notation of issue 12 (element maps over two indices and assignment to
-# computed rows in RoPE; W_k^{⌈h/G⌉}; real powers): until the frontend reads them, loading fails with
-# a compile error, and these cases are expected to fail with exactly that. strict: once the sources
-# load, the mark must go.
-ALG = pytest.param("alg", marks=pytest.mark.xfail(
-    raises=(CompileError, UsageError), strict=True,
-    reason="models/llama.alg needs issue 12's maps over two indices, computed rows and ⌈h/G⌉"))
-SOURCES = ["ir", ALG]
+SOURCES = ["ir", "alg"]
 
 
 def hf_config(kind: str, **sizes: object) -> object:

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from pseudoformer.deploy import lower, run_onnx
+from pseudoformer.ir import Op
+from pseudoformer.optimize import optimize
 from tests.models.hf_util import log_softmax, save_hf, tokens
 from tests.models.llama_cases import KINDS, SMOLLM2, SOURCES, TINY, WINDOW, hf_model, ours
 
@@ -69,7 +71,8 @@ def test_each_layer_is_four_matmuls_one_attention_and_two_rms_norms(checkpoints:
                                                                     source: str) -> None:
     """Packed QKV, O, packed gate+up and down; RoPE as RotaryEmbedding; no Softmax and no per-head op."""
     _, directory = checkpoints[kind]
-    graph = lower(ours(kind, directory, source)).graph
+    model = ours(kind, directory, source)
+    graph = lower(model).graph
     ops = Counter(n.op_type for n in graph.node)
     layers = TINY["num_hidden_layers"]
     assert ops["MatMul"] == 4 * layers + 1  # and the unembedding
@@ -77,8 +80,9 @@ def test_each_layer_is_four_matmuls_one_attention_and_two_rms_norms(checkpoints:
     assert ops["RotaryEmbedding"] == 2 * layers
     assert ops["Softmax"] == ops["Reshape"] == 0
     assert ops["Slice"] == 3 * layers and ops["Split"] == layers  # Q, K, V and gate, up out of the packed products
-    if kind == "qwen2":  # the q/k/v biases, packed like their projections
-        assert ops["Add"] == 3 * layers
+    # on activations: the two residuals per layer, and Qwen2's q/k/v biases packed like their projections
+    adds = [n for n in optimize(model.graph, 2).nodes() if n.op is Op.ADD and n.type.rank == 3]
+    assert len(adds) == (3 if kind == "qwen2" else 2) * layers
     attention = [n for n in graph.node if n.op_type == "Attention"]
     heads = {(a.name, a.domain, tuple((x.name, x.i) for x in a.attribute if x.name.endswith("num_heads")))
              for a in attention}
@@ -93,6 +97,17 @@ def test_smollm2_size_matches_hf(tmp_path, source: str) -> None:
     model = ours("llama", save_hf(hf, tmp_path), source)
     assert (model.config.hyperparameters["H"], model.config.hyperparameters["H_kv"]) == (9, 3)
     x = tokens(2, 24, vocab=SMOLLM2["vocab_size"], seed=5)
+    want = _hf_logits(hf, x)
+    _close(model.run(x=x)["Y"], want)
+    _close(run_onnx(lower(model), {"x": x})["Y"], want)
+
+
+def test_linear_rope_scaling_divides_the_positions(tmp_path) -> None:
+    """rope_scaling {"rope_type": "linear", "factor": κ}: RoPE's κ (models/variants.alg), against HF."""
+    hf = hf_model("llama", rope_scaling={"rope_type": "linear", "factor": 4.0})
+    model = ours("llama", save_hf(hf, tmp_path), "alg")
+    assert model.config.hyperparameters["kappa"] == 4.0
+    x = tokens(2, 11, vocab=TINY["vocab_size"], seed=3)
     want = _hf_logits(hf, x)
     _close(model.run(x=x)["Y"], want)
     _close(run_onnx(lower(model), {"x": x})["Y"], want)
