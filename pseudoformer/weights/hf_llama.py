@@ -31,8 +31,9 @@ PREFIX = "model."
 MODEL_TYPES = ("llama", "mistral", "qwen2")
 # The family of key/value heads in models/llama.alg: `For g ∈ [H_kv]: W^g_k, W^g_v`.
 KV_HEADS = "g"
-# The rope_scaling types llama.alg's RoPE computes (RoPE's κ for "linear", the Llama 3 frequencies).
-ROPE_TYPES = ("default", "linear", "llama3")
+# The rope_scaling types RoPE (models/variants.alg) computes: κ divides the positions for "linear".
+# Llama 3's frequency bands ("llama3") are not written in it yet, so they are refused by name.
+ROPE_TYPES = ("default", "linear")
 # Generation tokens: HF config key -> our name (llama.toml lists the same ones).
 TOKENS = {"bos_token_id": "bos_token", "eos_token_id": "eos_token"}
 IGNORED = (
@@ -74,16 +75,6 @@ def _rope(config: Mapping[str, object], refusals: list[str]) -> dict[str, float]
         refusals.append(f"rope_scaling factor = {factor!r} is not a number ≥ 1")
         return out
     out["kappa"] = float(factor)
-    if kind == "llama3":
-        for key, ours in (("low_freq_factor", "alpha"), ("high_freq_factor", "beta"),
-                          ("original_max_position_embeddings", "ell_0")):
-            value = scaling.get(key)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                refusals.append(f"rope_scaling {key} = {value!r} is not a positive number")
-                continue
-            out[ours] = float(value) if ours != "ell_0" else int(value)
-        if out.get("beta", 1.0) <= out.get("alpha", 0.0):
-            refusals.append("rope_scaling high_freq_factor must exceed low_freq_factor")
     return out
 
 
