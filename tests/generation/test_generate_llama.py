@@ -72,3 +72,24 @@ def test_cached_decoding_gives_the_logits_of_the_whole_sequence(checkpoints: dic
         BATCH, max_new_tokens=12, seed=3, sampling=Sampling(temperature=0.8), keep_scores=True) for cache in (True, False)]
     assert runs[0].tokens == runs[1].tokens
     assert max(np.abs(a - b).max() for a, b in zip(runs[0].scores, runs[1].scores, strict=True)) <= 1e-4
+
+
+def test_generate_command_with_a_text_prompt_equals_hf(checkpoints: dict, tmp_path, capsys) -> None:
+    """`pseudoformer generate models/llama.alg --weights DIR --prompt TEXT`: the checkpoint's tokenizer.json
+    encodes the prompt (its post-processor adding the start token), and the greedy ids are HF's."""
+    tokenizers = pytest.importorskip("tokenizers", reason="--prompt uses the tokenizers package")
+    from pseudoformer.cli import main
+
+    hf, _ = checkpoints["llama"]
+    hf.save_pretrained(tmp_path)
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"w{i}": i for i in range(TINY["vocab_size"])},
+                                                           unk_token="w0"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.post_processor = tokenizers.processors.TemplateProcessing(single="w1 $A", special_tokens=[("w1", 1)])
+    tok.save(str(tmp_path / "tokenizer.json"))
+    assert main(["generate", "models/llama.alg", "--weights", str(tmp_path), "--prompt", "w7 w30 w9",
+                 "--max-new-tokens", "8", "--temperature", "0"]) == 0
+    ids, text = capsys.readouterr().out.splitlines()
+    want = hf_greedy(hf, [[1, 7, 30, 9]], 8)[0]
+    assert ids.split() == [str(i) for i in want]
+    assert text.split() == [f"w{i}" for i in want]
