@@ -25,6 +25,7 @@ ORT MatMul of one row).
     python benchmarks/bench_llama.py                  # full run (makes benchmarks/.genai-venv once)
     python benchmarks/bench_llama.py --quick          # a tiny Llama, a smoke test of the three
     python benchmarks/bench_llama.py --profile DIR    # also ORT profiles of our prefill and step
+    python benchmarks/bench_llama.py --source ir      # ours from the hand-built graph llama.alg elaborates to
 """
 
 from __future__ import annotations
@@ -188,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--genai-venv", type=Path, default=ROOT / "benchmarks" / ".genai-venv")
     ap.add_argument("--model", default=str(ROOT / "models" / "llama.alg"))
+    ap.add_argument("--source", choices=("alg", "ir"), default="alg",
+                    help="ir: the decoder llama.alg elaborates to, built by hand (tests/passes/llama_graphs.py), "
+                         "for as long as the frontend cannot read llama.alg's notation")
     ap.add_argument("--profile", type=Path, help="write ORT profiles of our prefill and decode step here")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
@@ -209,7 +213,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         version = genai_build(python, ckpt, built, Path(tmp) / "builder.log")
         genai_seconds = time.perf_counter() - start
         start = time.perf_counter()
-        model = load(args.model, weights=ckpt)
+        if args.source == "ir":
+            from tests.models.llama_cases import hand_built
+
+            model = hand_built("llama", ckpt)
+        else:
+            model = load(args.model, weights=ckpt)
         gen = Generator(model, backend="onnx", threads=args.threads)
         ours_seconds = time.perf_counter() - start
         hf = LlamaForCausalLM.from_pretrained(ckpt).eval()
@@ -251,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ratio_step = med["ours"]["step"] / med["genai"]["step"]
     ratio_prefill = med["ours"]["prefill"] / med["genai"]["prefill"]
     shape = "a tiny Llama (--quick)" if args.quick else "SmolLM2-135M's shape"
-    print(f"# Llama generation, {shape}, random weights: prompt {args.prompt}, {args.new} new tokens, greedy, "
+    what = "the hand-built decoder of llama.alg (--source ir)" if args.source == "ir" else args.model
+    print(f"# Llama generation, {shape}, random weights, ours from {what}: prompt {args.prompt}, {args.new} new tokens, greedy, "
           f"{args.threads} threads, batch 1, fp32, CPU")
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; "
           f"{args.rounds} rounds after a warm-up, rotating, medians; onnxruntime-genai {version}")
