@@ -124,24 +124,6 @@ class Genai:
         self.proc.wait(timeout=60)
 
 
-def eager_generate(hf, prompt: np.ndarray, new: int) -> tuple[list[int], float, list[float]]:
-    import torch
-
-    with torch.inference_mode():
-        start = time.perf_counter()
-        out = hf(torch.from_numpy(prompt), use_cache=True, logits_to_keep=1)
-        y = out.logits[:, -1].argmax(-1)
-        prefill = time.perf_counter() - start
-        tokens, steps, past = [int(y)], [], out.past_key_values
-        for _ in range(new - 1):
-            start = time.perf_counter()
-            out = hf(y[:, None], past_key_values=past, use_cache=True)
-            y, past = out.logits[:, -1].argmax(-1), out.past_key_values
-            steps.append(time.perf_counter() - start)
-            tokens.append(int(y))
-    return tokens, prefill, steps
-
-
 def read_bandwidth(threads: int) -> float:
     """Bytes per second this machine streams from memory: the better of a numpy sum of 512 MB and an
     ORT MatMul of one row by a 512 MB matrix (the GEMV a decode step is made of)."""
@@ -200,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from transformers import LlamaForCausalLM
 
     sys.path.insert(0, str(ROOT))
+    from benchmarks.bench_generate import torch_generate
     from benchmarks.llama_profile import profile_ours, summarize, table
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load
@@ -232,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return res.tokens[0], res.prefill_seconds, res.step_seconds
 
         variants = {"ours": ours_generate, "genai": lambda: genai.generate(prompt[0].tolist(), args.new),
-                    "eager": lambda: eager_generate(hf, prompt, args.new)}
+                    "eager": lambda: torch_generate(hf, prompt, args.new, logits_to_keep=1)}
         names = list(variants)
         rows: dict[str, dict[str, list[float]]] = {k: {"prefill": [], "step": []} for k in names}
         tokens: dict[str, list[int]] = {}
