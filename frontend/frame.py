@@ -87,6 +87,11 @@ class Frame:
         var = self.vars.get(parse_name(text).key())
         if var is not None and hasattr(var, "size") and not isinstance(var, Val):
             return var.size
+        if self.caller is not None:  # a callee's own derived size (GQAttention's G = H / H_kv)
+            derived = next((d for d in self.alg.hyper if d.kind == "derived" and parse_name(d.name).ascii() == key), None)
+            if derived is not None and derived.value is not None:
+                self.sizes[key] = self.eval_size(derived.value)
+                return self.b.resolve(self.sizes[key])
         f: Frame | None = self.caller
         while f is not None:
             if key in f.sizes:

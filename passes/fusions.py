@@ -8,6 +8,8 @@ and, for layer norm, more accurate than the sum-of-quotients form.
   layer_norm_fusion   rules/layer_norm.py  →  LAYER_NORM(x, γ, β; axis, eps)
                       rules/rms_norm.py    →  RMS_NORM(x, γ; axis, eps)
   gelu_fusion         rules/gelu_tanh.py   →  GELU(x; approximate="tanh" | "none")
+  swiglu_fusion       rules/swiglu.py      →  SWIGLU([W₁; W₃] X; axis)
+  rotary_fusion       rules/rotary.py      →  ROTARY(x, cos θ, sin θ; axis)
   attention_fusion    rules/attention.py   →  ATTENTION(q, k, v[, mask]; scale, causal)
 
 They expect `cse` and `simplify` to have run (they also work on the raw graph, just with more to
@@ -21,11 +23,13 @@ from __future__ import annotations
 
 from pseudoformer.ir import Graph
 from pseudoformer.passes.rule import apply_rules
-from pseudoformer.passes.rules import attention, gelu_tanh, layer_norm, rms_norm
+from pseudoformer.passes.rules import attention, gelu_tanh, layer_norm, rms_norm, rotary, swiglu
 
 NORM_RULES = [layer_norm.RULE, rms_norm.RULE]
 GELU_RULES = [gelu_tanh.RULE]
 ATTENTION_RULES = [attention.RULE]
+SWIGLU_RULES = [swiglu.RULE]
+ROTARY_RULES = [rotary.RULE]
 
 
 def fuse_norms(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
@@ -41,3 +45,13 @@ def fuse_gelu(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
 def fuse_attention(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
     """Fuse every matching head of Algorithm 4 into one ATTENTION op."""
     return apply_rules(graph, ATTENTION_RULES, refusals)
+
+
+def fuse_swiglu(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Replace every SiLU(W₁ X) ⊙ W₃ X with one SWIGLU over the packed projection [W₁; W₃] X."""
+    return apply_rules(graph, SWIGLU_RULES, refusals)
+
+
+def fuse_rotary(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Replace every rotate-half rotary embedding with one ROTARY node."""
+    return apply_rules(graph, ROTARY_RULES, refusals)

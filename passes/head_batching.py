@@ -13,6 +13,15 @@ cross-attention) share one matmul over their stacked weights and are sliced apar
 
 The weights are stacked with CONCAT of the per-head PARAMs rather than replaced by new PARAMs, so
 checkpoint names stay as they are; ONNX Runtime folds a Concat of initializers into a constant.
+
+Rotary embeddings: a projection may be rotated, ROTARY(W X + b 1ᵀ, c, s) (Llama's RoPE, made by
+rules/rotary.py), with the same angles for every head; the rotation then applies to the stacked
+heads after the split, [.., H, d, s], the angles broadcasting over the head axis.
+
+Grouped-query attention: when the heads' keys and values are shared by groups of G consecutive heads
+(Llama's W_k^{⌈h/G⌉}, after CSE one K and one V node per group), only the H_kv = H / G distinct
+key/value projections are stacked, and the attention is the grouped 4-D form (q [.., H, s, d], k and
+v [.., H_kv, s, d]).
 """
 
 from __future__ import annotations
@@ -30,11 +39,12 @@ KINDS = ("q", "k", "v")
 
 @dataclass
 class _Proj:
-    """W X + B for one head and one of q, k, v; B is [d, 1] or absent."""
+    """W X + B for one head and one of q, k, v, perhaps rotated by angles (c, s); B is [d, 1] or absent."""
 
     w: Node
     b: Node | None
     x: Node
+    rot: tuple[Node, Node] | None = None
 
 
 @dataclass
@@ -42,6 +52,7 @@ class HeadsMatch:
     src: tuple[Node, ...]  # the row stack's operands, rebuilt
     heads: list[Node] = field(default_factory=list)  # the ATTENTION nodes, in row-stack order
     projs: list[dict[str, _Proj]] = field(default_factory=list)
+    kv_heads: list[int] = field(default_factory=list)  # the heads whose k and v are distinct (all, without GQA)
     interior: list[Node] = field(default_factory=list)
     problem: str | None = None
 
@@ -51,11 +62,15 @@ def _is_swap(n: Node) -> bool:
 
 
 def _projection(t: Node, interior: list[Node]) -> _Proj | None:
-    """t = (W X + B)ᵀ with W a matrix and B a [d, 1] column (or no B)."""
+    """t = (W X + B)ᵀ, or ROTARY(W X + B, c, s)ᵀ, with W a matrix and B a [d, 1] column (or no B)."""
     if not _is_swap(t):
         return None
     p = t.src[0]
     found = [t, p]
+    rot = None
+    if p.op is Op.ROTARY and not p.attrs.get("heads", 0) and p.attrs["axis"] % p.type.rank == p.type.rank - 2:
+        rot, p = (p.src[1], p.src[2]), p.src[0]
+        found.append(p)
     b = None
     if p.op is Op.ADD:
         mm = [i for i, s in enumerate(p.src) if s.op is Op.MATMUL]
@@ -71,7 +86,7 @@ def _projection(t: Node, interior: list[Node]) -> _Proj | None:
     if w.type.rank != 2 or x.type.rank != p.type.rank:
         return None
     interior += found
-    return _Proj(w, b, x)
+    return _Proj(w, b, x, rot)
 
 
 def _match(n: Node, src: tuple[Node, ...], ctx: Context) -> HeadsMatch | None:
@@ -93,11 +108,31 @@ def _match(n: Node, src: tuple[Node, ...], ctx: Context) -> HeadsMatch | None:
     return m
 
 
+def _groups(m: HeadsMatch) -> str | None:
+    """Find the heads with distinct keys and values (m.kv_heads); why they form no grouped batch, if not."""
+    # After CSE a shared projection's weight is one PARAM node, whatever the attention fusion made around it.
+    first_of: dict[tuple[int, int], int] = {}
+    group = [first_of.setdefault((id(p["k"].w), id(p["v"].w)), h) for h, p in enumerate(m.projs)]
+    m.kv_heads = sorted(set(group))
+    n_kv = len(m.kv_heads)
+    if n_kv == len(m.heads):
+        return None
+    size = len(m.heads) // n_kv
+    if len(m.heads) % n_kv or any(group[h] != m.kv_heads[h // size] for h in range(len(m.heads))):
+        return f"the {len(m.heads)} heads share {n_kv} keys and values, but not in groups of consecutive heads"
+    if len({id(p["k"].w) for p in m.projs}) != n_kv or len({id(p["v"].w) for p in m.projs}) != n_kv:
+        return "the heads share keys and values in different groups"
+    return None
+
+
 def _check(m: HeadsMatch, ctx: Context) -> str | None:
     if m.problem is not None:
         return m.problem
     if len(m.heads) < 2:
         return "one head: there is nothing to batch"
+    why = _groups(m)
+    if why is not None:
+        return why
     first, p0 = m.heads[0], m.projs[0]
     for h, (att, projs) in enumerate(zip(m.heads, m.projs, strict=True)):
         if att.attrs["scale"] != first.attrs["scale"] or att.attrs["causal"] != first.attrs["causal"]:
@@ -111,6 +146,9 @@ def _check(m: HeadsMatch, ctx: Context) -> str | None:
                 return f"head {h + 1}'s {kind} reads another input than head 1's"
             if a.w.type != b.w.type or (a.b is None) != (b.b is None):
                 return f"head {h + 1}'s {kind} projection {a.w.type} differs in size or bias from head 1's {b.w.type}"
+            if (a.rot is None) != (b.rot is None) or (a.rot and b.rot and any(
+                    x is not y for x, y in zip(a.rot, b.rot, strict=True))):
+                return f"head {h + 1}'s {kind} is rotated differently from head 1's"
     leak = escaping(ctx, m.src, m.interior)
     if leak is not None:
         return f"a per-head value is used outside the heads' row stack: {describe(leak)}"
@@ -128,8 +166,13 @@ def _stack(like: Node, parts: list[Node]) -> Node:
     return parts[0] if len(parts) == 1 else _node(like, Op.CONCAT, tuple(parts), axis=0)
 
 
+def _heads_of(m: HeadsMatch, kind: str) -> list[dict[str, _Proj]]:
+    """The projections of the heads with distinct `kind`: all for q, the H_kv groups' for k and v."""
+    return m.projs if kind == "q" else [m.projs[h] for h in m.kv_heads]
+
+
 def _project(m: HeadsMatch, n: Node) -> dict[str, Node]:
-    """Each of q, k, v for all heads as [.., H·d, s], with one matmul per distinct (input, has-bias)."""
+    """Each of q, k, v for all (distinct) heads as [.., H·d, s], with one matmul per distinct (input, has-bias)."""
     groups: dict[tuple[int, bool], list[str]] = {}
     for kind in KINDS:
         p = m.projs[0][kind]
@@ -137,16 +180,16 @@ def _project(m: HeadsMatch, n: Node) -> dict[str, Node]:
     out: dict[str, Node] = {}
     for kinds in groups.values():
         p0 = m.projs[0][kinds[0]]
-        w = _stack(n, [projs[k].w for k in kinds for projs in m.projs])
+        w = _stack(n, [projs[k].w for k in kinds for projs in _heads_of(m, k)])
         y = _node(n, Op.MATMUL, (w, p0.x))
         if p0.b is not None:
-            y = _node(n, Op.ADD, (y, _stack(n, [projs[k].b for k in kinds for projs in m.projs])))
+            y = _node(n, Op.ADD, (y, _stack(n, [projs[k].b for k in kinds for projs in _heads_of(m, k)])))
         if len(kinds) == 1:
             out[kinds[0]] = y
             continue
         axis, start = y.type.rank - 2, 0
         for k in kinds:
-            rows = len(m.projs) * m.projs[0][k].w.shape[0]
+            rows = len(_heads_of(m, k)) * m.projs[0][k].w.shape[0]
             bounds = (_node(n, Op.CONST, (), value=start, dtype=DType.int64),
                       _node(n, Op.CONST, (), value=start + rows, dtype=DType.int64))
             out[k] = _node(n, Op.SLICE, (y, *bounds), axis=axis, dim=rows)
@@ -161,7 +204,11 @@ def _rewrite(m: HeadsMatch, n: Node) -> Node:
     for kind in KINDS:
         y = stacked[kind]
         *lead, rows, s = y.shape
-        split = _node(n, Op.RESHAPE, (y,), shape=[*lead, heads, rows // heads, s])
+        count = len(_heads_of(m, kind))
+        split = _node(n, Op.RESHAPE, (y,), shape=[*lead, count, rows // count, s])
+        rot = m.projs[0][kind].rot
+        if rot is not None:  # [.., H, d, s] rotated along d, the angles [d/2, s] shared by the heads
+            split = _node(n, Op.ROTARY, (split, *rot), axis=split.type.rank - 2)
         operands.append(_node(n, Op.TRANSPOSE, (split,), perm=swap_last(split.type.rank)))
     operands += list(m.heads[0].src[3:])
     att = _node(n, Op.ATTENTION, tuple(operands), **m.heads[0].attrs)

@@ -40,6 +40,7 @@ from pseudoformer.passes.layout_rules import (
     Matmul,
     Perm,
     Reduce,
+    Rotary,
     SizeOf,
     Transpose,
     compose,
@@ -53,7 +54,7 @@ from pseudoformer.passes.layout_shape_rules import Gather, Reshape, Squeeze, Uns
 RULES: dict[str, LayoutRule] = {
     "elementwise": Elementwise(), "transpose": Transpose(), "matmul": Matmul(), "attention": Attention(),
     "normalise": AxisOp(), "axis": AxisOp(), "reduce": Reduce(), "unsqueeze": Unsqueeze(), "squeeze": Squeeze(),
-    "gather": Gather(), "reshape": Reshape(), "index_mask": IndexMask(), "size": SizeOf(),
+    "gather": Gather(), "reshape": Reshape(), "index_mask": IndexMask(), "size": SizeOf(), "rotary": Rotary(),
     "fixed": LayoutRule(),  # INPUT, PARAM, CONST, ARANGE: only the identity layout
 }
 

@@ -111,17 +111,7 @@ class Elementwise(LayoutRule):
         return [restrict(L, s.type.rank)[0] for s in n.src]
 
     def build(self, n: Node, L: Perm, src: Sequence[Node], lay: Sequence[Perm]) -> Node:
-        rank = len(L)
-        ops = []
-        for s in src:
-            _, ins = restrict(L, s.type.rank)
-            ops.append(Node(Op.UNSQUEEZE, (s,), {"axes": ins}, span=s.span, scope=s.scope) if ins else s)
-        # A [d, 1] bias turned into [1, d] is a [d] row vector to broadcasting; drop the unit axes
-        # an UNSQUEEZE put in front, as long as some operand still carries the output's rank.
-        stripped = [_strip_leading(s) for s in ops]
-        if max((s.type.rank for s in stripped), default=0) == rank:
-            ops = stripped
-        return new_node(n, n.op, ops, dict(n.attrs))
+        return new_node(n, n.op, broadcast_operands(L, src), dict(n.attrs))
 
     def induce(self, n: Node, i: int, Q: Perm) -> Perm | None:
         off = len(n.shape) - len(Q)
@@ -129,6 +119,38 @@ class Elementwise(LayoutRule):
 
     def prefer(self, n: Node, P: Perm | None) -> Perm | None:
         return P
+
+
+def broadcast_operands(L: Perm, src: Sequence[Node]) -> list[Node]:
+    """Operands laid out by restrict(L, ·), with unit axes where they must still broadcast."""
+    rank = len(L)
+    ops = []
+    for s in src:
+        _, ins = restrict(L, s.type.rank)
+        ops.append(Node(Op.UNSQUEEZE, (s,), {"axes": ins}, span=s.span, scope=s.scope) if ins else s)
+    # A [d, 1] bias turned into [1, d] is a [d] row vector to broadcasting; drop the unit axes
+    # an UNSQUEEZE put in front, as long as some operand still carries the output's rank.
+    stripped = [_strip_leading(s) for s in ops]
+    if max((s.type.rank for s in stripped), default=0) == rank:
+        ops = stripped
+    return ops
+
+
+class Rotary(Elementwise):
+    """ROTARY: the angles c and s broadcast against x like an elementwise op's operands, and the rotated
+    axis is remapped. The packed form (made after layout) keeps its layout."""
+
+    def plan(self, n: Node, L: Perm, avail: Avail) -> list[Perm | None] | None:
+        if n.attrs.get("heads", 0) and L != ident(len(L)):
+            return None
+        return super().plan(n, L, avail)
+
+    def build(self, n: Node, L: Perm, src: Sequence[Node], lay: Sequence[Perm]) -> Node:
+        axis = respell(n.attrs["axis"], L.index(n.attrs["axis"] % len(L)), len(L))
+        return new_node(n, Op.ROTARY, broadcast_operands(L, src), {**n.attrs, "axis": axis})
+
+    def prefer(self, n: Node, P: Perm | None) -> Perm | None:
+        return P if P is None or self.plan(n, P, None) is not None else ident(len(P))
 
 
 def _strip_leading(s: Node) -> Node:

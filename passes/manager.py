@@ -23,7 +23,7 @@ __all__ = ["LEVELS", "PIPELINES", "Pass", "PassContext", "named_pipeline", "pass
 def _registry() -> dict[str, Pass]:
     from pseudoformer.passes import backend_prep, generation_passes, quantize
     from pseudoformer.passes.cse import cse
-    from pseudoformer.passes.fusions import fuse_attention, fuse_gelu, fuse_norms
+    from pseudoformer.passes.fusions import fuse_attention, fuse_gelu, fuse_norms, fuse_rotary, fuse_swiglu
     from pseudoformer.passes.head_batching import batch_heads
     from pseudoformer.passes.layout import to_row_major
     from pseudoformer.passes.simplify import simplify
@@ -33,6 +33,10 @@ def _registry() -> dict[str, Pass]:
         Pass("simplify", plain(simplify), "algebraic simplification: transposes of transposes, identities", True),
         Pass("layer_norm_fusion", with_refusals(fuse_norms), "Algorithm 6 (with or without ε) → one layer_norm op"),
         Pass("gelu_fusion", with_refusals(fuse_gelu), "the tanh and erf GELU formulas → one gelu op"),
+        Pass("swiglu_fusion", with_refusals(fuse_swiglu),
+             "SiLU(W₁ X) ⊙ W₃ X → one swiglu op over one packed projection [W₁; W₃] X"),
+        Pass("rotary_fusion", with_refusals(fuse_rotary),
+             "the rotate-half RoPE [x₁ cos θ − x₂ sin θ; x₂ cos θ + x₁ sin θ] → one rotary op"),
         Pass("attention_fusion", with_refusals(fuse_attention),
              "Algorithm 4's masked softmax(KᵀQ/√d) and V · A → one attention op; [[t ≤ t']] → causal"),
         Pass("head_batching", with_refusals(batch_heads),
@@ -50,7 +54,8 @@ LEVELS: dict[int, list[str]] = {
     0: [],
     1: ["cse", "simplify", "cse"],
     # Attention fusion reads the paper's layout, so it runs before any layout change.
-    2: ["cse", "simplify", "cse", "layer_norm_fusion", "gelu_fusion", "attention_fusion", "head_batching",
+    2: ["cse", "simplify", "cse", "layer_norm_fusion", "gelu_fusion", "swiglu_fusion", "rotary_fusion",
+        "attention_fusion", "head_batching",
         "cse", "simplify", "layout", "cse", "simplify"],
 }
 

@@ -13,6 +13,11 @@ layer at seq 128). With a key/value cache (passes/cache_fusion.py) the new keys 
 3-D too; past and present stay [b, H_kv, positions, d], as the op has them. A causal attention whose
 queries are neither one position nor all of them stays 4-D: ONNX's is_causal without a past is
 top-left aligned, and the backend lowers that case by parts.
+
+A rotary embedding between the split and the attention (Llama's RoPE on the queries and keys, after
+head batching and layout: rotary(transpose(reshape(x3))) or transpose(rotary(reshape(x3)))) packs with
+them: rotary(x3; heads = H) on [batch, positions, H·d], ONNX's RotaryEmbedding in 3-D, its angles
+[positions, d/2] shared by the heads.
 """
 
 from __future__ import annotations
@@ -26,30 +31,69 @@ _SWAP = (0, 2, 1, 3)
 
 
 @dataclass(frozen=True)
+class _Side:
+    """One of q, k, v in the packed form: x3 [batch, seq, H·d], rotated by `rot` = (cos, sin) if given."""
+
+    x3: Node
+    heads: int
+    rot: tuple[Node, Node] | None
+    gone: tuple[Node, ...]  # the split (and the 4-D rotation) the packed form does without
+
+
+@dataclass(frozen=True)
 class _Packed:
-    q: Node  # the 3-D operands [batch, seq, H·d]; with a cache, k and v are the new positions'
-    k: Node
-    v: Node
-    q_heads: int
-    kv_heads: int
+    q: _Side  # with a cache, k and v are the new positions'
+    k: _Side
+    v: _Side
     out: Node  # the reshape that gives y3 (the attention's result in the packed form)
     gone: tuple[Node, ...]  # the head splits and merges it does without
 
 
-def _split_heads(t: Node, att: Node, c: Consumers) -> tuple[Node, int] | None:
-    """t = transpose(reshape(x3, [b, s, H, d]), [0, 2, 1, 3]) read only by att: (x3, H)."""
-    if t.op is not Op.TRANSPOSE or tuple(t.attrs["perm"]) != _SWAP or not c.only_user(t, att):
+def _angles(t: Node, c: Consumers, user: Node) -> tuple[Node, Node] | None:
+    """(cos, sin) of a rotary over the last axis read only by `user`, as [seq, d/2] shared by all heads."""
+    if t.op is not Op.ROTARY or t.attrs.get("heads", 0) or t.attrs["axis"] % 4 != 3 or not c.only_user(t, user):
+        return None
+    angles = []
+    for a in t.src[1:]:
+        if a.type.rank == 3 and a.shape[1] == 1 and a.op is Op.UNSQUEEZE and a.src[0].type.rank == 2:
+            a = a.src[0]  # [seq, 1, d/2] beside [b, seq, H, d]: the unit axis stands for the heads
+        if a.type.rank > 2:
+            return None
+        angles.append(a)
+    return angles[0], angles[1]
+
+
+def _split_heads(t: Node, att: Node, c: Consumers) -> _Side | None:
+    """t = transpose(reshape(x3, [b, s, H, d]), [0, 2, 1, 3]) read only by att, or that with a rotary
+    embedding over d before or after the transpose."""
+    rot, gone = None, [t]
+    if t.op is Op.ROTARY:  # after the transpose: [b, H, s, d], angles [s, d/2]
+        rot = _angles(t, c, att)
+        if rot is None:
+            return None
+        t, user = t.src[0], t
+        gone.append(t)
+    else:
+        user = att
+    if t.op is not Op.TRANSPOSE or tuple(t.attrs["perm"]) != _SWAP or not c.only_user(t, user):
         return None
     r = t.src[0]
+    if r.op is Op.ROTARY and rot is None:  # before the transpose: [b, s, H, d], angles [s, 1, d/2]
+        rot = _angles(r, c, t)
+        if rot is None:
+            return None
+        gone.append(r)
+        t, r = r, r.src[0]
     if r.op is not Op.RESHAPE or not c.only_user(r, t):
         return None
+    gone.append(r)
     x3 = r.src[0]
     h, d = r.shape[2], r.shape[3]
     if x3.type.rank != 3 or not isinstance(h, int) or not isinstance(d, int) or x3.shape[2] != h * d:
         return None
     if x3.shape[:2] != r.shape[:2]:
         return None
-    return x3, h
+    return _Side(x3, h, rot, tuple(gone))
 
 
 def _merged(y: Node, c: Consumers) -> Node | None:
@@ -73,8 +117,8 @@ def _find(n: Node, c: Consumers) -> _Packed | None:
     sides = [_split_heads(s, n, c) for s in n.src[:3]]
     if any(s is None for s in sides):
         return None
-    (q, hq), (k, hk), (v, hv) = sides  # type: ignore[misc]
-    if hk != hv or hq % hk:
+    q, k, v = sides  # type: ignore[misc]
+    if k.heads != v.heads or q.heads % k.heads or v.rot is not None:
         return None
     sq, sk = n.src[0].shape[-2], n.src[1].shape[-2]
     if n.attrs["causal"] and sq not in (1, sk) and not cached:
@@ -88,8 +132,8 @@ def _find(n: Node, c: Consumers) -> _Packed | None:
     out = _merged(y, c)
     if out is None:
         return None
-    splits = [x for s in n.src[:3] for x in (s, s.src[0])]
-    return _Packed(q, k, v, hq, hk, out, (*splits, *([y] if cached else []), out.src[0]))
+    splits = [x for side in sides for x in side.gone]  # type: ignore[union-attr]
+    return _Packed(q, k, v, out, (*splits, *([y] if cached else []), out.src[0]))
 
 
 def pack_heads(graph: Graph) -> tuple[Graph, bool]:
@@ -105,12 +149,19 @@ def pack_heads(graph: Graph) -> tuple[Graph, bool]:
     def get(n: Node) -> Node:
         return memo[id(n)]
 
+    def packed(side: _Side, like: Node) -> Node:
+        if side.rot is None:
+            return get(side.x3)
+        return Node(Op.ROTARY, (get(side.x3), *(get(a) for a in side.rot)), {"axis": 2, "heads": side.heads},
+                    span=like.span, scope=like.scope)
+
     for n in graph.nodes():
         if id(n) in found:
             p = found[id(n)]
-            attrs = {**n.attrs, "q_heads": p.q_heads, "kv_heads": p.kv_heads}
+            attrs = {**n.attrs, "q_heads": p.q.heads, "kv_heads": p.k.heads}
             rest = tuple(get(s) for s in n.src[3:])  # the mask, or the past keys and values (and the mask)
-            memo[id(n)] = Node(n.op, (get(p.q), get(p.k), get(p.v), *rest), attrs, span=n.span, scope=n.scope)
+            sides = tuple(packed(side, s) for side, s in zip((p.q, p.k, p.v), n.src[:3], strict=True))
+            memo[id(n)] = Node(n.op, (*sides, *rest), attrs, span=n.span, scope=n.scope)
             continue
         if id(n) in merged_by:  # y3: the packed attention's result
             att = olds[merged_by[id(n)]]

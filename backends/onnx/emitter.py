@@ -67,6 +67,7 @@ class Emitter:
         self.vals: dict[int, Any] = {}
         self.consts: dict[tuple, str] = {}
         self.shape_of: dict[tuple[object, str, int], str] = {}
+        self.shared: dict[tuple, str] = {}  # values lowerings share across nodes (rotary's cos/sin caches)
         # Types onnx's shape inference cannot work out alone (3-D Attention after a Slice): from the IR.
         self.value_info: list[onnx.ValueInfoProto] = []
         self.names: set[str] = set()
@@ -92,8 +93,10 @@ class Emitter:
         self.out, self.k, self.span = self.output_of.get(id(n), f"{self.v}{i}"), 0, n.span
 
     def result_names(self, n: Node, count: int) -> list[str]:
-        """The values of an op with `count` results: each a graph output's name where a `get` of it is one."""
+        """The values of an op with `count` results: each a graph output's name where a `get` of it is one.
+        Call it before emitting the op's helpers, whose names would otherwise take the same numbers."""
         names = [f"{self.out}.{i}" for i in range(count)]
+        self.k = max(self.k, count - 1)  # helpers emitted after this are numbered past the results
         for u in self.consumers.of(n):
             if u.op is Op.GET and id(u) in self.output_of:
                 names[u.attrs["index"]] = self.output_of[id(u)]
@@ -156,6 +159,16 @@ class Emitter:
         if key not in self.shape_of:
             self.shape_of[key] = self.emit("Shape", [value], start=axis, end=axis + 1)
         return self.shape_of[key]
+
+    def size_of(self, dim: str | int, fallback: tuple[str, int]) -> str:
+        """A run-time size as an int64 [1] tensor, read off a graph input that has the dim (the same
+        Shape for every node that needs it), else off `fallback` (value, axis)."""
+        if isinstance(dim, int):
+            return self.ints([dim])
+        for n in self.graph.inputs:
+            if dim in n.type.shape:
+                return self.shape_dim(n.attrs["name"], n.type.shape.index(dim))
+        return self.shape_dim(*fallback)
 
     def range(self, n: str, out: str | None = None, start: str | None = None) -> str:
         zero, one = self.const(0, TensorProto.INT64), self.const(1, TensorProto.INT64)

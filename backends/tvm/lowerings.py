@@ -78,7 +78,27 @@ def _unary(lw: RelaxLowering, n: Node) -> Any:
 
 @lowers(*_BINARY)
 def _binary(lw: RelaxLowering, n: Node) -> Any:
+    shifted = _shifted_range(lw, n)
+    if shifted is not None:
+        return shifted
     return _BINARY[n.op](lw.tensor(n.src[0]), lw.tensor(n.src[1]))
+
+
+def _shifted_range(lw: RelaxLowering, n: Node) -> Any:
+    """arange(ℓ) + s, with s a size (the key/value cache's positions past + 0, 1, …), as the last ℓ of
+    arange(s + ℓ). As an add of a size tensor, or as arange(s, s + ℓ), TVM 0.27's FuseTIR fuses it with
+    its users into a PrimFunc that its RenewDefs pass rejects ("VarRemapGet(source) == nullptr");
+    a strided slice (what the cache's slice of a position table already is) fuses fine."""
+    if n.op is not Op.ADD:
+        return None
+    for i in (0, 1):
+        r, s = n.src[i], n.src[1 - i]
+        if r.op is Op.ARANGE and s.type.shape == () and id(s) in lw.sizes:
+            start, length = lw.size(s), lw.size(r.src[0])
+            last = lw.emit(R.strided_slice(lw.emit(R.arange(0, start + length, 1, "int64")), [0], [start],
+                                           [start + length], assume_inbound=True))
+            return R.reshape(last, [length])
+    return None
 
 
 @lowers(Op.GELU)
@@ -229,3 +249,34 @@ def _layer_norm(lw: RelaxLowering, n: Node) -> Any:
 def _rms_norm(lw: RelaxLowering, n: Node) -> Any:
     x, g = (lw.tensor(s) for s in n.src)
     return R.nn.rms_norm(x, g, axes=[n.type.rank - 1], epsilon=float(n.attrs["eps"]))
+
+
+@lowers(Op.SILU)
+def _silu(lw: RelaxLowering, n: Node) -> Any:
+    return R.nn.silu(lw.tensor(n.src[0]))
+
+
+@lowers(Op.SWIGLU)
+def _swiglu(lw: RelaxLowering, n: Node) -> Any:
+    halves = lw.emit(R.split(lw.tensor(n.src[0]), 2, axis=n.attrs["axis"] % n.src[0].type.rank))
+    return R.multiply(R.nn.silu(relax.TupleGetItem(halves, 0)), relax.TupleGetItem(halves, 1))
+
+
+@lowers(Op.ROTARY)
+def _rotary(lw: RelaxLowering, n: Node) -> Any:
+    # One injective PrimFunc after fusion: slices, products and the concatenation of the two halves.
+    x, c, s = (lw.tensor(t) for t in n.src)
+    heads = int(n.attrs.get("heads", 0))
+    axis = n.attrs["axis"] % n.src[0].type.rank
+    shape = lw.shape(x)
+    if heads:
+        x = lw.emit(R.reshape(x, [*shape[:-1], tirx.IntImm("int64", heads), shape[-1] // heads]))
+        c, s = lw.emit(R.expand_dims(c, [-2])), lw.emit(R.expand_dims(s, [-2]))
+        axis += 1
+    half = int(n.src[0].shape[n.attrs["axis"]]) // (2 * max(heads, 1))
+    x1 = lw.emit(R.strided_slice(x, [axis], [0], [half]))
+    x2 = lw.emit(R.strided_slice(x, [axis], [half], [2 * half]))
+    y1 = R.subtract(R.multiply(x1, c), R.multiply(x2, s))
+    y2 = R.add(R.multiply(x2, c), R.multiply(x1, s))
+    y = R.concat([lw.emit(y1), lw.emit(y2)], axis=axis)
+    return R.reshape(lw.emit(y), shape) if heads else y

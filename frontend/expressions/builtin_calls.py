@@ -1,4 +1,5 @@
-"""The builtin functions: exp, log, √, tanh, erf, sin, cos, |·|, ReLU, GELU, softmax, length, floor and ceil."""
+"""The builtin functions: exp, log, √, tanh, erf, sin, cos, |·|, ReLU, GELU, SiLU, softmax, length, floor and
+ceil."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pseudoformer.frontend.values import SizeVal, Val
 from pseudoformer.ir import Op
 
 UNARY_BUILTINS = {"exp": Op.EXP, "log": Op.LOG, "sqrt": Op.SQRT, "tanh": Op.TANH, "erf": Op.ERF, "sin": Op.SIN,
-                  "cos": Op.COS, "abs": Op.ABS, "ReLU": Op.RELU, "relu": Op.RELU, "GELU": Op.GELU, "gelu": Op.GELU}
+                  "cos": Op.COS, "abs": Op.ABS, "ReLU": Op.RELU, "relu": Op.RELU, "GELU": Op.GELU, "gelu": Op.GELU,
+                  "SiLU": Op.SILU, "silu": Op.SILU}
 BUILTINS = set(UNARY_BUILTINS) | {"softmax", "length", "floor", "ceil"}
 
 

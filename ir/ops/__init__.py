@@ -1,7 +1,8 @@
 """The IR's ops, each defined once in the registry (registry.py) by the module of its family.
 
-Importing this package registers them all: leaves, elementwise ops, erf and GELU, matmul, data
-movement, reductions, gather, scatter, run-time sizes, norms, attention, block-quantized weights, tuples.
+Importing this package registers them all: leaves, elementwise ops, erf and GELU, SiLU and SwiGLU,
+matmul, data movement, reductions, gather, scatter, run-time sizes, norms, attention, rotary embedding,
+block-quantized weights, tuples.
 """
 
 from pseudoformer.ir.ops import (  # noqa: F401  (each module registers its ops)
@@ -9,12 +10,14 @@ from pseudoformer.ir.ops import (  # noqa: F401  (each module registers its ops)
     elementwise,
     gather,
     gelu,
+    glu,
     leaves,
     matmul,
     movement,
     norms,
     quantized,
     reductions,
+    rotary,
     scatter,
     sizes,
     tuples,

@@ -12,7 +12,9 @@ Attention takes them in 3-D (passes/packed_heads.py makes this form).
 The optional bool mask broadcasts to the scores [..., s_q, s_k] and is True where a query may attend.
 causal: query i sees key j iff j ≤ i + s_k − s_q — the queries are the last s_q of the s_k positions
 (bottom-right aligned), so a decode step whose keys include a cache of earlier positions means the
-same as the full run. softmax_fp32 (set by the float16 pass) computes the scores' softmax in float32.
+same as the full run. window = w > 0 (a sliding window, Mistral's): query i sees key j only if
+i + s_k − s_q − j < w, the w latest positions, aligned the same way. softmax_fp32 (set by the float16
+pass) computes the scores' softmax in float32.
 
     CACHED_ATTENTION(q, k, v, past_k, past_v[, mask]) = (ATTENTION(q, [past_k; k], [past_v; v][, mask]),
                                                          present_k, present_v)
@@ -38,7 +40,7 @@ from pseudoformer.ir.ops.registry import Attr, IRTypeError, NodeMaker, OpDef, re
 from pseudoformer.ir.types import Dim, DType, TensorType, TupleType, broadcast_shapes
 
 ATTRS = (Attr("scale", "float"), Attr("causal", "bool"), Attr("q_heads", "int", 0), Attr("kv_heads", "int", 0),
-         Attr("softmax_fp32", "bool", False))
+         Attr("softmax_fp32", "bool", False), Attr("window", "int", 0))
 
 
 def _heads(a: Mapping[str, Any]) -> tuple[int, int]:
@@ -130,7 +132,7 @@ def _cached_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TupleTy
 
 
 def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float, causal: bool,
-           softmax_fp32: bool = False) -> np.ndarray:
+           softmax_fp32: bool = False, window: int = 0) -> np.ndarray:
     """Batched attention on arrays, grouped-query where k and v have fewer heads than q."""
     if q.ndim >= 3 and k.shape[-3] not in (1, q.shape[-3]):
         group = q.shape[-3] // k.shape[-3]
@@ -141,9 +143,11 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
     keep = np.ones(s.shape[-2:], dtype=bool)
     if mask is not None:
         keep = keep & mask  # a per-example mask broadcasts keep to the scores' shape
+    sq, sk = s.shape[-2:]
     if causal:  # bottom-right aligned: the queries are the last s_q of the s_k positions
-        sq, sk = s.shape[-2:]
         keep &= np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq)
+    if window:  # only the `window` latest keys, aligned the same way
+        keep &= ~np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq - window)
     p = softmax(np.where(keep, s, np.asarray(-np.inf, s.dtype)), -1).astype(q.dtype)
     return np.matmul(p, v).astype(q.dtype)
 
@@ -162,7 +166,7 @@ def _attention_impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
     hq, hkv = _heads(n.attrs)
     q, k, v = a[:3]
     mask = a[3] if len(a) > 3 else None
-    args = (n.attrs["scale"], n.attrs["causal"], n.attrs.get("softmax_fp32", False))
+    args = (n.attrs["scale"], n.attrs["causal"], n.attrs.get("softmax_fp32", False), n.attrs.get("window", 0))
     if not hq:
         return attend(q, k, v, mask, *args)
     return _from_heads(attend(_to_heads(q, hq), _to_heads(k, hkv), _to_heads(v, hkv), mask, *args))
@@ -175,7 +179,7 @@ def _cached_impl(n: Any, a: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     if hkv:
         k, v = _to_heads(k, hkv), _to_heads(v, hkv)
     keys, values = np.concatenate([pk, k], axis=-2), np.concatenate([pv, v], axis=-2)
-    args = (n.attrs["scale"], n.attrs["causal"], n.attrs.get("softmax_fp32", False))
+    args = (n.attrs["scale"], n.attrs["causal"], n.attrs.get("softmax_fp32", False), n.attrs.get("window", 0))
     y = _from_heads(attend(_to_heads(q, hq), keys, values, mask, *args)) if hq else \
         attend(q, keys, values, mask, *args)
     return y, keys, values
@@ -219,13 +223,8 @@ def by_parts(make: NodeMaker, q: Any, k: Any, v: Any, mask: Any | None, attrs: M
     if attrs.get("softmax_fp32") and dtype is not DType.float32:
         s = make(Op.CAST, s, dtype=DType.float32)
     keep = mask
-    if attrs["causal"]:  # bottom-right aligned: query i is key position i + s_k − s_q
-        n_q, n_k = make(Op.DIM, q, axis=rank - 2), make(Op.DIM, k, axis=rank - 2)
-        first = make(Op.SUB, n_k, n_q)
-        rows = make(Op.ADD, make(Op.ARANGE, n_q, dim=q.shape[-2]), first)
-        cols = make(Op.ARANGE, n_k, dim=k.shape[-2])
-        causal = make(Op.GE, make(Op.UNSQUEEZE, rows, axes=[1]), make(Op.UNSQUEEZE, cols, axes=[0]))
-        keep = causal if keep is None else make(Op.AND, keep, causal)
+    for part in position_masks(make, q, k, rank, attrs):
+        keep = part if keep is None else make(Op.AND, keep, part)
     if keep is not None:
         s = make(Op.WHERE, keep, s, make.const(-math.inf, s.dtype))
     p = make(Op.SOFTMAX, s, axis=-1)
@@ -236,6 +235,27 @@ def by_parts(make: NodeMaker, q: Any, k: Any, v: Any, mask: Any | None, attrs: M
         *lead, hk, g, sq, dv = y.shape
         y = make(Op.RESHAPE, y, shape=[*lead, hk * g, sq, dv])
     return y
+
+
+def position_masks(make: NodeMaker, q: Any, k: Any, rank: int, attrs: Mapping[str, Any]) -> list[Any]:
+    """The bool [s_q, s_k] masks that `causal` and `window` stand for, built from the run-time sizes."""
+    window = int(attrs.get("window", 0))
+    if not attrs["causal"] and not window:
+        return []
+    # bottom-right aligned: query i is key position i + s_k − s_q
+    n_q, n_k = make(Op.DIM, q, axis=rank - 2), make(Op.DIM, k, axis=rank - 2)
+    first = make(Op.SUB, n_k, n_q)
+    rows = make(Op.UNSQUEEZE, make(Op.ADD, make(Op.ARANGE, n_q, dim=q.shape[-2]), first), axes=[1])
+    cols = make(Op.UNSQUEEZE, make(Op.ARANGE, n_k, dim=k.shape[-2]), axes=[0])
+    masks = [make(Op.GE, rows, cols)] if attrs["causal"] else []
+    if window:
+        masks.append(make(Op.LT, make(Op.SUB, rows, cols), make.const(window, DType.int64)))
+    return masks
+
+
+def _check(n: Any) -> list[str]:
+    w = n.attrs.get("window", 0)
+    return [f"{n.op.value} window={w} must be a number of positions ≥ 0"] if w < 0 else []
 
 
 def _attention_formula(n: Any, make: NodeMaker) -> Any:
@@ -272,7 +292,7 @@ def _positions(n: Any, dim: str) -> tuple[int, ...] | str:
 
 register(
     OpDef(Op.ATTENTION, "softmax(q kᵀ·scale, masked) v", (3, 4), _attention_type, _attention_impl, attrs=ATTRS,
-          positions=_positions, layout="attention", decompose=_attention_formula),
+          positions=_positions, layout="attention", decompose=_attention_formula, check=_check),
     OpDef(Op.CACHED_ATTENTION, "attention over [past; new] keys and values, returning them too", (5, 6),
-          _cached_type, _cached_impl, attrs=ATTRS, decompose=_cached_formula),
+          _cached_type, _cached_impl, attrs=ATTRS, decompose=_cached_formula, check=_check),
 )

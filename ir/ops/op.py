@@ -11,7 +11,7 @@ class Op(enum.Enum):
     INPUT = "input"
     PARAM = "param"
     CONST = "const"
-    # elementwise (elementwise.py, gelu.py)
+    # elementwise (elementwise.py, gelu.py, glu.py)
     NEG = "neg"
     EXP = "exp"
     LOG = "log"
@@ -25,6 +25,7 @@ class Op(enum.Enum):
     FLOOR = "floor"
     CEIL = "ceil"
     GELU = "gelu"
+    SILU = "silu"
     NOT = "not"
     CAST = "cast"
     ADD = "add"
@@ -62,11 +63,13 @@ class Op(enum.Enum):
     ARANGE = "arange"
     SLICE = "slice"
     INDEX_MASK = "index_mask"
-    # fused ops, made by passes; the frontend never emits them (norms.py, attention.py)
+    # fused ops, made by passes; the frontend never emits them (norms.py, attention.py, glu.py, rotary.py)
     LAYER_NORM = "layer_norm"
     RMS_NORM = "rms_norm"
     ATTENTION = "attention"
     CACHED_ATTENTION = "cached_attention"
+    SWIGLU = "swiglu"
+    ROTARY = "rotary"
     # block-quantized weights, made by the quantize pass (quantized.py)
     MATMUL_NBITS = "matmul_nbits"
     GATHER_NBITS = "gather_nbits"

@@ -10,7 +10,8 @@
 ATTENTION is row-major (q [.., s_q, d], k [.., s_k, d], v [.., s_k, d_v]), so the paper's column
 layout is transposed in and out; those transposes cancel against the frontend's own in `simplify`.
 M [s_z, s_x] = INDEX_MASK(seq, seq, rel="<=") — key t_z ≤ query t_x, the paper's [[t ≤ t']] — is
-`causal` with no mask operand; any other bool [s_z, s_x] mask becomes the operand, transposed.
+`causal` with no mask operand; a conjunct t_x − t_z < w beside it (Mistral's sliding window,
+[[t ≤ t' ∧ t' − t < w]]) is `window=w`; any other bool [s_z, s_x] mask becomes the operand, transposed.
 """
 
 from __future__ import annotations
@@ -164,6 +165,51 @@ def _relation(n: Node, negated: bool) -> str | None:
     return _NEGATE[rel] if flip else rel
 
 
+def _conjuncts(n: Node) -> list[Node]:
+    return [c for s in n.src for c in _conjuncts(s)] if n.op is Op.AND else [n]
+
+
+def _positions(n: Node) -> tuple[Node, float, int] | None:
+    """(ARANGE, offset, axis) when n is arange + offset laid along `axis` of a [rows, cols] matrix: unsqueezed
+    to [n, 1] (axis 0) or [1, n], or a vector broadcast as a row (axis 1); cast and shifted by constants."""
+    axis = 1
+    if n.op is Op.UNSQUEEZE and n.type.rank == 2:
+        axis = 0 if list(n.attrs["axes"]) in ([1], [-1]) else 1
+        n = n.src[0]
+    if n.type.rank != 1:
+        return None
+    offset = 0.0
+    while n.op in (Op.CAST, Op.ADD, Op.SUB):
+        if n.op is Op.CAST:
+            n = n.src[0]
+            continue
+        c = const_value(n.src[1])
+        if c is None:
+            return None
+        offset += c if n.op is Op.ADD else -c
+        n = n.src[0]
+    return (n, offset, axis) if n.op is Op.ARANGE else None
+
+
+def _window(n: Node) -> int | None:
+    """w when keep[t_z, t_x] = t_x − t_z < w over one length (Mistral's [[t' − t < w]]): a sliding window."""
+    swapped = False
+    while n.op is Op.TRANSPOSE:
+        n, swapped = n.src[0], not swapped
+    if n.op is not Op.LT or n.src[0].op is not Op.SUB:
+        return None
+    w = const_value(n.src[1])
+    later, earlier = (_positions(s) for s in n.src[0].src)
+    if w is None or w != int(w) or w < 1 or later is None or earlier is None:
+        return None
+    # t_x (the queries) runs along the columns of [s_z, s_x], the rows of its transpose
+    if later[1] != earlier[1] or later[2] != (0 if swapped else 1) or earlier[2] != (1 if swapped else 0):
+        return None
+    a, b = later[0].src[0], earlier[0].src[0]
+    same = a is b or later[0].shape == earlier[0].shape and isinstance(later[0].shape[0], str)
+    return int(w) if same else None
+
+
 def _check(m: AttentionMatch, ctx: Context) -> str | None:
     if m.problem is not None:
         return m.problem
@@ -186,6 +232,7 @@ def _check(m: AttentionMatch, ctx: Context) -> str | None:
 
 def _rewrite(m: AttentionMatch, n: Node) -> Node:
     causal = False
+    windows: list[tuple[int, Node]] = []
     general: list[Node] = []
     for k in m.keeps:
         if k.node.op is Op.CONST:
@@ -196,14 +243,26 @@ def _rewrite(m: AttentionMatch, n: Node) -> Node:
         keep = k.node
         if k.negated:
             keep = keep.src[0] if keep.op is Op.NOT else Node(Op.NOT, (keep,), span=n.span, scope=n.scope)
-        general.append(transposed(keep, n))  # [s_z, s_x] → ATTENTION's [s_q, s_k]
+        # [[t ≤ t' ∧ t' − t < w]]: each conjunct the kernel knows becomes an attribute.
+        for c in _conjuncts(keep) if keep.op is Op.AND else [keep]:
+            if _relation(c, False) == "<=":
+                causal = True
+            elif (w := _window(c)) is not None:
+                windows.append((w, c))
+            else:
+                general.append(c)
+    attrs: dict[str, object] = {"scale": m.scale, "causal": causal}
+    if causal and windows:
+        attrs["window"] = min(w for w, _ in windows)
+    else:  # a window alone also shows later keys: not what the kernel's window means
+        general += [c for _, c in windows]
     operands = [transposed(m.q, n), m.kt, transposed(m.v, n)]
     if general:
-        mask = general[0]
+        mask = transposed(general[0], n)  # [s_z, s_x] → ATTENTION's [s_q, s_k]
         for g in general[1:]:
-            mask = Node(Op.AND, (mask, g), span=n.span, scope=n.scope)
+            mask = Node(Op.AND, (mask, transposed(g, n)), span=n.span, scope=n.scope)
         operands.append(mask)
-    att = Node(Op.ATTENTION, tuple(operands), {"scale": m.scale, "causal": causal}, span=n.span, scope=n.scope)
+    att = Node(Op.ATTENTION, tuple(operands), attrs, span=n.span, scope=n.scope)
     out = transposed(att, n)
     assert out.type == n.type, f"attention fusion changed the type {n.type} to {out.type}"
     return out

@@ -7,6 +7,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from pseudoformer.errors import UsageError
 from pseudoformer.file_access import regular_file
@@ -26,6 +27,8 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     g.add_argument("--weights", help="a safetensors file or a HuggingFace checkpoint directory (default: random)")
     g.add_argument("--allow-nonfinite", action="store_true",
                    help="load weights that hold NaN or ±∞ (refused by default, naming the tensors)")
+    g.add_argument("--prompt", metavar="TEXT", help="the prompt as text, encoded with the tokenizer (--tokenizer, "
+                   "else the tokenizer.json of the --weights checkpoint directory)")
     g.add_argument("--prompt-ids", metavar="IDS", help='the prompt as token ids, e.g. "464 2068 7586"')
     g.add_argument("--encoder-ids", metavar="IDS", help="an encoder–decoder's context z, as token ids")
     g.add_argument("--max-new-tokens", type=int, metavar="N", help="at most N new tokens (default: ℓ_gen)")
@@ -38,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     g.add_argument("--no-cache", action="store_true",
                    help="re-run the model on the whole sequence every step, as the algorithm is written")
     g.add_argument("--threads", type=int, help="onnxruntime threads, 1 to 4 × the cores (default: all cores)")
-    g.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json: also print the text")
+    g.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json: also print the text (default "
+                   "with --prompt: the checkpoint's)")
     add_quantize_arguments(g)
 
 
@@ -74,11 +78,16 @@ class _Progress:
 def run(args: argparse.Namespace) -> int:
     from pseudoformer.generation.api import prepare, run_plan
 
+    if args.prompt is not None and args.prompt_ids is not None:
+        raise UsageError("give the prompt once: as text (--prompt) or as token ids (--prompt-ids)")
     prompt = parse_ids(args.prompt_ids, "--prompt-ids")
     encoder = parse_ids(args.encoder_ids, "--encoder-ids")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
-    tokenizer = _tokenizer(args.tokenizer) if args.tokenizer else None
+    path = args.tokenizer or (_checkpoint_tokenizer(args.weights) if args.prompt is not None else None)
+    tokenizer = _tokenizer(path) if path else None
+    if args.prompt is not None:
+        prompt = _encode(tokenizer, args.prompt)
     check_seed(args.seed)
     prepared = prepare(args.file, inference=args.inference, config=args.config, defines=args.defines,
                        weights=args.weights, backend=args.backend, cache=not args.no_cache, threads=args.threads,
@@ -96,6 +105,26 @@ def run(args: argparse.Namespace) -> int:
     if tokenizer is not None:
         print(tokenizer.decode(tokens))
     return 0
+
+
+def _checkpoint_tokenizer(weights: str | None) -> str:
+    """The tokenizer.json beside a HF checkpoint's weights, which --prompt encodes with."""
+    if weights is None or not Path(weights).is_dir():
+        raise UsageError("--prompt needs a tokenizer: give --tokenizer tokenizer.json, or --weights a HuggingFace "
+                         "checkpoint directory that holds one")
+    path = Path(weights) / "tokenizer.json"
+    if not path.is_file():
+        raise UsageError(f"--prompt needs a tokenizer, and {weights} has no tokenizer.json: give --tokenizer FILE")
+    return str(path)
+
+
+def _encode(tokenizer, text: str) -> list[int]:  # tokenizer: tokenizers.Tokenizer
+    # The tokenizer's own post-processor decides on special tokens, as HF's tokenizer(text) does
+    # (Llama's adds the beginning-of-sequence token).
+    ids = tokenizer.encode(text).ids
+    if not ids:
+        raise UsageError(f"the prompt {text!r} encodes to no tokens")
+    return list(ids)
 
 
 def _tokenizer(path: str):  # -> tokenizers.Tokenizer

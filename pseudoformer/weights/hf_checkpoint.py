@@ -11,7 +11,7 @@ import numpy as np
 
 from pseudoformer.file_access import FileAccessError, read_text
 
-from . import hf_bart, hf_bert, hf_gpt2
+from . import hf_bart, hf_bert, hf_gpt2, hf_llama
 from .errors import WeightsError
 from .hf_common import Collector
 from .safetensors_io import FOREIGN_FILES, PICKLE_SUFFIXES, read_safetensors, refuse_pickle
@@ -22,8 +22,10 @@ _HYPERPARAMETERS: dict[str, Callable[[Mapping[str, object]], dict[str, int | flo
     "gpt2": hf_gpt2.hyperparameters,
     "bert": hf_bert.hyperparameters,
     "bart": hf_bart.hyperparameters,
+    **{t: hf_llama.hyperparameters for t in hf_llama.MODEL_TYPES},
 }
-MAPPERS: dict[str, Mapper] = {"gpt2": hf_gpt2.to_ours, "bert": hf_bert.to_ours, "bart": hf_bart.to_ours}
+MAPPERS: dict[str, Mapper] = {"gpt2": hf_gpt2.to_ours, "bert": hf_bert.to_ours, "bart": hf_bart.to_ours,
+                              **{t: hf_llama.to_ours for t in hf_llama.MODEL_TYPES}}
 SUPPORTED = tuple(sorted(MAPPERS))
 
 SINGLE_FILE = "model.safetensors"

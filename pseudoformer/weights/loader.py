@@ -128,7 +128,7 @@ def load_weights(
     ``path`` is one of
       * a ``.safetensors`` file whose tensor names are ours (e.g. written by ``save_weights``);
       * a HuggingFace checkpoint directory (config.json + model.safetensors, or a sharded
-        model.safetensors.index.json) of model_type gpt2, bert or bart, mapped to our names;
+        model.safetensors.index.json) of model_type gpt2, bert, bart, llama, mistral or qwen2, mapped to our names;
       * ``None``: seeded random weights (``random_weights(expected, seed or 0)``).
     ``seed`` only means something without a path; giving both is refused rather than ignored.
 

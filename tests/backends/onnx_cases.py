@@ -151,7 +151,8 @@ def structure_inputs(batch: int, seq: int, seed: int = 2) -> dict[str, np.ndarra
 
 def fused() -> Graph:
     """The ops passes make: layer_norm and rms_norm over a middle axis (rms_norm over the last axis,
-    RMSNormalization's, too), and attention with and without masks."""
+    RMSNormalization's, too), attention with and without masks (and a sliding window), SiLU and SwiGLU,
+    and the rotary embedding in the paper's layout, on heads and packed."""
     x = inp("x", F32, "batch", 6, "seq")
     ln = op(Op.LAYER_NORM, x, param("ln_g", 6), param("ln_b", 6), axis=1, eps=1e-5)
     rms = op(Op.RMS_NORM, x, param("ln_g", 6), axis=1, eps=1e-6)
@@ -175,10 +176,28 @@ def fused() -> Graph:
     quantized = op(Op.MATMUL_NBITS, q3, *qw, bits=4, block_size=16, K=6, accuracy_level=0)
     rows = op(Op.ARANGE, op(Op.DIM, x, axis=2), dim="seq")
     table = op(Op.GATHER_NBITS, _u8("qt", 16, 2, 16), rows, param("qt_scales", 16, 2), bits=8, block_size=16, K=20)
+    # Mistral's sliding window of 2 positions, without and with a cache
+    window = op(Op.ATTENTION, q, k, v, scale=0.5, causal=True, window=2)
+    cached_window = op(Op.CACHED_ATTENTION, q, k, v, past_k, past_v, scale=0.5, causal=True, window=3)
+    swiglu = op(Op.SWIGLU, op(Op.SILU, x), axis=1)
+    # angles [seq, 3]: the rotary embedding of x's 6 rows (paper layout), of q's 4 columns per head, and
+    # of q3's 3 heads of 2, packed
+    ang = inp("ang", F32, "seq", 3)
+    cos, sin = op(Op.COS, ang), op(Op.SIN, ang)
+    rot_rows = op(Op.ROTARY, x, op(Op.TRANSPOSE, cos, perm=(1, 0)), op(Op.TRANSPOSE, sin, perm=(1, 0)), axis=1)
+
+    def first(t: Node, n: int) -> Node:
+        return op(Op.SLICE, t, _int(0), _int(n), axis=1, dim=n)
+
+    rot_heads = op(Op.ROTARY, q, first(cos, 2), first(sin, 2), axis=3)
+    rot_packed = op(Op.ROTARY, q3, first(cos, 1), first(sin, 1), axis=2, heads=3)
     outputs = [("ln", ln), ("rms", rms), ("rms_last", rms_last), ("causal", causal), ("plain", plain),
-               ("packed", packed), ("grouped", grouped), ("quantized", quantized), ("table", table)]
+               ("packed", packed), ("grouped", grouped), ("quantized", quantized), ("table", table),
+               ("window", window), ("swiglu", swiglu), ("rot_rows", rot_rows), ("rot_heads", rot_heads),
+               ("rot_packed", rot_packed)]
     outputs += [(name, op(Op.GET, cached, index=i)) for i, name in enumerate(("cached", "present_k", "present_v"))]
-    return Graph([x, q, k, v, mask, past_k, past_v], outputs, {"entry": "Fused"})
+    outputs += [("cached_window", op(Op.GET, cached_window, index=0))]
+    return Graph([x, q, k, v, mask, past_k, past_v, ang], outputs, {"entry": "Fused"})
 
 
 def _u8(name: str, *shape: int) -> Node:
@@ -203,7 +222,8 @@ def fused_inputs(batch: int, seq: int, seed: int = 4) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     mask = rng.random((seq, seq)) < 0.7
     mask[:, 0] = True  # every query attends somewhere, or its softmax is nan by definition
-    out = {"x": rng.standard_normal((batch, 6, seq)).astype(np.float32), "mask": mask}
+    out = {"x": rng.standard_normal((batch, 6, seq)).astype(np.float32), "mask": mask,
+           "ang": rng.uniform(-4, 4, (seq, 3)).astype(np.float32)}
     for n, d in (("q", 4), ("k", 4), ("v", 3)):
         out[n] = rng.standard_normal((batch, 2, seq, d)).astype(np.float32)
     for n, d in (("past_k", 4), ("past_v", 3)):

@@ -86,7 +86,24 @@ def test_tokenizer_prints_the_text(capsys: pytest.CaptureFixture, tmp_path: Path
     assert text.split() == [f"w{i}" for i in ids_line.split()]
 
 
+def test_prompt_text_is_encoded_with_the_checkpoints_tokenizer(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    tokenizers = pytest.importorskip("tokenizers", reason="--prompt uses the tokenizers package")
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(n_embd=32, n_head=4, n_layer=2, n_positions=64, vocab_size=50,
+                               bos_token_id=0, eos_token_id=0)).eval().save_pretrained(tmp_path)
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"w{i}": i for i in range(50)}, unk_token="w0"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    base = ["generate", "models/gpt2.alg", "--weights", str(tmp_path), "--max-new-tokens", "4", "--temperature", "0"]
+    assert main([*base, "--prompt", "w7 w8 w9"]) == 0
+    ids_line, text = capsys.readouterr().out.splitlines()
+    assert ids_line.split() == [str(i) for i in _ids(capsys, [*base, "--prompt-ids", "7 8 9"])]
+    assert text.split() == [f"w{i}" for i in ids_line.split()]
+
+
 @pytest.mark.parametrize("argv,message", [
+    (["--prompt", "hello"], "--prompt needs a tokenizer"),
+    (["--prompt", "hello", "--prompt-ids", "1"], "give the prompt once"),
     (["--prompt-ids", "1 two 3"], "--prompt-ids takes token ids"),
     (["--prompt-ids", "1 2", "--temperature", "-1"], "temperature must be ≥ 0"),
     (["--prompt-ids", "1 2", "--max-new-tokens", "0"], "at least 1"),

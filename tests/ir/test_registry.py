@@ -97,6 +97,17 @@ def _one_op_graph(op: Op) -> tuple[Graph, dict[str, np.ndarray]]:
         r = Node(op, (q, k, k, pk, pk), {"scale": 0.5, "causal": True})
         outs = [Node(Op.GET, (r,), {"index": i}) for i in range(3)]
         return Graph([q, k, pk], [(f"y{i}", o) for i, o in enumerate(outs)]), feed
+    elif op is Op.SILU:
+        outs = [Node(op, (x,))]
+    elif op is Op.SWIGLU:
+        outs = [Node(op, (x,), {"axis": a}) for a in (2, -1)]
+    elif op is Op.ROTARY:  # along a middle axis, and packed: 2 heads of 4 along the last
+        x4, a, p = inp("x4", 2, 4, 6), inp("a", 2, 1, 6), inp("p", 2, 5, 2)
+        x8 = inp("x8", 2, 5, 8)
+        feed = {n.attrs["name"]: rng.standard_normal(n.type.shape).astype(np.float32) for n in (x4, a, p, x8)}
+        outs = [Node(op, (x4, Node(Op.COS, (a,)), Node(Op.SIN, (a,))), {"axis": 1}),
+                Node(op, (x8, Node(Op.COS, (p,)), Node(Op.SIN, (p,))), {"axis": -1, "heads": 2})]
+        return Graph([x4, a, p, x8], [(f"y{i}", o) for i, o in enumerate(outs)]), feed
     else:
         raise AssertionError(f"no test graph for {op.value}")
     return Graph([x], [(f"y{i}", o) for i, o in enumerate(outs)]), feed

@@ -219,12 +219,13 @@ def test_model_type(save_hf, tmp_path):
     directory, _ = save_hf(GPT2LMHeadModel, gpt2_config())
     assert hf_model_type(directory) == "gpt2"
     assert read_hf_config(directory)["n_embd"] == 32
-    (tmp_path / "llama").mkdir()
-    (tmp_path / "llama" / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    with pytest.raises(WeightsError, match="'llama' is not supported; supported types: bart, bert, gpt2"):
-        hf_model_type(tmp_path / "llama")
-    with pytest.raises(WeightsError, match="'llama' is not supported"):
-        load_weights(tmp_path / "llama", SMALL)
+    (tmp_path / "t5").mkdir()
+    (tmp_path / "t5" / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    with pytest.raises(WeightsError, match="'t5' is not supported; supported types: bart, bert, gpt2, llama, "
+                       "mistral, qwen2"):
+        hf_model_type(tmp_path / "t5")
+    with pytest.raises(WeightsError, match="'t5' is not supported"):
+        load_weights(tmp_path / "t5", SMALL)
 
 
 def test_directory_without_weights(tmp_path):

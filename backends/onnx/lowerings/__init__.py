@@ -3,10 +3,12 @@
 from pseudoformer.backends.onnx.lowerings import (  # noqa: F401  (each module registers its lowerings)
     attention,
     elementwise,
+    glu,
     movement,
     norms,
     quantized,
     reductions,
+    rotary,
     sizes,
 )
 from pseudoformer.backends.onnx.lowerings.registry import LOWERINGS, accepts

@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Llama generation: ours against onnxruntime-genai's model builder and HF eager, on SmolLM2-135M's shape.
+
+One random checkpoint (HF LlamaForCausalLM: 30 layers, d 576, 9 query and 3 key/value heads, d_mlp 1536,
+vocabulary 49152, tied embeddings; norms perturbed), saved once, serves all three:
+
+  ours    pseudoformer's Generator on ORT CPU, fp32: models/llama.alg loaded from the checkpoint, the
+          decoder with the key/value cache the compiler derives (one Attention, two RotaryEmbedding per
+          layer; logits of the last position only)
+  genai   onnxruntime-genai's model builder (`builder.py -p fp32 -e cpu`: packed QKV, GroupQueryAttention
+          with the rotary fused in, SkipSimplifiedLayerNormalization) run by og.Generator, in a process of
+          its own: onnxruntime-genai brings its own onnxruntime, so it lives in a virtual environment this
+          script makes (--genai-venv, `pip install onnxruntime-genai`); the builder itself runs here, from
+          that package's source, since it needs torch and transformers
+  eager   HF LlamaForCausalLM, a loop over model(…, past_key_values=…) under inference_mode, its prefill
+          computing the last position's logits (logits_to_keep=1, as HF's generate does)
+
+Prompt of 128 random ids, 32 new tokens, greedy, batch 1, 2 threads. Rounds rotate over the three after a
+warm-up round; each round is one whole generation per variant. Reported: prefill, and the median per-token
+time of each round's decode steps, as medians over rounds; greedy tokens must agree. The per-token time is
+set against the weight-bandwidth floor: the bytes a decode step reads (every weight once, the embedding
+table only a row) over the read bandwidth measured here (the better of a 512 MB numpy sum and a 512 MB
+ORT MatMul of one row).
+
+    python benchmarks/bench_llama.py                  # full run (makes benchmarks/.genai-venv once)
+    python benchmarks/bench_llama.py --quick          # a tiny Llama, a smoke test of the three
+    python benchmarks/bench_llama.py --profile DIR    # also ORT profiles of our prefill and step
+    python benchmarks/bench_llama.py --source ir      # ours from the hand-built graph llama.alg elaborates to
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = 0.9  # ours / genai, per token and prefill
+SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+               num_key_value_heads=3, head_dim=64, max_position_embeddings=8192, rms_norm_eps=1e-5,
+               rope_theta=100000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+TINY = {**SMOLLM2, "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 512}
+
+
+def make_checkpoint(directory: Path, quick: bool) -> None:
+    """A random LlamaForCausalLM with its config, and a tokenizer (the builder insists on one)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    torch.manual_seed(0)
+    hf = LlamaForCausalLM(LlamaConfig(**(TINY if quick else SMOLLM2))).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    hf.save_pretrained(directory)
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(256)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="w1", eos_token="w2").save_pretrained(directory)
+
+
+def genai_venv(venv: Path) -> Path:
+    """The interpreter of the virtual environment onnxruntime-genai runs in, made on first use."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"# making {venv} for onnxruntime-genai (pip install onnxruntime-genai)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "onnxruntime-genai"], check=True)
+    return python
+
+
+def genai_build(python: Path, checkpoint: Path, out: Path, log: Path) -> str:
+    """Run the model builder (fp32, CPU) from the genai package's source with this interpreter."""
+    found = subprocess.run([str(python), "-c", "import onnxruntime_genai, os; "
+                            "print(os.path.dirname(onnxruntime_genai.__file__), onnxruntime_genai.__version__)"],
+                           check=True, capture_output=True, text=True).stdout.split()
+    builder, version = Path(found[0]) / "models", found[1]
+    cmd = [sys.executable, str(builder / "builder.py"), "-i", str(checkpoint), "-o", str(out), "-p", "fp32",
+           "-e", "cpu", "-c", str(out / "cache")]
+    with open(log, "w") as f:
+        subprocess.run(cmd, check=True, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(builder)})
+    return version
+
+
+class Genai:
+    """The genai worker process (llama_genai.py): one whole generation per request."""
+
+    def __init__(self, python: Path, model_dir: Path, threads: int, profile: Path | None = None) -> None:
+        extra = [str(profile)] if profile is not None else []
+        self.proc = subprocess.Popen([str(python), str(ROOT / "benchmarks" / "llama_genai.py"), str(model_dir),
+                                      str(threads), *extra], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.version = json.loads(self._line())["ready"]
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the onnxruntime-genai worker stopped; see its messages above")
+        return line
+
+    def generate(self, prompt: list[int], new: int) -> tuple[list[int], float, list[float]]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"prompt": prompt, "new": new}) + "\n")
+        self.proc.stdin.flush()
+        out = json.loads(self._line())
+        # The first generate_next_token picks from the prompt's logits; each later one runs the model once.
+        return out["tokens"], out["prefill"], out["steps"][1:]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def read_bandwidth(threads: int) -> float:
+    """Bytes per second this machine streams from memory: the better of a numpy sum of 512 MB and an
+    ORT MatMul of one row by a 512 MB matrix (the GEMV a decode step is made of)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    a = np.ones(2**27, np.float32)
+    best = []
+    for _ in range(5):
+        start = time.perf_counter()
+        a.sum()
+        best.append(time.perf_counter() - start)
+    rates = [a.nbytes / min(best)]
+    k, n = 512, 2**18
+    w = np.random.default_rng(0).random((k, n), dtype=np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+                              [numpy_helper.from_array(w, "w")])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    session = ort.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+                                                     ir_version=8).SerializeToString(), so,
+                                   providers=["CPUExecutionProvider"])
+    x = np.ones((1, k), np.float32)
+    best = []
+    for _ in range(7):
+        start = time.perf_counter()
+        session.run(None, {"x": x})
+        best.append(time.perf_counter() - start)
+    rates.append(w.nbytes / min(best))
+    return max(rates)
+
+
+def step_bytes(weights: dict[str, np.ndarray]) -> int:
+    """Bytes of weights one decode step reads: all of them, but of the embedding table only one row."""
+    return sum(a.nbytes for name, a in weights.items() if name != "W_e")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--genai-venv", type=Path, default=ROOT / "benchmarks" / ".genai-venv")
+    ap.add_argument("--model", default=str(ROOT / "models" / "llama.alg"))
+    ap.add_argument("--source", choices=("alg", "ir"), default="alg",
+                    help="ir: the decoder llama.alg elaborates to, built by hand (tests/passes/llama_graphs.py), "
+                         "for as long as the frontend cannot read llama.alg's notation")
+    ap.add_argument("--profile", type=Path, help="write ORT profiles of our prefill and decode step here")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.bench_generate import torch_generate
+    from benchmarks.llama_profile import profile_ours, summarize, table
+    from pseudoformer.generation import Generator, Sampling
+    from pseudoformer.model import load
+
+    torch.set_num_threads(args.threads)
+    python = genai_venv(args.genai_venv)
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt, built = Path(tmp) / "checkpoint", Path(tmp) / "genai"
+        make_checkpoint(ckpt, args.quick)
+        start = time.perf_counter()
+        version = genai_build(python, ckpt, built, Path(tmp) / "builder.log")
+        genai_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        if args.source == "ir":
+            from tests.models.llama_cases import hand_built
+
+            model = hand_built("llama", ckpt)
+        else:
+            model = load(args.model, weights=ckpt)
+        gen = Generator(model, backend="onnx", threads=args.threads)
+        ours_seconds = time.perf_counter() - start
+        hf = LlamaForCausalLM.from_pretrained(ckpt).eval()
+        genai = Genai(python, built, args.threads)
+        vocab = hf.config.vocab_size
+        prompt = np.random.default_rng(0).integers(3, vocab, size=(1, args.prompt))
+        greedy = Sampling(temperature=0)
+
+        def ours_generate() -> tuple[list[int], float, list[float]]:
+            res = gen.generate(prompt, max_new_tokens=args.new, sampling=greedy)
+            return res.tokens[0], res.prefill_seconds, res.step_seconds
+
+        variants = {"ours": ours_generate, "genai": lambda: genai.generate(prompt[0].tolist(), args.new),
+                    "eager": lambda: torch_generate(hf, prompt, args.new, logits_to_keep=1)}
+        names = list(variants)
+        rows: dict[str, dict[str, list[float]]] = {k: {"prefill": [], "step": []} for k in names}
+        tokens: dict[str, list[int]] = {}
+        for r in range(args.rounds + 1):  # round 0 warms all three up
+            for name in names[r % 3:] + names[:r % 3]:
+                time.sleep(0.2)  # the last variant's worker threads stop spinning
+                toks, prefill, steps = variants[name]()
+                tokens[name] = toks
+                if r:
+                    rows[name]["prefill"].append(prefill)
+                    rows[name]["step"].append(statistics.median(steps))
+        genai.close()
+        profiles = {}
+        if args.profile is not None:
+            profiles["ours"] = summarize(profile_ours(gen, prompt, args.profile, args.new, args.threads))
+            prefix = args.profile / "genai"
+            worker = Genai(python, built, args.threads, prefix)
+            worker.generate(prompt[0].tolist(), args.new)
+            worker.close()
+            profiles["genai"] = summarize(max(args.profile.glob("genai*.json"), key=lambda p: p.stat().st_mtime))
+    agree = tokens["ours"] == tokens["genai"] == tokens["eager"]
+    med = {k: {m: statistics.median(v) * 1e3 for m, v in d.items()} for k, d in rows.items()}
+    bandwidth = read_bandwidth(args.threads)
+    floor = step_bytes(model.weights) / bandwidth * 1e3
+    ratio_step = med["ours"]["step"] / med["genai"]["step"]
+    ratio_prefill = med["ours"]["prefill"] / med["genai"]["prefill"]
+    shape = "a tiny Llama (--quick)" if args.quick else "SmolLM2-135M's shape"
+    what = "the hand-built decoder of llama.alg (--source ir)" if args.source == "ir" else args.model
+    print(f"# Llama generation, {shape}, random weights, ours from {what}: prompt {args.prompt}, {args.new} new tokens, greedy, "
+          f"{args.threads} threads, batch 1, fp32, CPU")
+    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; "
+          f"{args.rounds} rounds after a warm-up, rotating, medians; onnxruntime-genai {version}")
+    print()
+    print("| | prefill ms | per-token ms |")
+    print("|---|---|---|")
+    for k, label in (("genai", "onnxruntime-genai (model builder)"), ("eager", "HF eager"), ("ours", "ours")):
+        print(f"| {label} | {med[k]['prefill']:.1f} | {med[k]['step']:.1f} |")
+    print(f"| ours / genai | {ratio_prefill:.2f}× | {ratio_step:.2f}× |")
+    print(f"| ours / eager | {med['ours']['prefill'] / med['eager']['prefill']:.2f}× | "
+          f"{med['ours']['step'] / med['eager']['step']:.2f}× |")
+    print()
+    print(f"weight-bandwidth floor per token: {step_bytes(model.weights) / 1e6:.0f} MB read per step / "
+          f"{bandwidth / 1e9:.1f} GB/s = {floor:.1f} ms (ours at {med['ours']['step'] / floor:.2f}× it, "
+          f"genai at {med['genai']['step'] / floor:.2f}×)")
+    print(f"greedy tokens equal (ours, genai, eager): {agree}; building: ours {ours_seconds:.1f} s (load, derive, "
+          f"lower, session), genai's builder {genai_seconds:.1f} s")
+    print(f"targets: per-token ≤ {TARGET}× genai: {'met' if ratio_step <= TARGET else 'missed'}; "
+          f"prefill ≤ {TARGET}× genai: {'met' if ratio_prefill <= TARGET else 'missed'}")
+    for part in ("prefill", "step") if profiles else ():
+        print()
+        print(table(profiles, part))
+    return 0 if agree else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""Rotary position embedding (Su et al., 2021), made by the rotary fusion (passes/rules/rotary.py).
+
+    ROTARY(x, c, s; axis) = [x₁ ⊙ c − x₂ ⊙ s ; x₂ ⊙ c + x₁ ⊙ s]    along axis
+
+x₁ and x₂ are the two halves of x along `axis` (coordinates i and i + d/2 are rotated together: the
+"rotate half" pairing of HuggingFace's Llama), and c = cos θ, s = sin θ, the angles of each pair at
+each position, broadcast against x₁. The angles are operands, computed in the graph from the positions,
+so the key/value cache's derivation continues them after the prompt like any other use of positions.
+
+Packed form (heads = H > 0): x is [.., H·d] with `axis` its last, each head's d coordinates rotated
+on their own, and c, s [.., d/2] are shared by the heads (they broadcast against x viewed as
+[.., H, d/2] without its head axis), as ONNX's RotaryEmbedding takes a 3-D input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.ir.ops.movement import along_axis
+from pseudoformer.ir.ops.op import Op
+from pseudoformer.ir.ops.registry import Attr, IRTypeError, NodeMaker, OpDef, axis_of, register
+from pseudoformer.ir.types import DType, TensorType, broadcast_shapes
+
+
+def _half_shape(x: TensorType, axis: int, heads: int) -> tuple:
+    """The shape c and s broadcast against: x's halves (per head, without the head axis when packed)."""
+    ax = axis_of(axis, x.rank)
+    width = x.shape[ax]
+    groups = max(heads, 1)
+    if not isinstance(width, int) or width % (2 * groups):
+        raise IRTypeError(f"rotary along axis {ax} of {x}: the axis must hold {groups} head(s) of an even size")
+    if heads and ax != x.rank - 1:
+        raise IRTypeError(f"packed rotary rotates the last axis, not axis {ax} of {x}")
+    return x.shape[:ax] + (width // (2 * groups),) + x.shape[ax + 1:]
+
+
+def _rotary_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    x, c, s = src
+    half = _half_shape(x, attrs["axis"], int(attrs.get("heads", 0)))
+    for what, t in (("cos", c), ("sin", s)):
+        if t.dtype != x.dtype or broadcast_shapes(t.shape, half) != half:
+            raise IRTypeError(f"rotary of {x}: its {what} {t} must be {x.dtype.value} and broadcast to {list(half)}")
+    return x
+
+
+def rotate(x: np.ndarray, c: np.ndarray, s: np.ndarray, axis: int, heads: int = 0) -> np.ndarray:
+    if heads:
+        lead = x.shape[:-1]
+        y = rotate(x.reshape(*lead, heads, -1), np.expand_dims(c, -2), np.expand_dims(s, -2), -1)
+        return y.reshape(x.shape)
+    x1, x2 = np.split(x, 2, axis=axis)
+    return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=axis).astype(x.dtype)
+
+
+def _positions(n: Any, dim: str) -> tuple[int, ...] | str:
+    # Each position is rotated by its own angles: position t of the result reads position t of all three.
+    return "a rotation along the position axis" if along_axis(n, dim) else (0, 1, 2)
+
+
+def _rotary(n: Any, a: list[np.ndarray]) -> np.ndarray:
+    return rotate(*a, n.attrs["axis"], int(n.attrs.get("heads", 0)))
+
+
+def _formula(make: NodeMaker, x: Any, c: Any, s: Any, axis: int) -> Any:
+    half = x.shape[axis] // 2
+
+    def part(start: int) -> Any:
+        bounds = (make.const(start, DType.int64), make.const(start + half, DType.int64))
+        return make(Op.SLICE, x, *bounds, axis=axis, dim=half)
+
+    x1, x2 = part(0), part(half)
+    y1 = make(Op.SUB, make(Op.MUL, x1, c), make(Op.MUL, x2, s))
+    y2 = make(Op.ADD, make(Op.MUL, x2, c), make(Op.MUL, x1, s))
+    return make(Op.CONCAT, y1, y2, axis=axis)
+
+
+def _rotary_formula(n: Any, make: NodeMaker) -> Any:
+    x, c, s = n.src
+    heads = int(n.attrs.get("heads", 0))
+    if not heads:
+        return _formula(make, x, c, s, n.attrs["axis"] % x.type.rank)
+    *lead, width = x.shape
+    split = make(Op.RESHAPE, x, shape=[*lead, heads, width // heads])
+    c, s = (make(Op.UNSQUEEZE, t, axes=[t.type.rank - 1]) for t in (c, s))
+    return make(Op.RESHAPE, _formula(make, split, c, s, len(lead) + 1), shape=list(x.shape))
+
+
+register(
+    OpDef(Op.ROTARY, "[x₁ c − x₂ s; x₂ c + x₁ s]: pairs (i, i + d/2) rotated by their angles", 3, _rotary_type,
+          _rotary, attrs=(Attr("axis", "int"), Attr("heads", "int", 0)),
+          positions=_positions, layout="rotary", precision="follower", decompose=_rotary_formula),
+)
