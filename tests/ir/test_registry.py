@@ -108,6 +108,19 @@ def _one_op_graph(op: Op) -> tuple[Graph, dict[str, np.ndarray]]:
         outs = [Node(op, (x4, Node(Op.COS, (a,)), Node(Op.SIN, (a,))), {"axis": 1}),
                 Node(op, (x8, Node(Op.COS, (p,)), Node(Op.SIN, (p,))), {"axis": -1, "heads": 2})]
         return Graph([x4, a, p, x8], [(f"y{i}", o) for i, o in enumerate(outs)]), feed
+    elif op is Op.MATMUL_NBITS:  # 4 bits with zero points and a bias; K = 6 padded to a block of 16
+        u8 = DType.uint8
+        w, sc, zp, b = inp("w", 5, 1, 8, dtype=u8), inp("sc", 5, 1), inp("zp", 5, 1, dtype=u8), inp("b", 5)
+        feed |= {"w": rng.integers(0, 256, (5, 1, 8), dtype=np.uint8), "sc": rng.random((5, 1), dtype=np.float32),
+                 "zp": rng.integers(0, 256, (5, 1), dtype=np.uint8), "b": rng.standard_normal(5).astype(np.float32)}
+        y = Node(op, (x, w, sc, zp, b), {"bits": 4, "block_size": 16, "K": 6, "accuracy_level": 0})
+        return Graph([x, w, sc, zp, b], [("y", y)]), feed
+    elif op is Op.GATHER_NBITS:  # rows of an 8-bit symmetric table, K = 20 in two blocks of 16
+        t, sc, i = inp("t", 16, 2, 16, dtype=DType.uint8), inp("sc", 16, 2), inp("i", 2, 3, dtype=DType.int64)
+        feed = {"t": rng.integers(0, 256, (16, 2, 16), dtype=np.uint8), "sc": rng.random((16, 2), dtype=np.float32),
+                "i": rng.integers(0, 16, (2, 3))}
+        y = Node(op, (t, i, sc), {"bits": 8, "block_size": 16, "K": 20})
+        return Graph([t, sc, i], [("y", y)]), feed
     else:
         raise AssertionError(f"no test graph for {op.value}")
     return Graph([x], [(f"y{i}", o) for i, o in enumerate(outs)]), feed
