@@ -128,3 +128,27 @@ def _statements(stmts: list[Stmt]) -> Iterator[Stmt]:
 def is_inference(alg: Algorithm) -> bool:
     """An algorithm that samples is an inference algorithm: generation runs it, not a backend."""
     return any(s.kind == "sample" for s in _statements(alg.body))
+
+
+def callees(alg: Algorithm) -> set[str]:
+    """The names of the algorithms `alg` calls in its body or whose parameters it declares (W_l : MHAttention)."""
+    out: set[str] = set()
+
+    def walk(x: Any) -> None:
+        if isinstance(x, Expr):
+            if x.op == "call":
+                out.add(x.text)
+            walk(x.args)
+        elif isinstance(x, (tuple, list)):
+            for y in x:
+                walk(y)
+
+    for s in _statements(alg.body):
+        walk((s.target, s.value, s.bounds))
+    decls = list(alg.params)
+    while decls:
+        d = decls.pop()
+        if d.kind == "alg_group" and d.alg:
+            out.add(d.alg)
+        decls.extend(d.members)
+    return out

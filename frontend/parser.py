@@ -9,7 +9,6 @@ from importlib import resources
 
 from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
-from lark.lexer import PatternStr
 
 from pseudoformer.errors import Pos
 from pseudoformer.frontend.ast import Expr, Type
@@ -364,12 +363,23 @@ def _syntax_error(e: UnexpectedInput, line: Line) -> AlgSyntaxError:
             is not None:
         return AlgSyntaxError(f"{msg}: the '(' at column {line.pos.col + opened} is not closed; a parenthesised "
                               "expression or condition ends with ')', as in [[(t ≤ t') ∧ ¬(t' − t < w)]]", pos)
-    # Words ("a name") before symbols, so the cut at 8 keeps the most telling ones.
-    expected = sorted((_describe(t) for t in (getattr(e, "expected", None) or ())), key=lambda x: (x[:1] == "'", x))
-    expected = [x for x in dict.fromkeys(expected) if x][:8]
-    if expected:
-        msg += "; expected " + ", ".join(expected)
-    return AlgSyntaxError(msg, pos)
+    # What the line should look like, rather than the grammar's tokens (which read as its internals).
+    if isinstance(e, UnexpectedToken) and e.token.value == ";":
+        return AlgSyntaxError(f"{msg}: ';' does not separate declarations or statements in the notation; "
+                              "put each on a line of its own", pos)
+    return AlgSyntaxError(f"{msg}: {_FORMS[line.kind]}", pos)
+
+
+_FORMS = {
+    Kind.HEADER: "a header reads `Algorithm 5: Ṽ ← MHAttention(X, Z | 𝒲, Mask)` (outputs ← name(data | parameters))",
+    Kind.SECTION: "a section line reads `Input: X ∈ ℝ^{d × ℓ}`, `Hyperparameters: H, d ∈ ℕ`, `Hyperparameters: "
+                  "d_attn = d_e / H` or `Parameters: W ∈ ℝ^{d × d}`, with a comment after a comma",
+    Kind.CONTINUATION: "a declaration reads `W ∈ ℝ^{d × d}`, `W_l : MHAttention`, `𝒲 consisting of:` or "
+                       "`For h ∈ [H]: W^h ∈ ℝ^{d × d}`",
+    Kind.BODY: "a body line is an assignment `X ← …`, `return Y = …`, a loop `for l = 1, 2, …, L do` or "
+               "`For h ∈ [H]:`, a map `for t ∈ [ℓ] : …`, `∀t, t' : if … then …` or `end`",
+    Kind.USE: "a use line reads `use MHAttention, layer_norm from \"primitives.alg\"` or `use \"primitives.alg\"`",
+}
 
 
 # Operators of programming languages that the notation spells otherwise: what to write instead.
@@ -418,27 +428,3 @@ def _unclosed_paren(text: str, at: int | None, expected: object) -> int | None:
             stack.pop()
     return stack[-1] if stack else None
 
-
-_NAMES = {"NAME": "a name", "CALLEE": "a function", "NUMBER": "a number", "INT": "an integer",
-          "ARROW": "'←'", "IN": "'∈'", "COLON": "':'", "COMMA": "','", "RPAR": "')'", "LPAR": "'('",
-          "RSQB": "']'", "LSQB": "'['", "RBRACE": "'}'", "VBAR": "'|'", "EQUAL": "'='", "PLUS": "'+'",
-          "MINUS": "'−'", "TIMES": "'×'", "IVERSON_CLOSE": "']]'", "TRANSPOSE": "'ᵀ'", "STRING": "a \"file\"",
-          "IVERSON_OPEN": "'[['", "INF": "'∞'", "REL": "a comparison", "EQUALS": "'='", "EQUIV": "'≡'",
-          "SUM": "'Σ'", "SQRT": "'√'", "SQRT_BRACE": "", "ELLIPSIS": "'…'", "CDOT": "'·'", "ODOT": "'⊙'",
-          "STAR": "'*'", "SUPER_OPEN": "'^{'", "SUB_OPEN": "'_{'", "SUB_SIMPLE": "", "REALS": "'ℝ'",
-          "NATURALS": "'ℕ'", "FORALL": "'∀'", "NOT": "'¬'", "AND": "'∧'", "OR": "'∨'", "POWER": "a power",
-          "LABEL": "an algorithm number", "DELTA": "'Δ'", "PROPTO": "'∝'", "MOD": "'mod'", "LFLOOR": "'⌊'", "RFLOOR": "'⌋'",
-          "LCEIL": "'⌈'", "RCEIL": "'⌉'", "CONG": "'≅'", "DIMDOT": "", "SEMICOLON": "';'",
-          "SLASH": "'/'", "LBRACE": "'{'", "CIRCUMFLEX": "'^'", "R": "", "N": ""}
-
-
-def _describe(terminal: str) -> str:
-    if terminal in _NAMES:
-        return _NAMES[terminal]
-    if terminal.startswith("__ANON") or terminal in ("DESC", "$END"):
-        return ""
-    try:  # a keyword (`do`, `then`, `Algorithm`): quote it as written
-        pattern = grammar().get_terminal(terminal).pattern
-    except KeyError:
-        return terminal.lower()
-    return f"'{pattern.value}'" if isinstance(pattern, PatternStr) else terminal.lower()

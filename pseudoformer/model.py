@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.config import Config, resolve
-from pseudoformer.errors import CompileError, UsageError
+from pseudoformer.errors import AlgError, CompileError, UsageError
+from pseudoformer.frontend.ast import Algorithm, callees
 from pseudoformer.frontend.entry import elaborate, find_entry
 from pseudoformer.frontend.generation_plan import GenerationPlan
 from pseudoformer.frontend.inference import (
@@ -176,6 +177,28 @@ def check(path: str | Path, *, entry: str | None = None, config: str | Path | No
                         max_nodes=max_nodes).checked
 
 
+def _check_modes(algs: Sequence[Algorithm], named: str | None,
+                 values: Mapping[str, Any]) -> dict[int, tuple[Mapping[str, Any], bool]]:
+    """How `check` elaborates each algorithm: (the values it gets, whether sizes without one stay symbols).
+
+    The entry (the one the config or --entry names, else each algorithm no other one calls) gets the
+    config's values, all needed. A helper, called by another algorithm, is checked on its own with
+    symbolic sizes (its values come from its callers, which elaborate it in their context). Another
+    algorithm of the file that nothing calls (BERTEncoder beside BERT) gets the values it shares with
+    the config, and symbols for the rest."""
+    called = set().union(*(callees(a) for a in algs))
+    modes: dict[int, tuple[Mapping[str, Any], bool]] = {}
+    for a in algs:
+        if named is not None and named in (a.name, a.label, f"Algorithm {a.label}") \
+                or named is None and a.name not in called:
+            modes[id(a)] = (values, not values)
+        elif a.name in called:
+            modes[id(a)] = ({}, True)
+        else:
+            modes[id(a)] = (values, True)
+    return modes
+
+
 def check_report(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,
                  defines: list[str] | None = None, include: Sequence[str | Path] = (),
                  max_nodes: int = MAX_NODES) -> CheckReport:
@@ -190,10 +213,12 @@ def check_report(path: str | Path, *, entry: str | None = None, config: str | Pa
         find_entry(prog, None)  # the file's own mistake: it defines nothing
     errors = []
     report = CheckReport([])
+    modes = _check_modes(algs, entry or cfg.entry, cfg.hyperparameters)
     for a in algs:
         ident = a.name if sum(b.name == a.name for b in algs) == 1 else f"Algorithm {a.label}"
         if entry is not None and entry not in (a.name, a.label, f"Algorithm {a.label}"):
             continue
+        values, symbolic = modes[id(a)]
         try:
             if is_inference(a):
                 plan = plan_inference(prog, ident)
@@ -203,13 +228,17 @@ def check_report(path: str | Path, *, entry: str | None = None, config: str | Pa
                 report.plans.append(plan)
                 report.summaries.append(describe_plan(prog, plan, cfg.hyperparameters))
             else:
-                elaborate(prog, ident, cfg.hyperparameters, symbolic=not cfg.hyperparameters,
-                          optional=set(cfg.hyperparameters), max_nodes=max_nodes)
+                elaborate(prog, ident, dict(values), symbolic=symbolic, optional=set(values), max_nodes=max_nodes)
             report.checked.append(ident)
         except CompileError as e:
             errors.extend(e.errors)
     if errors:
-        raise CompileError(errors)
+        # A helper's mistake is found by its own symbolic check and again by each entry that calls it:
+        # one message per place, the first (symbolic, in definition order) kept.
+        places: dict[object, AlgError] = {}
+        for e in errors:
+            places.setdefault((e.pos.file, e.pos.line, e.pos.col) if e.pos else id(e), e)
+        raise CompileError(list(places.values()))
     if entry is not None and not report.checked:
         raise UsageError(f"{src} has no algorithm {entry!r}")
     return report
