@@ -4,6 +4,7 @@ on the numpy interpreter, ONNX Runtime and TVM, and the compiled ONNX's ops per 
 
 from __future__ import annotations
 
+import importlib.util
 from collections import Counter
 
 import numpy as np
@@ -92,7 +93,8 @@ def test_each_layer_is_four_matmuls_one_attention_and_two_rms_norms(checkpoints:
 @pytest.mark.slow
 @pytest.mark.parametrize("source", SOURCES)
 def test_smollm2_size_matches_hf(tmp_path, source: str) -> None:
-    """SmolLM2-135M's sizes (30 layers, d 576, 9 query heads over 3 key/value heads, tied unembedding)."""
+    """SmolLM2-135M's sizes (30 layers, d 576, 9 query heads over 3 key/value heads, tied unembedding), on the
+    interpreter, ORT and (where installed) TVM."""
     hf = hf_model("llama", **SMOLLM2)
     model = ours("llama", save_hf(hf, tmp_path), source)
     assert (model.config.hyperparameters["H"], model.config.hyperparameters["H_kv"]) == (9, 3)
@@ -100,6 +102,10 @@ def test_smollm2_size_matches_hf(tmp_path, source: str) -> None:
     want = _hf_logits(hf, x)
     _close(model.run(x=x)["Y"], want)
     _close(run_onnx(lower(model), {"x": x})["Y"], want)
+    if importlib.util.find_spec("tvm") is not None:
+        from pseudoformer.deploy_tvm import compile_model
+
+        _close(compile_model(model).run(x=x)["Y"], want)
 
 
 def test_linear_rope_scaling_divides_the_positions(tmp_path) -> None:
