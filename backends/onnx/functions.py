@@ -105,7 +105,7 @@ def _value_types(flat: onnx.GraphProto, weights: Sequence[onnx.ValueInfoProto], 
     typed = {v.name for v in (*g.input, *g.output, *g.value_info)}
     g.value_info.extend(v for v in known if v.name not in typed)
     model = helper.make_model(g, opset_imports=opset_imports,
-                              ir_version=helper.find_min_ir_version_for(list(opset_imports)))
+                              ir_version=helper.find_min_ir_version_for(list(opset_imports), ignore_unknown=True))
     inferred = onnx.shape_inference.infer_shapes(model).graph
     return {v.name: v.type for v in (*inferred.input, *inferred.value_info, *inferred.output)}
 
