@@ -223,12 +223,20 @@ def _stmt(tree: Tree | Expr, line: Line) -> Stmt:
     if k == "return_":
         return Stmt("return", pos, line.number, name=str(names[0]) if names else None, value=exprs[-1],
                     remark=remark)
-    if k == "for_in":
+    if k in ("for_in", "map_stmt"):
         # `for t ∈ [ℓ] : stmt` on one line is a column map; `For h ∈ [H]:` heads an unrolled block.
-        if len(subs) + len(exprs) > 1:
-            inner = _stmt(subs[0] if subs else exprs[1], line)
-            return Stmt("for_map", pos, line.number, name=str(names[0]), bounds=(exprs[0],), body=[inner])
-        return Stmt("for_in", pos, line.number, name=str(names[0]), bounds=(exprs[0],))
+        ranges = _ranges(_sub(ch, "for_ranges"))
+        inner_tree = next((c for c in subs if c.data != "for_ranges"), None)
+        if inner_tree is None:
+            if len(ranges) > 1:
+                raise AlgSyntaxError("a block loop `For h ∈ [H]:` runs over one index; maps over several indices "
+                                     "are one line: for i ∈ [d], t ∈ [ℓ] : …", _token_pos(ranges[1][0]))
+            return Stmt("for_in", pos, line.number, name=str(ranges[0][0]), bounds=(ranges[0][1],))
+        # `for i ∈ [m], t ∈ [n] : s` is `for i ∈ [m] : for t ∈ [n] : s`: one map per index, outermost first.
+        body = _stmt(inner_tree, line)
+        for var, bound in reversed(ranges):
+            body = Stmt("for_map", pos, line.number, name=str(var), bounds=(bound,), body=[body])
+        return body
     if k == "for_range":
         return Stmt("for_range", pos, line.number, name=str(names[0]), bounds=(exprs[0], exprs[1], exprs[2]))
     if k == "forall":
@@ -246,6 +254,18 @@ def _stmt(tree: Tree | Expr, line: Line) -> Stmt:
         return Stmt("sample", pos, line.number, target=Expr("name", (), _token_pos(token), str(token)),
                     name=str(dist), value=exprs[-1])
     raise AlgSyntaxError(f"unsupported statement ({k})", pos)
+
+
+def _ranges(tree: Tree) -> list[tuple[object, Expr]]:
+    """`i ∈ [d/2], t ∈ [ℓ]` → [(i, d/2), (t, ℓ)]."""
+    names = [c for c in tree.children if isinstance(c, str) and c.type == "NAME"]
+    bounds = [c for c in tree.children if isinstance(c, Expr)]
+    seen: set[str] = set()
+    for n in names:
+        if str(n) in seen:
+            raise AlgSyntaxError(f"the map runs over {n} twice; each index is named once", _token_pos(n))
+        seen.add(str(n))
+    return list(zip(names, bounds, strict=True))
 
 
 def _blocks(lines: list[tuple[Line, Tree | None]], fail) -> list[Stmt]:  # noqa: ANN001

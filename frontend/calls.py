@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, is_inference
@@ -11,12 +12,15 @@ from pseudoformer.frontend.expressions import (
     describe,
     ev,
     handles,
+    size_val,
 )
+from pseudoformer.frontend.expressions.lookup import real_hyper
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import GroupVal, top_entries
 from pseudoformer.frontend.statements import run_body
 from pseudoformer.frontend.tensor_ops import (
+    cast_real,
     dim_to_free,
     free_to_dim,
     show,
@@ -88,6 +92,12 @@ def call_algorithm(f: Frame, e: Expr) -> Any:
         if target.op != "name" or target.text not in hyper_names:
             raise f.error(HyperparameterError, f"{callee.name} has no hyperparameter {describe(target)}",
                           lhs.pos)
+        if (real := real_decl(callee, target.text)) is not None:
+            if lhs.op == "index":
+                raise f.error(BadTypeError, f"{target.text} is a real number of {callee.name}; pass it as "
+                              f"{target.text} = …, without indices", lhs.pos)
+            g.hyper[target.text] = real_argument(f, callee, real, rhs)
+            continue
         vars_ = tuple(i.text for i in lhs.args[1]) if lhs.op == "index" else ()
         if any(not i.op == "name" for i in (lhs.args[1] if lhs.op == "index" else ())):
             raise f.error(BadTypeError, "define a mask entry-wise with index variables: Mask[t, t'] = …", lhs.pos)
@@ -98,6 +108,11 @@ def call_algorithm(f: Frame, e: Expr) -> Any:
                 g.hyper[d.name] = f.hyper[d.name]
             else:
                 raise f.error(HyperparameterError, f"{callee.name} needs its hyperparameter {d.name}", e.pos)
+    for d in callee.hyper:
+        if real_decl(callee, d.name) is d and d.name not in g.hyper and real_hyper(g, parse_name(d.name).ascii()) is None:
+            key = parse_name(d.name).ascii()
+            raise f.error(HyperparameterError, f"{callee.name} needs its real hyperparameter {d.name}: pass it "
+                          f"({d.name} = … after `|`), or set it in the config (-D {key}=…)", e.pos)
     for pname in callee.param_args:
         if pname in top and pname not in g.bound:
             raise f.error(ArityError, f"{callee.name} needs its parameter {pname} after `|`", e.pos)
@@ -170,6 +185,8 @@ def _bind_param(f: Frame, g: Frame, pname: str, expr: Expr, top: dict[str, Decl]
         else:
             raise f.error(BadTypeError, f"{g.alg.name}'s {pname} is a matrix or vector; {describe(expr)} is not", expr.pos)
         g.bound[pname] = v
+    elif (real := real_decl(g.alg, pname)) is not None:
+        g.hyper[pname] = real_argument(f, g.alg, real, expr)
     elif pname in hyper:
         if expr.op == "name" and expr.text in f.hyper:
             g.hyper[pname] = f.hyper[expr.text]
@@ -177,6 +194,31 @@ def _bind_param(f: Frame, g: Frame, pname: str, expr: Expr, top: dict[str, Decl]
             g.hyper[pname] = MaskDef((), expr, f)
     else:
         raise f.error(BadTypeError, f"{pname} is neither a parameter nor a hyperparameter of {g.alg.name}", expr.pos)
+
+
+def real_decl(alg: Algorithm, name: str) -> Decl | None:
+    """The declaration of a real-valued hyperparameter (b ∈ ℝ, τ ∈ (0, ∞)) of `alg` named `name`."""
+    for d in alg.hyper:
+        if d.name == name and d.type is not None and d.type.kind == "real" and not d.type.dims:
+            return d
+    return None
+
+
+def real_argument(f: Frame, callee: Algorithm, d: Decl, expr: Expr) -> Val:
+    """A real passed in a call (`RoPE(X | b)`, `ALiBi(X | W, m = 2^{−8h/H})`): one number, evaluated in
+    the caller; known before run time it stays a constant, so that it folds where it is used."""
+    v = ev(f, expr)
+    if isinstance(v, SizeVal):
+        v = size_val(f, v.size, expr.pos)
+    if not isinstance(v, Val) or v.dims or v.free or v.kind not in ("real", "index") or isinstance(v.const, bool):
+        shown_v = show(v) if isinstance(v, Val) else "not a value"
+        raise f.error(BadTypeError, f"{callee.name}'s {d.name} is a real number; {describe(expr)} is {shown_v}",
+                      expr.pos)
+    lo, hi = d.type.interval or (-math.inf, math.inf)
+    if isinstance(v.const, (int, float)) and not lo < v.const < hi:
+        raise f.error(HyperparameterError, f"{callee.name}'s {d.name} is declared in ({lo:g}, "
+                      f"{'∞' if hi == math.inf else f'{hi:g}'}), and this is {v.const:g}", expr.pos)
+    return cast_real(f.b, v) if v.const is None else v
 
 
 def _check_output(g: Frame, v: Val, e: Expr) -> None:

@@ -18,7 +18,7 @@ from pseudoformer.frontend.errors import (
 from pseudoformer.frontend.modules import Program
 from pseudoformer.frontend.names import Name, parse_name
 from pseudoformer.frontend.params import DuplicateParameter, Entry, GroupVal, entries, path
-from pseudoformer.frontend.sizes import Size
+from pseudoformer.frontend.sizes import Size, quotient
 from pseudoformer.frontend.tensor_ops import ShapeMismatch, show_size, unify
 from pseudoformer.frontend.values import Builder, Val
 from pseudoformer.ir import DType, Op, TensorType
@@ -184,6 +184,9 @@ class Frame:
             if e.op == "juxt":
                 return x * y
             q = x.div(y)
+            if q is None and self.root().symbolic and not (x.is_int and y.is_int) and y != Size.of(0):
+                # checking without a config: ℝ^{d/2} has d/2 rows, G = H / H_kv is a size of its own
+                return quotient(x, y.value if y.is_int else y)
             if q is None:
                 raise self.error(ShapeError, f"{x} is not divisible by {y}", e.pos)
             return q

@@ -53,7 +53,7 @@ class _SplitClosers:
 @cache
 def grammar() -> Lark:
     text = resources.files("pseudoformer.grammars").joinpath("alg.lark").read_text(encoding="utf-8")
-    return Lark(text, parser="lalr", lexer="contextual", start=list({*_START.values(), "remark"}),
+    return Lark(text, parser="lalr", lexer="contextual", start=list({*_START.values(), "remark", "expr"}),
                 propagate_positions=True, maybe_placeholders=True, postlex=_SplitClosers())
 
 
@@ -134,6 +134,9 @@ class _ToAst(Transformer):
     not_ = _bin("not")
     and_ = _bin("and")
     or_ = _bin("or")
+    mod = _bin("mod")
+    floor = _bin("floor")
+    ceil = _bin("ceil")
 
     @v_args(meta=True)
     def real_power(self, meta: object, ch: list) -> Expr:
@@ -298,6 +301,22 @@ def parse_line(line: Line, module_path: str, start: str | None = None) -> Tree |
     return _ToAst(line.pos).transform(tree)
 
 
+def parse_script(text: str, pos: Pos) -> Expr | None:
+    """A name's sub- or superscript read as an expression (the ⌈h/G⌉ of W_k^{⌈h/G⌉}, the −2(i−1)/d of
+    b^{−2(i−1)/d}), positioned at its name; None when the script is not one."""
+    if len(text) > 200 or _LONG_NUMBER.search(text):
+        return None
+    try:
+        tree = grammar().parse(text, start="expr")
+    except LarkError:
+        return None
+    try:
+        _check_nesting(tree, Line(Kind.BODY, text, pos, 0))
+    except LimitError:
+        return None
+    return _ToAst(pos).transform(tree)
+
+
 _LONG_NUMBER = re.compile(rf"\d{{{MAX_INT_DIGITS + 1},}}")
 
 
@@ -321,6 +340,8 @@ def _check_nesting(tree: Tree, line: Line) -> None:
 def _syntax_error(e: UnexpectedInput, line: Line) -> AlgSyntaxError:
     col = getattr(e, "column", 1)
     pos = Pos(line.pos.file, line.pos.line, line.pos.col + (col - 1 if isinstance(col, int) and col > 0 else 0))
+    if (hint := _operator_hint(line.text, getattr(e, "pos_in_stream", None))) is not None:
+        return AlgSyntaxError(hint[0], _at(line, hint[1]))
     if isinstance(e, UnexpectedCharacters):
         ch = line.text[e.pos_in_stream] if e.pos_in_stream < len(line.text) else "?"
         msg = f"unexpected character {ch!r}"
@@ -331,12 +352,51 @@ def _syntax_error(e: UnexpectedInput, line: Line) -> AlgSyntaxError:
         msg = f"unexpected {e.token.value!r}"
     else:
         msg = "syntax error"
+    if (opened := _unclosed_paren(line.text, getattr(e, "pos_in_stream", None), getattr(e, "expected", ()))) \
+            is not None:
+        return AlgSyntaxError(f"{msg}: the '(' at column {line.pos.col + opened} is not closed; a parenthesised "
+                              "expression or condition ends with ')', as in [[(t ≤ t') ∧ ¬(t' − t < w)]]", pos)
     # Words ("a name") before symbols, so the cut at 8 keeps the most telling ones.
     expected = sorted((_describe(t) for t in (getattr(e, "expected", None) or ())), key=lambda x: (x[:1] == "'", x))
     expected = [x for x in dict.fromkeys(expected) if x][:8]
     if expected:
         msg += "; expected " + ", ".join(expected)
     return AlgSyntaxError(msg, pos)
+
+
+# Operators of programming languages that the notation spells otherwise: what to write instead.
+_OPERATOR_HINTS = {
+    "%": "'%' is not an operator of the notation: write a remainder as `a mod b` (LaTeX `a \\bmod b`)",
+    "//": "'//' is not an operator of the notation: write a floored division as ⌊a/b⌋ (ASCII `floor(a/b)`, "
+          "LaTeX `\\lfloor a/b \\rfloor`)",
+    "**": "'**' is not an operator of the notation: write a power as x^{k} or b^{e}",
+    "&&": "'&&' is not an operator of the notation: write `a ∧ b` (ASCII `a and b`, LaTeX `a \\land b`)",
+    "||": "'||' is not an operator of the notation: write `a ∨ b` (ASCII `a or b`, LaTeX `a \\lor b`)",
+}
+
+
+def _operator_hint(text: str, at: int | None) -> tuple[str, int] | None:
+    """What to write instead of the operator the parser stopped at (or whose second character it stopped at)."""
+    if at is None or not 0 <= at < len(text):
+        return None
+    for op, hint in _OPERATOR_HINTS.items():
+        for start in (at, at - 1):
+            if start >= 0 and text.startswith(op, start):
+                return hint, start
+    return None
+
+
+def _unclosed_paren(text: str, at: int | None, expected: object) -> int | None:
+    """The offset of the last '(' still open where the parser stopped, when it wanted a ')' there."""
+    if not expected or "RPAR" not in expected:  # type: ignore[operator]
+        return None
+    stack: list[int] = []
+    for i, ch in enumerate(text[:at if isinstance(at, int) and at >= 0 else len(text)]):
+        if ch == "(":
+            stack.append(i)
+        elif ch == ")" and stack:
+            stack.pop()
+    return stack[-1] if stack else None
 
 
 _NAMES = {"NAME": "a name", "CALLEE": "a function", "NUMBER": "a number", "INT": "an integer",
@@ -347,7 +407,8 @@ _NAMES = {"NAME": "a name", "CALLEE": "a function", "NUMBER": "a number", "INT":
           "SUM": "'Σ'", "SQRT": "'√'", "SQRT_BRACE": "", "ELLIPSIS": "'…'", "CDOT": "'·'", "ODOT": "'⊙'",
           "STAR": "'*'", "SUPER_OPEN": "'^{'", "SUB_OPEN": "'_{'", "SUB_SIMPLE": "", "REALS": "'ℝ'",
           "NATURALS": "'ℕ'", "FORALL": "'∀'", "NOT": "'¬'", "AND": "'∧'", "OR": "'∨'", "POWER": "a power",
-          "LABEL": "an algorithm number", "DELTA": "'Δ'", "PROPTO": "'∝'", "CONG": "'≅'", "DIMDOT": "", "SEMICOLON": "';'",
+          "LABEL": "an algorithm number", "DELTA": "'Δ'", "PROPTO": "'∝'", "MOD": "'mod'", "LFLOOR": "'⌊'", "RFLOOR": "'⌋'",
+          "LCEIL": "'⌈'", "RCEIL": "'⌉'", "CONG": "'≅'", "DIMDOT": "", "SEMICOLON": "';'",
           "SLASH": "'/'", "LBRACE": "'{'", "CIRCUMFLEX": "'^'", "R": "", "N": ""}
 
 

@@ -7,6 +7,7 @@ implicit (MHAttention's d_out) that unification with another size fixes later.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -113,3 +114,30 @@ class Size:
 ONE = Size.of(1)
 # The `1` of `1ᵀ`: a row of ones as long as whatever it meets.
 BROADCAST = Size.of("*")
+
+
+def quotient(x: Size, k: int | Size) -> Size:
+    """x/k where k does not divide x, checking without a config: a size of its own (`d/2`, `H/H_kv`),
+    which `simplify` turns back into x when multiplied by a whole k."""
+    def term(s: Size) -> str:
+        return str(s) if len(s.terms) == 1 and s.terms[0][1] == 1 and len(s.terms[0][0]) == 1 else f"({s})"
+    return Size.of(f"{term(x)}/{k if isinstance(k, int) else term(k)}")
+
+
+_QUOTIENT = re.compile(r"([^/()]+)/([0-9]+)")
+
+
+def simplify(s: Size) -> Size:
+    """k·(d/k) = d for the quotient sizes of `quotient` (2·d/2 is d)."""
+    out = Size.of(0)
+    for mono, c in s.terms:
+        term = Size.of(c)
+        for name in mono:
+            m = _QUOTIENT.fullmatch(name)
+            k = int(m.group(2)) if m else 0
+            if m and k and term.is_int and term.value % k == 0:
+                term = Size.of(term.value // k) * Size.of(m.group(1))
+            else:
+                term = term * Size.of(name)
+        out = out + term
+    return out

@@ -9,10 +9,15 @@ from typing import Any
 from pseudoformer.errors import AlgError
 from pseudoformer.frontend.ast import Expr, Stmt
 from pseudoformer.frontend.errors import BadTypeError, LimitError, ShapeError
-from pseudoformer.frontend.expressions import as_size, describe, distinct_index_vars, ev, ev_val
+from pseudoformer.frontend.expressions import as_size, describe, distinct_index_vars, ev, ev_val, static_int
+from pseudoformer.frontend.expressions.affine import Run, run_of, size_expr
+from pseudoformer.frontend.expressions.core import index_var_val
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import collection
+from pseudoformer.frontend.pieces import Piece, Pieces, add_piece, assemble, whole
+from pseudoformer.frontend.scatter import scatter_into
+from pseudoformer.frontend.sizes import Size
 from pseudoformer.frontend.tensor_ops import (
     ShapeMismatch,
     cast_real,
@@ -24,7 +29,7 @@ from pseudoformer.frontend.tensor_ops import (
     unify,
 )
 from pseudoformer.frontend.values import Family, NodeLimit, Val
-from pseudoformer.ir import Op, Span
+from pseudoformer.ir import DType, Op, Span
 from pseudoformer.ir.ops import IRTypeError
 
 
@@ -96,19 +101,21 @@ def _exec(f: Frame, s: Stmt) -> None:
         _check_remark(f, s, v)
         raise _Return(v)
     elif k == "for_map":
-        n = as_size(ev(f, s.bounds[0]))
+        n = static_int(f, s.bounds[0])
+        if n is None:
+            n = size_expr(f, s.bounds[0])
+        if n is None:
+            n = as_size(ev(f, s.bounds[0]))
         if n is None:
             raise f.error(BadTypeError, "a column map runs over [n] for a size n", s.bounds[0].pos)
         with _mapvars(f, [(s.name, n)]):
             exec_block(f, s.body)
     elif k in ("for_in", "for_range"):
         if k == "for_range":
-            first, second, last = (ev(f, x) for x in s.bounds)
+            first, second = (ev(f, x) for x in s.bounds[:2])
             if not (isinstance(first, Val) and first.const == 1 and isinstance(second, Val) and second.const == 2):
                 raise f.error(BadTypeError, "write loops as for l = 1, 2, …, L do", s.pos)
-        else:
-            last = ev(f, s.bounds[0])
-        bound = as_size(last)
+        bound = static_int(f, s.bounds[-1])
         if bound is None:
             raise f.error(BadTypeError, "a loop's bound must be a size", s.pos)
         size = f.b.resolve(bound)
@@ -213,17 +220,26 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
         return
     if not isinstance(value, Val):
         raise f.error(BadTypeError, "only values can be assigned entry-wise", s.pos)
-    if any(not (it.op == "all" or (it.op == "name" and it.text in f.maps)) for it in items):
-        raise f.error(BadTypeError, "assign to whole rows and columns: use `:` and loop indices", s.pos)
+    computed = [k for k, it in enumerate(items) if _computed(f, it, cond)]
+    targets = _targets(f, items, cond, s) if not computed else []
     distinct_index_vars(f, items)
     # Sʰ[t, t'] ← … inside `For h ∈ [H]:` updates this head's member of the family Sʰ.
     fam = f.vars.get(key) if loop_idx else None
     if loop_idx and not isinstance(fam, Family):
         fam = Family()
     existing = fam.members.get(loop_idx) if fam is not None else f.vars.get(key)
+    if isinstance(existing, Pieces) and (cond is not None or len(existing.extents) != len(items)):
+        existing = assemble(f, existing, s.pos)
     if existing is not None and isinstance(existing, Val) and len(existing.dims) != len(items):
         raise f.error(ShapeError, f"{tok} is {show(existing)}; it takes {len(existing.dims)} indices", s.pos)
-    if cond is not None:
+    if computed:
+        if len(computed) > 1 or cond is not None:
+            raise f.error(BadTypeError, "an assignment at computed positions has one computed index and no "
+                          "condition", items[computed[-1]].pos)
+        if isinstance(existing, Pieces):
+            existing = assemble(f, existing, s.pos)
+        stored = scatter_into(f, str(tok), existing, items, computed[0], value, s, _place)
+    elif cond is not None:
         if existing is None:
             raise f.error(BadTypeError, f"{tok} is not defined yet", s.pos)
         if not isinstance(existing, Val):
@@ -240,36 +256,110 @@ def assign(f: Frame, target: Any, value: Any, cond: Val | None, s: Stmt) -> None
             value = cast_real(f.b, value)  # S[t, t'] ← [[…]]: a truth value assigned as the number 0 or 1
         new = elementwise(f.b, Op.WHERE, [cond, value, view], "assign", kind=view.kind)
         value = new
-    result = _place(f, value, items, s)
-    if isinstance(existing, Val):
-        if len(existing.dims) != len(result.dims):
-            raise f.error(ShapeError, f"{tok} is {show(existing)}, the new value {show(result)}", s.pos)
-        for old, new in zip(existing.dims, result.dims, strict=True):
-            unify(f.b, old, new, f"assigning to {tok}")
+    if not computed:
+        result = _place(f, value, targets, s)
+        stored = _entries(f, str(tok), key, result, targets, existing, tok.pos)
     if fam is not None:
-        fam.members[loop_idx] = result
+        fam.members[loop_idx] = stored
         f.vars[key] = fam
     else:
-        f.vars[key] = result
+        f.vars[key] = stored
 
 
-def _place(f: Frame, value: Val, items: list, s: Stmt) -> Val:
+def _computed(f: Frame, it: Expr, cond: Val | None) -> bool:
+    """A target index that is neither `:`, a map variable nor a run `a·i + b` of one."""
+    if it.op == "all" or it.op == "name" and it.text in f.maps:
+        return False
+    return cond is not None or run_of(f, it) is None
+
+
+def _targets(f: Frame, items: list, cond: Val | None, s: Stmt) -> list[tuple[str, Run | None]]:
+    """A target's indices: ("", None) for `:`, (i, None) for a map variable, (i, run) for `a·i + b`."""
+    out: list[tuple[str, Run | None]] = []
+    for it in items:
+        if it.op == "all":
+            out.append(("", None))
+        elif it.op == "name" and it.text in f.maps:
+            out.append((it.text, None))
+        else:
+            run = run_of(f, it)
+            assert run is not None and cond is None  # the others are computed positions (scatter.py)
+            out.append((run.var, run))
+    return out
+
+
+def _entries(f: Frame, name: str, key: str, result: Val, targets: list, existing: Any, target_pos: Any) -> Any:
+    """What an entry-wise assignment leaves: the whole new value, or the pieces assigned so far."""
+    if isinstance(existing, Val):
+        extents: tuple[Size | None, ...] = tuple(f.b.resolve(d) for d in existing.dims)
+    elif isinstance(existing, Pieces):
+        extents = existing.extents
+    else:
+        extents = _declared_extents(f, key, len(targets))
+    runs = []
+    for (var, run), dim, extent in zip(targets, result.dims, extents, strict=True):
+        if run is None:
+            run = whole(f.b.resolve(dim))
+            if var and extent is not None and f.b.resolve(dim) != extent:  # Y[i, t] with i ∈ [d/2] of d rows
+                run = Run(var, Size.of(0), 1, f.b.resolve(dim))
+        runs.append(run)
+    partial = any(r.start != Size.of(0) or r.stride != 1 or e is None or r.count != e
+                  for r, e in zip(runs, extents, strict=True))
+    if isinstance(existing, Pieces):
+        partial = True
+    if not partial or (existing is None and all(e is None for e in extents) and all(t[1] is None for t in targets)
+                       and not any(t[0] for t in targets)):
+        if isinstance(existing, Val):
+            for old, new in zip(existing.dims, result.dims, strict=True):
+                unify(f.b, old, new, f"assigning to {name}")
+        return result
+    pieces = existing if isinstance(existing, Pieces) else Pieces(name, extents, existing)
+    add_piece(f, pieces, Piece(tuple(runs), result, target_pos))
+    return pieces
+
+
+def _spread(f: Frame, value: Val, var: str, s: Stmt) -> Val:
+    """`for i ∈ [d], t ∈ [ℓ] : M[i, t] ← [[t ≤ 3]]`: a value that does not depend on i is the same in
+    every row, broadcast over i's range."""
+    if f.maps[var].size is None:
+        raise f.error(BadTypeError, f"the value does not depend on {var}, so its range is unknown", s.pos)
+    positions = index_var_val(f, var, s.pos)
+    if value.kind == "bool":
+        every = elementwise(f.b, Op.GE, [positions, Val(f.b.const(0, DType.int64), "index")], "compare")
+        return elementwise(f.b, Op.AND, [value, every], "and", kind="bool")
+    if value.kind == "index":  # t itself, as a position
+        zeros = elementwise(f.b, Op.MUL, [positions, Val(f.b.const(0, DType.int64), "index")], "multiply")
+        return elementwise(f.b, Op.ADD, [value, zeros], "add", kind="index")
+    value = cast_real(f.b, value)
+    zeros = elementwise(f.b, Op.MUL, [cast_real(f.b, positions), Val(f.b.const(0.0), "real")], "multiply")
+    return elementwise(f.b, Op.ADD, [value, zeros], "add")
+
+
+def _declared_extents(f: Frame, key: str, rank: int) -> tuple[Size | None, ...]:
+    """An output's declared sizes (Y ∈ ℝ^{d × ℓ}): the extent its pieces must fill."""
+    for d in f.alg.output_decls:
+        if d.type is not None and parse_name(d.name).key() == key and len(d.type.dims) == rank:
+            return tuple(f.b.resolve(f.eval_size(x)) for x in d.type.dims)
+    return (None,) * rank
+
+
+def _place(f: Frame, value: Val, targets: list[tuple[str, Run | None]], s: Stmt) -> Val:
     """Build the whole matrix from a value computed per index: X̃[:, t] ← v(t)."""
     own_dims = iter(range(len(value.dims)))
     target_labels: list = []
     dims = []
     used = set()
-    for it in items:
-        if it.op == "all":
+    for var, _run in targets:
+        if not var:
             i = next(own_dims, None)
             if i is None:
                 raise f.error(ShapeError, "more `:` than the value has dims", s.pos)
             target_labels.append(("d", i))
             dims.append(value.dims[i])
         else:
-            internal = f.maps[it.text].internal
+            internal = f.maps[var].internal
             if internal not in value.free_vars:
-                raise f.error(BadTypeError, f"the value does not depend on {it.text}", s.pos)
+                value = _spread(f, value, var, s)
             target_labels.append(("f", internal))
             dims.append(value.free_size(internal))
             used.add(internal)

@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--opset", type=int, help="ONNX opset (default: the newest onnxruntime 1.31 runs)")
     k.add_argument("--padding-mask", action="store_true",
                    help="add an attention_mask input (1 token, 0 padding; pad on the right) per token input")
+    k.add_argument("--functions", action="store_true",
+                   help="onnx: write each algorithm call (a layer, MHAttention, layer_norm, ...) as an ONNX local "
+                   "function, so that Netron shows the paper's structure and folds it")
     add_quantize_arguments(k)
     _opt_arg(k, 2, "for deployment")
     k.add_argument("-o", "--output", required=True, help="the file to write, e.g. model.onnx (or model.so for tvm)")
@@ -252,7 +255,8 @@ def _compile(args: argparse.Namespace) -> int:
                        seed=args.seed, backend=args.backend, dtype=args.dtype, opset=args.opset,
                        opt_level=args.opt, target=args.target, padding_mask=args.padding_mask,
                        tvm_params=args.tvm_params, include=args.include, max_nodes=args.max_nodes,
-                       allow_nonfinite=args.allow_nonfinite, quantize=from_arguments(args))
+                       allow_nonfinite=args.allow_nonfinite, functions=args.functions,
+                       quantize=from_arguments(args))
     compiled.save(out)
     n = sum(w.size for w in compiled.model.weights.values())
     inputs = [str(i.attrs['name']) + str(list(i.type.shape)) for i in compiled.model.graph.inputs]

@@ -97,7 +97,7 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
             backend: str = "onnx", dtype: str = "float32", opset: int | None = None,
             opt_level: int = 2, target: str = "llvm", padding_mask: bool = False,
             tvm_params: str | None = None, include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES,
-            allow_nonfinite: bool = False, quantize: str | QuantizeOptions | None = None,
+            allow_nonfinite: bool = False, functions: bool = False, quantize: str | QuantizeOptions | None = None,
             block_size: int | None = None, symmetric: bool = False, accuracy_level: int | None = None,
             quantize_embeddings: bool = False) -> CompiledModel | TVMCompiledModel:
     """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
@@ -115,6 +115,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     padding_mask=True adds an `attention_mask` input per token input (ONNX only; see
     passes/padding_mask.py) so that right-padded batches of different lengths run together.
     include, max_nodes, allow_nonfinite: as for `load`.
+    functions=True writes each algorithm call as an ONNX local function (ONNX only; see
+    backends/onnx/functions.py): the same model, folded as the paper writes it, for a viewer such as Netron.
     """
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
@@ -126,6 +128,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
         raise UsageError("--padding-mask is for the onnx backend")
     if tvm_params is not None and backend != "tvm":
         raise UsageError("--tvm-params is for the tvm backend")
+    if functions and backend != "onnx":
+        raise UsageError("--functions is for the onnx backend")
     from pseudoformer.quantization import options
 
     quant = options(quantize, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level,
@@ -139,7 +143,7 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
 
         return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args")
     lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False,
-                    quantize=quant)
+                    quantize=quant, functions=functions)
     return CompiledModel(lowered, model, dtype, padding_mask, opt_level, quant)
 
 
@@ -150,7 +154,8 @@ NO_TVM_QUANTIZATION = ("--quantize is not supported on the tvm backend yet (it h
 
 
 def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,
-          padding_mask: bool = False, whole: bool = True, quantize: QuantizeOptions | None = None) -> Any:
+          padding_mask: bool = False, whole: bool = True, quantize: QuantizeOptions | None = None,
+          functions: bool = False) -> Any:
     """The optimised model as an onnx.ModelProto; with whole=False as a LoweredModel (graph + arrays)."""
     from pseudoformer.backends.onnx import BackendError
     from pseudoformer.backends.onnx.lower import lower_model
@@ -172,7 +177,7 @@ def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt
         graph, weights = quantize_model_graph(graph, weights, quantize)
         metadata["quantization"] = quantize.describe()
     try:
-        lowered = lower_model(graph, weights, dtype=dtype, opset=opset, metadata=metadata)
+        lowered = lower_model(graph, weights, dtype=dtype, opset=opset, metadata=metadata, functions=functions)
     except BackendError as e:
         raise UsageError(str(e)) from None
     return lowered.to_proto() if whole else lowered

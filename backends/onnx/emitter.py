@@ -60,9 +60,13 @@ class Emitter:
         self.opset = opset
         self.consumers = graph.consumers()
         self.nodes: list[onnx.NodeProto] = []
+        # With local functions, the call each node is in (`region` when it was emitted): constants
+        # and shapes are then shared within a call only, so that every call computes its own.
+        self.region: object = None
+        self.owner: list[object] = []
         self.vals: dict[int, Any] = {}
         self.consts: dict[tuple, str] = {}
-        self.shape_of: dict[tuple[str, int], str] = {}
+        self.shape_of: dict[tuple[object, str, int], str] = {}
         # Types onnx's shape inference cannot work out alone (3-D Attention after a Slice): from the IR.
         self.value_info: list[onnx.ValueInfoProto] = []
         self.names: set[str] = set()
@@ -123,10 +127,11 @@ class Emitter:
         if self.span is not None:
             node.doc_string = str(self.span)
         self.nodes.append(node)
+        self.owner.append(self.region)
 
     def const(self, value: Any, elem: int, out: str | None = None) -> str:
         arr = np.asarray(value, dtype=NUMPY[elem])
-        key = (elem, arr.shape, arr.tobytes())
+        key = (self.region, elem, arr.shape, arr.tobytes())
         if out is None and key in self.consts:
             return self.consts[key]
         name = out or f"{self.c}{len(self.consts)}"
@@ -147,9 +152,10 @@ class Emitter:
 
     def shape_dim(self, value: str, axis: int) -> str:
         """A run-time size as an int64 [1] tensor."""
-        if (value, axis) not in self.shape_of:
-            self.shape_of[value, axis] = self.emit("Shape", [value], start=axis, end=axis + 1)
-        return self.shape_of[value, axis]
+        key = (self.region, value, axis)
+        if key not in self.shape_of:
+            self.shape_of[key] = self.emit("Shape", [value], start=axis, end=axis + 1)
+        return self.shape_of[key]
 
     def range(self, n: str, out: str | None = None, start: str | None = None) -> str:
         zero, one = self.const(0, TensorProto.INT64), self.const(1, TensorProto.INT64)

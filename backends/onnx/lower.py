@@ -15,11 +15,15 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from pseudoformer.backends.onnx.calls import plan_calls
 from pseudoformer.backends.onnx.emitter import ELEM, NUMPY, Emitter, value_info
+from pseudoformer.backends.onnx.functions import DOMAIN, DOMAIN_VERSION, to_functions
 from pseudoformer.backends.onnx.lowerings import LOWERINGS, accepts
+from pseudoformer.backends.onnx.lowerings.quantized import MS
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.ops import Op
+from pseudoformer.ir.types import TensorType
 from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
 from pseudoformer.version import __version__
 
@@ -44,6 +48,7 @@ def to_onnx(
     dtype: str = "float32",
     metadata: Mapping[str, str] | None = None,
     check: bool = True,
+    functions: bool = False,
 ) -> onnx.ModelProto:
     """Lower `graph` with weights `params` (keyed by PARAM name) to an ONNX model.
 
@@ -55,11 +60,13 @@ def to_onnx(
     Inputs keep their declared types (float inputs stay float32 and are cast inside); float
     outputs are float16.
 
+    With functions=True each algorithm call is an ONNX local function (functions.py).
+
     The whole model in one ModelProto; lower_model gives it as graph and arrays, which save_model
     writes without ever holding the weights in a protobuf.
     """
     return lower_model(graph, params, opset=opset, ir_version=ir_version, dtype=dtype, metadata=metadata,
-                       check=check).to_proto()
+                       check=check, functions=functions).to_proto()
 
 
 def lower_model(
@@ -71,6 +78,7 @@ def lower_model(
     dtype: str = "float32",
     metadata: Mapping[str, str] | None = None,
     check: bool = True,
+    functions: bool = False,
 ) -> LoweredModel:
     """to_onnx's model as a LoweredModel: the ModelProto without initializers, and the weights."""
     opset = DEFAULT_OPSET if opset is None else opset
@@ -86,13 +94,16 @@ def lower_model(
     _check_names(graph)
     graph = prepare(graph, opset, dtype)
     weights = _weights(graph, params)
-    onnx_graph = _lower_graph(graph, opset)
-    domains = [helper.make_opsetid("", opset)]
-    if any(node.domain == "com.microsoft" for node in onnx_graph.node):  # quantized weights' ops
-        domains.append(helper.make_opsetid("com.microsoft", 1))
+    imports = [helper.make_opsetid("", opset)]
+    proto, local = _lower_graph(graph, opset, weights if functions else None)
+    if any(node.domain == MS for node in [*proto.node, *(n for f in local for n in f.node)]):
+        imports.append(helper.make_opsetid(MS, 1))  # quantized weights' ops
+    if local:
+        imports.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
     model = helper.make_model(
-        onnx_graph,
-        opset_imports=domains,
+        proto,
+        opset_imports=imports,
+        functions=local,
         ir_version=ir_version,
         producer_name="pseudoformer",
         producer_version=__version__,
@@ -225,8 +236,11 @@ def _weights(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[str, np.nda
     return out
 
 
-def _lower_graph(graph: Graph, opset: int) -> onnx.GraphProto:
+def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | None = None
+                 ) -> tuple[onnx.GraphProto, list[onnx.FunctionProto]]:
+    """The graph, and with `weights` (the initializers' names) given, its calls as local functions."""
     e = Emitter(graph, opset)
+    plan = plan_calls(graph) if weights is not None else None
     inputs = [value_info(n.attrs["name"], ELEM[n.dtype], n.type) for n in graph.inputs]
     for i, n in enumerate(graph.nodes()):
         if n.op in (Op.INPUT, Op.PARAM):
@@ -239,13 +253,32 @@ def _lower_graph(graph: Graph, opset: int) -> onnx.GraphProto:
             raise BackendError(f"the ONNX backend cannot lower {n.op.value} at opset {opset} "
                                f"(at {n.span or n.scope or '?'})")
         e.start(n, i)
+        if plan is not None:
+            e.region = plan.of[id(n)]
         e.vals[id(n)] = lowering.fn(e, n)
     outputs = []
     e.span = None
+    if plan is not None:
+        e.region = plan.root
     for name, n in graph.outputs:
         e.base, e.out = f"outputs/{name}", name
         if e.value(n) != name:  # already computed under its output name, or a copy is needed
             e.emit("Identity", [e.value(n)], out=name)
         outputs.append(value_info(name, ELEM[n.dtype], n.type))
-    return helper.make_graph(e.nodes, str(graph.meta.get("entry", "pseudoformer")), inputs, outputs,
+    flat = helper.make_graph(e.nodes, str(graph.meta.get("entry", "pseudoformer")), inputs, outputs,
                              value_info=e.value_info)
+    if plan is None or weights is None:
+        return flat, []
+    types = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape)
+             for name, arr in weights.items()]
+    # The IR's type of every node's value, for the functions' value_info: onnx's shape inference alone
+    # loses symbolic sizes (an embedding's rows sliced to `seq`) that the IR knows.
+    known: dict[str, onnx.ValueInfoProto] = {}
+    for n in graph.nodes():
+        name = e.vals.get(id(n))
+        if n.op not in (Op.INPUT, Op.PARAM) and isinstance(name, str) and isinstance(n.type, TensorType):
+            known.setdefault(name, value_info(name, ELEM[n.dtype], n.type))
+    imports = [helper.make_opsetid("", opset)]
+    if any(node.domain == MS for node in flat.node):  # a function may hold quantized weights' ops
+        imports.append(helper.make_opsetid(MS, 1))
+    return to_functions(flat, e.owner, plan, types, list(known.values()), imports)

@@ -57,9 +57,11 @@ def accepts(n: Node) -> bool:
 _UNARY: dict[Op, Callable[[Any], Any]] = {
     Op.NEG: R.negative, Op.EXP: R.exp, Op.LOG: R.log, Op.SQRT: R.sqrt, Op.TANH: R.tanh, Op.ERF: R.erf,
     Op.SIN: R.sin, Op.COS: R.cos, Op.ABS: R.abs, Op.RELU: R.nn.relu, Op.NOT: R.logical_not,
+    Op.FLOOR: R.floor, Op.CEIL: R.ceil,
 }
 _BINARY: dict[Op, Callable[[Any, Any], Any]] = {
     Op.ADD: R.add, Op.SUB: R.subtract, Op.MUL: R.multiply, Op.DIV: R.divide, Op.POW: R.power,
+    Op.MOD: R.floor_mod,
     Op.MAX: R.maximum, Op.MIN: R.minimum, Op.LT: R.less, Op.LE: R.less_equal, Op.GT: R.greater,
     Op.GE: R.greater_equal, Op.EQ: R.equal, Op.NE: R.not_equal, Op.AND: R.logical_and,
     Op.OR: R.logical_or, Op.MATMUL: R.matmul,
@@ -155,8 +157,23 @@ def _gather(lw: RelaxLowering, n: Node) -> Any:
     return R.take(lw.tensor(n.src[0]), lw.tensor(n.src[1]), axis=axis, mode="wrap")
 
 
+@lowers(Op.SCATTER)
+def _scatter(lw: RelaxLowering, n: Node) -> Any:
+    axis = n.attrs["axis"] % n.src[0].type.rank
+    _check_indices(lw, n, axis)  # scatter_elements, like take, would not stop at an index out of range
+    upd = lw.tensor(n.src[2])
+    idx = lw.tensor(n.src[1])
+    shape: list[Any] = [1] * n.src[0].type.rank
+    shape[axis] = -1
+    if n.src[1].type.rank == 2:  # positions per row
+        shape[0] = lw.shape(idx)[0]
+    column = lw.emit(R.reshape(idx, shape))
+    every = lw.emit(R.broadcast_to(column, relax.ShapeExpr(lw.shape(upd))))
+    return R.scatter_elements(lw.tensor(n.src[0]), every, upd, axis=axis)
+
+
 def _check_indices(lw: RelaxLowering, n: Node, axis: int) -> None:
-    """Gather indices computed in the graph: an error at run time unless all are in [-size, size).
+    """Gather (or scatter) indices computed in the graph: an error at run time unless all are in [-size, size).
 
     The interpreter raises numpy's IndexError there and ONNX Runtime its Gather error; the
     message names the op, its source line and the indices' range. Two int64 reductions over the
@@ -171,7 +188,7 @@ def _check_indices(lw: RelaxLowering, n: Node, axis: int) -> None:
     hi = lw.emit(R.max(idx, axes) if axes else idx)
     inside = R.logical_and(R.greater_equal(lo, R.negative(bound)), R.less(hi, bound))
     ok = lw.emit(R.logical_or(inside, R.greater(lo, hi)))  # min > max: no indices at all
-    where = f"gather at {n.span or n.scope or f'%{lw.index}'}"
+    where = f"{n.op.value} at {n.span or n.scope or f'%{lw.index}'}"
     lw.bb.emit(R.assert_op(ok, [lo, hi, bound],
                            f"{where}: indices from {{}} to {{}}, out of range for an axis of size {{}}"))
 

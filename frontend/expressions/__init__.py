@@ -4,7 +4,7 @@
 Importing this package registers them all.
 """
 
-from pseudoformer.frontend.expressions import aggregates, arith, indexing, lookup  # noqa: F401  (they register)
+from pseudoformer.frontend.expressions import aggregates, arith, indexing, integers, lookup  # noqa: F401  (they register)
 from pseudoformer.frontend.expressions.builtin_calls import BUILTINS, call_builtin
 from pseudoformer.frontend.expressions.core import (
     as_size,
@@ -17,6 +17,7 @@ from pseudoformer.frontend.expressions.core import (
     size_val,
 )
 from pseudoformer.frontend.expressions.indexing import distinct_index_vars
+from pseudoformer.frontend.expressions.integers import static_int
 
 __all__ = ["BUILTINS", "as_size", "call_builtin", "const", "describe", "distinct_index_vars", "ev", "ev_val",
-           "handles", "size_node", "size_val"]
+           "handles", "size_node", "size_val", "static_int"]

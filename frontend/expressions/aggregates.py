@@ -7,7 +7,8 @@ from typing import Any
 
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, ShapeError, UnknownNameError
-from pseudoformer.frontend.expressions.core import as_size, describe, ev, ev_val, handles, shown, size_val
+from pseudoformer.frontend.expressions.core import describe, ev, ev_val, handles, shown, size_val
+from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.expressions.lookup import key_with_placeholder, script_int
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.names import parse_name
@@ -33,9 +34,14 @@ def _sum(f: Frame, e: Expr) -> Val:
         lo_v = ev(f, lo)
         if not (isinstance(lo_v, Val) and lo_v.const == 1):
             raise f.error(ShapeError, "a sum starts at 1 (partial sums are not supported)", lo.pos)
-        size = as_size(ev(f, hi))
+        size = static_int(f, hi)
         if size is None:
-            raise f.error(BadTypeError, "a sum's upper bound must be a size", hi.pos)
+            raise f.error(BadTypeError, "a sum's upper bound must be a count known before the positions are: a "
+                          "size or an integer expression of sizes (ℓ − 1, ⌈d/2⌉), not of map variables", hi.pos)
+        size = f.b.resolve(size)
+        if size.is_int and size.value < 0:
+            raise f.error(BadTypeError, f"this sum runs from 1 to {size.value}; its upper bound must be at least 0",
+                          hi.pos)
     internal = f.b.fresh(var)
     saved = f.maps.get(var)
     f.maps[var] = MapVar(internal, size)

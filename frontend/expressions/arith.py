@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, ShapeError
 from pseudoformer.frontend.expressions.core import const, describe, ev_val, handles, size_node
+from pseudoformer.frontend.expressions.integers import is_integer, static_int
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.sizes import BROADCAST, ONE
 from pseudoformer.frontend.tensor_ops import cast_real, elementwise, product, show, transpose, unary
@@ -73,8 +75,34 @@ def _power_form(f: Frame, e: Expr) -> Val:
 
 @handles("real_power")
 def _real_power(f: Frame, e: Expr) -> Val:
-    raise f.error(BadTypeError, "a power other than a whole number (p^{1/τ}) is only for sampling, in an "
-                  "inference algorithm: sample a token y from q ∝ p^{1/τ}", e.pos)
+    return real_power(f, e.args[0], e.args[1], e.pos)
+
+
+def real_power(f: Frame, base_e: Expr, exponent_e: Expr, pos: Any, base: Val | None = None) -> Val:
+    """b^{e}: a whole exponent known before run time is an integer power (products, as x² is); any other
+    is element-wise exp(e log b), defined for a positive base, so a base that is not is a diagnostic."""
+    x = base if base is not None else ev_val(f, base_e)
+    k = static_int(f, exponent_e)
+    if k is not None and f.b.resolve(k).is_int and f.b.resolve(k).value >= 1:
+        return power(f, x, f.b.resolve(k).value)
+    y = ev_val(f, exponent_e)
+    for v, what in ((x, "base"), (y, "exponent")):
+        if v.kind == "token":
+            raise f.error(BadTypeError, f"the {what} of a power is {show(v)}, token ids, not numbers", pos)
+    whole = is_integer(f, exponent_e) or (isinstance(y.const, (int, float)) and float(y.const).is_integer())
+    if isinstance(x.const, (int, float)) and not isinstance(x.const, bool) and x.const <= 0 and not whole:
+        which = f"{base_e.text} is" if base_e.op == "name" else "it is"
+        raise f.error(BadTypeError, f"the base of a real power b^{{e}} must be positive, and {which} {x.const:g}; "
+                      "a base ≤ 0 has a power only for whole exponents", base_e.pos)
+    if x.const == math.e and not isinstance(x.const, bool):  # e^{x}: the exponential
+        return unary(f.b, Op.EXP, y)
+    if isinstance(x.const, (int, float)) and isinstance(y.const, (int, float)) and \
+            not isinstance(x.const, bool) and not isinstance(y.const, bool):
+        try:
+            return const(f, float(x.const) ** float(y.const))
+        except (OverflowError, ZeroDivisionError):
+            return const(f, math.inf)
+    return elementwise(f.b, Op.POW, [cast_real(f.b, x), cast_real(f.b, y)], "raise to the power")
 
 
 @handles("transpose")

@@ -1,4 +1,4 @@
-"""The builtin functions: exp, log, √, tanh, erf, sin, cos, |·|, ReLU, GELU, softmax and length."""
+"""The builtin functions: exp, log, √, tanh, erf, sin, cos, |·|, ReLU, GELU, softmax, length, floor and ceil."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pseudoformer.ir import Op
 
 UNARY_BUILTINS = {"exp": Op.EXP, "log": Op.LOG, "sqrt": Op.SQRT, "tanh": Op.TANH, "erf": Op.ERF, "sin": Op.SIN,
                   "cos": Op.COS, "abs": Op.ABS, "ReLU": Op.RELU, "relu": Op.RELU, "GELU": Op.GELU, "gelu": Op.GELU}
-BUILTINS = set(UNARY_BUILTINS) | {"softmax", "length"}
+BUILTINS = set(UNARY_BUILTINS) | {"softmax", "length", "floor", "ceil"}
 
 
 def call_builtin(f: Frame, e: Expr) -> Any:
@@ -32,8 +32,8 @@ def call_builtin(f: Frame, e: Expr) -> Any:
         if not isinstance(v, Val) or len(v.dims) != 1:
             raise f.error(BadTypeError, f"length() needs a sequence; {describe(args[0])} is {shown(v)}", args[0].pos)
         return SizeVal(v.dims[0])
-    if name == "sqrt":  # the ASCII spelling of √, which folds constants: same IR as √d_attn
-        return ev(f, Expr("sqrt", (args[0],), e.pos))
+    if name in ("sqrt", "floor", "ceil"):  # ASCII spellings of √, ⌊…⌋ and ⌈…⌉, which fold constants and sizes
+        return ev(f, Expr(name, (args[0],), e.pos))
     x = ev_val(f, args[0])
     if name == "softmax":
         return softmax_columns(f.b, cast_real(f.b, x))

@@ -92,6 +92,17 @@ def size_node(f: Frame, s: Size, pos: Any) -> Any:
         return f.b.run_dims[name]
     if f.root().symbolic:
         return f.b.const(1, DType.int64)
+    if s.names() <= f.b.run_dims.keys():  # ℓ − 1, the bound of Σ_{t=1}^{ℓ−1}: computed from ℓ
+        total = None
+        for monomial, coef in s.terms:
+            factors = [f.b.run_dims[name] for name in monomial]
+            if coef != 1 or not factors:
+                factors.insert(0, f.b.const(coef, DType.int64))
+            term = factors[0]
+            for x in factors[1:]:
+                term = f.b.node(Op.MUL, term, x)
+            total = term if total is None else f.b.node(Op.ADD, total, term)
+        return total
     raise f.error(ShapeError, f"the size {name} is not known at run time", pos)
 
 

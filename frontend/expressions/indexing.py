@@ -8,10 +8,13 @@ from typing import Any
 
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, ShapeError
-from pseudoformer.frontend.expressions.core import describe, ev, handles, shown, size_node
+from pseudoformer.frontend.expressions.affine import Run, in_range, last, poly_node, run_of, run_positions
+from pseudoformer.frontend.expressions.computed_index import linear_index, pick, real_index
+from pseudoformer.frontend.expressions.core import const, describe, ev, handles, shown, size_node
+from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.sizes import BROADCAST, Size
-from pseudoformer.frontend.tensor_ops import dim_to_free, labels, show, to_layout
+from pseudoformer.frontend.tensor_ops import dim_to_free, labels, show, show_size, to_layout
 from pseudoformer.frontend.values import MaskDef, SizeVal, Val
 from pseudoformer.ir import DType, Op
 
@@ -49,14 +52,41 @@ def index(f: Frame, base: Any, items: tuple, e: Expr) -> Val:
                     v = _slice_prefix(f, v, i, mv.size, it)
             v = dim_to_free(f.b, v, i, mv.internal)
             continue
-        idx = ev(f, it)
+        run = run_of(f, it) if it.op != "name" else None
+        if run is not None and f.b.resolve(v.dims[i]) != BROADCAST:
+            inside = in_range(run, f.b.resolve(v.dims[i]))
+            if inside is False:
+                n = show_size(f.b.resolve(v.dims[i]))
+                raise f.error(ShapeError, f"{describe(e.args[0])} is {show(base)}: the index {source_text(f, it)} "
+                              f"for {run.var} ∈ [{show_size(run.count)}] runs over positions {_one_based(run)}, "
+                              f"outside the {n} of its {_ordinal(i)} axis", it.pos)
+            if inside or inside is None and f.root().symbolic:  # checking without a config: d/2 < d unprovable
+                v = _read_run(f, v, i, run, it)
+                continue
+        extent = f.b.resolve(v.dims[i])
+        static = static_int(f, it)  # x[⌈ℓ/2⌉], x[ℓ − ⌊ℓ/3⌋]: sizes and integer expressions of them
+        if static is None:
+            computed = linear_index(f, it, extent, f"{describe(e.args[0])} is {show(base)}") \
+                if extent != BROADCAST else None
+            if computed is not None:
+                v = _gather(f, v, i, computed, it)
+                continue
+            idx = ev(f, it)
+        else:
+            static = f.b.resolve(static)
+            idx = const(f, static.value) if static.is_int else SizeVal(static)
         if isinstance(idx, SizeVal):
             idx = Val(f.b.node(Op.SUB, size_node(f, idx.size, it.pos), f.b.const(1, DType.int64)), "index")
         elif isinstance(idx, Val) and idx.kind == "real" and isinstance(idx.const, (int, float)):
             k = int(idx.const) if math.isfinite(idx.const) else 0
             if k != idx.const or k < 1:
                 raise f.error(BadTypeError, f"index {idx.const} is not a position (they count from 1)", it.pos)
+            if extent.is_int and k > extent.value:
+                raise f.error(ShapeError, f"{describe(e.args[0])} is {show(base)}: index {k} is past the "
+                              f"{extent.value} of its {_ordinal(i)} axis", it.pos)
             idx = Val(f.b.const(k - 1, DType.int64), "index")
+        elif isinstance(idx, Val) and idx.kind == "real" and not idx.dims and extent != BROADCAST:
+            idx = real_index(f, idx, extent, it.pos)  # ⌈t/2⌉, p[t] + 1: checked when the model runs
         if not isinstance(idx, Val) or idx.kind not in ("token", "index") or idx.dims:
             raise f.error(BadTypeError, f"{describe(it)} is {shown(idx)}, not an index (a position or a token id)",
                           it.pos)
@@ -72,6 +102,51 @@ def distinct_index_vars(f: Frame, items: Any) -> None:
             if it.text in seen:
                 raise f.error(BadTypeError, f"the index {it.text} appears twice; diagonals are not supported", it.pos)
             seen.add(it.text)
+
+
+def _read_run(f: Frame, v: Val, i: int, run: Run, it: Expr) -> Val:
+    """X[i + d/2, t]: a slice of the axis (a strided run is a gather of known, in-range positions)."""
+    internal = f.maps[run.var].internal
+    if internal in v.free_vars:
+        raise f.error(BadTypeError, f"the index {run.var} appears twice; diagonals are not supported", it.pos)
+    axis = v.paper_axis0 + i
+    if run.stride == 1:
+        stop = poly_node(f, run.start + run.count, it.pos)
+        node = f.b.node(Op.SLICE, v.node, poly_node(f, run.start, it.pos), stop, axis=axis, dim=run.count.dim())
+    else:
+        node = f.b.node(Op.GATHER, v.node, run_positions(f, run, it.pos), axis=axis)
+    dims = v.dims[:i] + (run.count,) + v.dims[i + 1:]
+    return dim_to_free(f.b, replace(v, node=node, dims=dims, const=None), i, internal)
+
+
+def _one_based(run: Run) -> str:
+    return f"{show_size(run.start + 1)} to {show_size(last(run) + 1)}"
+
+
+def _ordinal(i: int) -> str:
+    return ("first", "second", "third")[i] if i < 3 else f"{i + 1}th"
+
+
+def source_text(f: Frame, e: Expr) -> str:
+    """The expression as written in the source line (for messages), or its description."""
+    mod = f.prog.modules.get(e.pos.file)
+    return describe(e) if mod is None else _span_text(mod.line(e.pos.line), e.pos.col - 1)
+
+
+def _span_text(line: str, start: int) -> str:
+    """The text of the index starting at `start`, up to the `,` or `]` that closes it."""
+    depth = 0
+    for k in range(start, len(line)):
+        ch = line[k]
+        if ch in "([{⌈⌊":
+            depth += 1
+        elif ch in ")]}⌉⌋":
+            if depth == 0:
+                return line[start:k].strip()
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return line[start:k].strip()
+    return line[start:].strip()
 
 
 def _slice_prefix(f: Frame, v: Val, i: int, size: Size, it: Expr) -> Val:
@@ -92,8 +167,8 @@ def _slice_prefix(f: Frame, v: Val, i: int, size: Size, it: Expr) -> Val:
 
 
 def _gather(f: Frame, v: Val, i: int, idx: Val, it: Expr) -> Val:
-    if v.batched and idx.batched:
-        raise f.error(BadTypeError, "indexing per-example data with per-example indices is not supported", it.pos)
+    if v.batched and idx.batched or set(v.free_vars) & set(idx.free_vars):
+        return pick(f, v, i, idx, it)
     axis = v.paper_axis0 + i
     node = f.b.node(Op.GATHER, v.node, idx.node, axis=axis)
     vl = labels(v)

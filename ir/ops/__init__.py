@@ -1,7 +1,8 @@
 """The IR's ops, each defined once in the registry (registry.py) by the module of its family.
 
 Importing this package registers them all: leaves, elementwise ops, erf and GELU, matmul, data
-movement, reductions, gather, run-time sizes, norms, attention, block-quantized weights, tuples.
+movement, reductions, gather, scatter, run-time sizes, norms, attention, block-quantized weights,
+tuples.
 """
 
 from pseudoformer.ir.ops import (  # noqa: F401  (each module registers its ops)
@@ -15,6 +16,7 @@ from pseudoformer.ir.ops import (  # noqa: F401  (each module registers its ops)
     norms,
     quantized,
     reductions,
+    scatter,
     sizes,
     tuples,
 )

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import Attr, IRTypeError, OpDef, broadcast_all, register
+from pseudoformer.ir.ops.registry import Attr, IRTypeError, NodeMaker, OpDef, broadcast_all, register
 from pseudoformer.ir.types import DType, TensorType
 
 
@@ -53,6 +53,13 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         q = np.abs(a) // np.abs(b)
         return np.where((a < 0) != (b < 0), -q, q)
     return np.divide(a, b)
+
+
+def _mod_formula(n: Any, make: NodeMaker) -> Any:
+    """a mod b = a − b·⌊a/b⌋ on floats: the floored remainder, which has the sign of b as numpy's and
+    Python's have (ONNX Mod on floats is C's fmod, which has the sign of a)."""
+    a, b = n.src
+    return make(Op.SUB, a, make(Op.MUL, b, make(Op.FLOOR, make(Op.DIV, a, b))))
 
 
 def _binary_type(src: Sequence[TensorType], op: Op, result: DType | None = None, need: DType | None = None,
@@ -96,6 +103,8 @@ register(
     unary(Op.COS, "cos x", np.cos),
     unary(Op.ABS, "|x|", np.abs),
     unary(Op.RELU, "max(x, 0)", _relu),
+    unary(Op.FLOOR, "⌊x⌋", np.floor),
+    unary(Op.CEIL, "⌈x⌉", np.ceil),
     OpDef(Op.NOT, "¬x of a bool", 1, _not, lambda n, a: np.logical_not(a[0]), elementwise=True,
           positions=every_operand, layout="elementwise"),
     OpDef(Op.CAST, "x converted to dtype", 1, _cast, lambda n, a: a[0].astype(np.dtype(n.attrs["dtype"].value)),
@@ -106,6 +115,9 @@ register(
     binary(Op.MUL, "a ⊙ b", np.multiply, precision="follower"),
     binary(Op.DIV, "a / b (integers truncate toward zero)", _div, precision="follower"),
     binary(Op.POW, "a^b", np.power, precision="follower"),
+    OpDef(Op.MOD, "a mod b, floored: the remainder has the sign of b (integers or floats)", 2,
+          lambda src, attrs: _binary_type(src, Op.MOD), lambda n, a: np.mod(a[0], a[1]), elementwise=True,
+          positions=every_operand, layout="elementwise", precision="anchor", decompose=_mod_formula),
     binary(Op.MAX, "max(a, b)", np.maximum, precision="follower"),
     binary(Op.MIN, "min(a, b)", np.minimum, precision="follower"),
     *(binary(op, f"a {rel} b", COMPARE_FNS[op], result=DType.bool) for rel, op in RELATIONS.items()),

@@ -22,6 +22,8 @@ class Op(enum.Enum):
     COS = "cos"
     ABS = "abs"
     RELU = "relu"
+    FLOOR = "floor"
+    CEIL = "ceil"
     GELU = "gelu"
     NOT = "not"
     CAST = "cast"
@@ -30,6 +32,7 @@ class Op(enum.Enum):
     MUL = "mul"
     DIV = "div"
     POW = "pow"
+    MOD = "mod"
     MAX = "max"
     MIN = "min"
     LT = "lt"
@@ -41,7 +44,7 @@ class Op(enum.Enum):
     AND = "and"
     OR = "or"
     WHERE = "where"
-    # products, data movement, reductions (matmul.py, movement.py, reductions.py, gather.py)
+    # products, data movement, reductions (matmul.py, movement.py, reductions.py, gather.py, scatter.py)
     MATMUL = "matmul"
     TRANSPOSE = "transpose"
     UNSQUEEZE = "unsqueeze"
@@ -53,6 +56,7 @@ class Op(enum.Enum):
     REDUCE_MEAN = "reduce_mean"
     SOFTMAX = "softmax"
     GATHER = "gather"
+    SCATTER = "scatter"
     # sizes and index sets known only at run time (sizes.py)
     DIM = "dim"
     ARANGE = "arange"

@@ -15,7 +15,8 @@ from typing import Any
 from pseudoformer.errors import UsageError
 from pseudoformer.ir import Graph
 from pseudoformer.ir.printer import graph_name
-from pseudoformer.viewer.groups import assign_groups, group_table
+from pseudoformer.ir.scopes import assign_groups
+from pseudoformer.viewer.groups import group_table
 from pseudoformer.viewer.snapshots import EntryTable, Snapshot, build_snapshots, collapse_fixed_points
 
 O0_DOC = "the literal lowering of the paper's pseudocode"

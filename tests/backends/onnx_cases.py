@@ -123,11 +123,18 @@ def structure() -> Graph:
         "cat_seq": op(Op.CONCAT, x, x, axis=2),
         "squeezed": op(Op.SQUEEZE, op(Op.UNSQUEEZE, x, axes=(0, 2)), axes=(0,)),
         "pick": op(Op.GATHER, x, op(Op.ARANGE, two, dim=2), axis=1),
+        # rows 3 and 1 of x replaced by −x's first two rows
+        "put": op(Op.SCATTER, x, op(Op.SUB, const(3, I64), op(Op.MUL, op(Op.ARANGE, two, dim=2), two)),
+                  op(Op.SLICE, op(Op.NEG, x), const(0, I64), two, axis=1, dim=2), axis=1),
         "sum_keep": op(Op.REDUCE_SUM, x, axes=(1,), keepdims=True),
         "mean_all": op(Op.REDUCE_MEAN, x, axes=(0, 1, 2), keepdims=False),
         "max_neg_axis": op(Op.REDUCE_MAX, x, axes=(-1,), keepdims=False),
         "max_of_nothing": op(Op.REDUCE_MAX, x, axes=(), keepdims=False),
         "softmax": op(Op.SOFTMAX, x, axis=-1),
+        "floor": op(Op.FLOOR, op(Op.MUL, x, const(3.0))), "ceil": op(Op.CEIL, op(Op.MUL, x, const(3.0))),
+        # the floored remainder, with the sign of the divisor, on floats and on integers
+        "mod": op(Op.MOD, op(Op.MUL, x, const(7.0)), const(-3.0)),
+        "int_mod": op(Op.MOD, op(Op.SUB, seq, const(8, I64)), const(3, I64)),  # -7 mod 3 is 2
     }
     for rel in ("<", "<=", ">", ">=", "==", "!="):
         out[f"mask{rel}"] = op(Op.INDEX_MASK, seq, op(Op.ADD, seq, one), rel=rel, dims=("seq", "seq+1"))

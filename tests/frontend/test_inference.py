@@ -276,7 +276,6 @@ def test_config_values_of_the_plan_are_checked(capsys: pytest.CaptureFixture[str
 
 
 @pytest.mark.parametrize("source, line, col, text", [
-    ("1 return y = x^{1/τ}", 5, 16, "a power other than a whole number (p^{1/τ}) is only for sampling"),
     ("1 while 1 < 2 do\n  2 end\n  3 return y = x", 5, 5, "`while` belongs to inference algorithms"),
 ])
 def test_a_model_cannot_use_what_only_sampling_needs(source: str, line: int, col: int, text: str,

@@ -76,6 +76,8 @@ def _one_op_graph(op: Op) -> tuple[Graph, dict[str, np.ndarray]]:
     feed = {"x": rng.standard_normal((2, 5, 6)).astype(np.float32)}
     if op is Op.GELU:
         outs = [Node(op, (x,), {"approximate": a}) for a in ("none", "tanh")]
+    elif op is Op.MOD:  # negative dividends and divisors: the remainder takes the divisor's sign
+        outs = [Node(op, (x, Node(Op.CONST, (), {"value": c, "dtype": F32}))) for c in (0.75, -0.5, 3.0)]
     elif op in (Op.LAYER_NORM, Op.RMS_NORM):
         vectors = [inp("g", 5)] + ([inp("b", 5)] if op is Op.LAYER_NORM else [])
         feed |= {v.attrs["name"]: rng.standard_normal(5).astype(np.float32) for v in vectors}

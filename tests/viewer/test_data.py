@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pseudoformer.ir.printer import value_numbers
+from pseudoformer.ir.scopes import assign_groups
 from pseudoformer.optimize import optimize
 from pseudoformer.viewer.data import payload, runs, single_view, view_data
-from pseudoformer.viewer.groups import assign_groups, group_table
+from pseudoformer.viewer.groups import group_table
 from tests.viewer.models import small
 
 

@@ -10,6 +10,7 @@ from pseudoformer.ir.ops import Op
 _UNARY = {
     Op.NEG: "Neg", Op.EXP: "Exp", Op.LOG: "Log", Op.SQRT: "Sqrt", Op.TANH: "Tanh", Op.ERF: "Erf",
     Op.SIN: "Sin", Op.COS: "Cos", Op.ABS: "Abs", Op.RELU: "Relu", Op.NOT: "Not",
+    Op.FLOOR: "Floor", Op.CEIL: "Ceil",
 }
 _BINARY = {
     Op.ADD: "Add", Op.SUB: "Sub", Op.MUL: "Mul", Op.DIV: "Div", Op.POW: "Pow", Op.MAX: "Max",
@@ -28,6 +29,13 @@ def _plain(e: Emitter, n: Node) -> str:
 @lowers(Op.NE)
 def _not_equal(e: Emitter, n: Node) -> str:
     return e.emit("Not", [e.emit("Equal", [e.value(s) for s in n.src])], out=e.out)
+
+
+# ONNX Mod with fmod=0 is the floored remainder, but only on integers; on floats it needs fmod=1, C's
+# truncated remainder, so a float mod is lowered as its formula a − b·⌊a/b⌋ (ir/ops/elementwise.py).
+@lowers(Op.MOD, when=lambda n, opset: not n.dtype.is_float)
+def _mod(e: Emitter, n: Node) -> str:
+    return e.emit("Mod", [e.value(s) for s in n.src], out=e.out, fmod=0)
 
 
 @lowers(Op.CAST)

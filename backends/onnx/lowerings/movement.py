@@ -1,5 +1,5 @@
 """Data movement → ONNX: Transpose, Unsqueeze, Squeeze, Reshape (run-time dims read off the operand),
-Concat, Gather, Slice, and the elements of a tuple."""
+Concat, Gather, ScatterElements, Slice, and the elements of a tuple."""
 
 from __future__ import annotations
 
@@ -31,12 +31,34 @@ def _gather(e: Emitter, n: Node) -> str:
     return e.emit("Gather", [e.value(n.src[0]), e.value(n.src[1])], out=e.out, axis=n.attrs["axis"])
 
 
+@lowers(Op.SCATTER)
+def _scatter(e: Emitter, n: Node) -> str:
+    # ScatterElements wants one index per updated element: the positions, spread over the other axes
+    data, idx, upd = n.src
+    axis = n.attrs["axis"] % data.type.rank
+    shape = [1] * data.type.rank
+    shape[axis] = -1
+    if idx.type.rank == 2:
+        shape[0] = 0  # positions per row: Reshape's 0 keeps the row axis
+    column = e.emit("Reshape", [e.value(idx), e.ints(shape)])
+    every = e.emit("Expand", [column, e.emit("Shape", [e.value(upd)])])
+    return e.emit("ScatterElements", [e.value(data), every, e.value(upd)], out=e.out, axis=axis)
+
+
 @lowers(Op.SLICE)
 def _slice(e: Emitter, n: Node) -> str:
-    start = e.emit("Unsqueeze", [e.value(n.src[1]), e.ints([0])])
-    stop = e.emit("Unsqueeze", [e.value(n.src[2]), e.ints([0])])
+    start, stop = (_bound(e, b) for b in n.src[1:3])
     axis = n.attrs["axis"] % n.src[0].type.rank
     return e.emit("Slice", [e.value(n.src[0]), start, stop, e.ints([axis])], out=e.out)
+
+
+def _bound(e: Emitter, b: Node) -> str:
+    """A slice bound as the 1-element tensor Slice takes. A constant one is written as such: onnx's
+    shape inference reads a Constant's value but computes no Unsqueeze, and inside a local function
+    (functions.py) the slice's shape is then all it has, as it ignores a function's value_info."""
+    if b.op is Op.CONST:
+        return e.ints([int(b.attrs["value"])])
+    return e.emit("Unsqueeze", [e.value(b), e.ints([0])])
 
 
 @lowers(Op.RESHAPE)

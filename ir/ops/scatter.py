@@ -1,0 +1,63 @@
+"""SCATTER: data with whole slices replaced at computed positions (`Y[:, p[t]] ← X[:, t]`).
+
+scatter(data, indices, updates; axis): indices is int64[m] (or int64[b, m], positions per row of a
+batched data on a later axis); updates has data's shape with `axis` of size m; the result is data with
+slice indices[k] of that axis replaced by slice k of updates (ONNX ScatterElements, the indices spread
+over the other axes).
+Every index must lie in [0, n) and none may repeat: the interpreter refuses others (numpy would read
+a negative one from the end, and let the last of a repeated one win). The frontend also guards them
+in the graph, for backends whose scatters do not check (see frontend/expressions/computed_index.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.ir.ops.op import Op
+from pseudoformer.ir.ops.registry import Attr, EvalError, IRTypeError, OpDef, axis_of, register
+from pseudoformer.ir.types import DType, TensorType
+
+
+def _type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    data, idx, upd = src
+    ax = axis_of(attrs["axis"], data.rank)
+    per_row = idx.rank == 2 and ax > 0 and idx.shape[0] == data.shape[0]
+    if idx.dtype is not DType.int64 or not (idx.rank == 1 or per_row):
+        raise IRTypeError(f"scatter indices must be int64[m], or int64[{data.shape[0]}, m] on a later axis, got {idx}")
+    if upd.dtype is not data.dtype or upd.rank != data.rank:
+        raise IRTypeError(f"scatter of {upd} into {data}")
+    if upd.shape[ax] != idx.shape[-1] or any(upd.shape[i] != data.shape[i] for i in range(data.rank) if i != ax):
+        raise IRTypeError(f"scatter of {upd} into {data} at {idx} on axis {ax}: the shapes do not fit")
+    return data
+
+
+def spread(idx: np.ndarray, rank: int, axis: int) -> list[int]:
+    """The shape that puts the positions on `axis` (and per-row ones on axis 0 too), 1 elsewhere."""
+    shape = [1] * rank
+    shape[axis] = idx.shape[-1]
+    if idx.ndim == 2:
+        shape[0] = idx.shape[0]
+    return shape
+
+
+def _impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
+    data, idx, upd = a
+    ax = n.attrs["axis"] % data.ndim
+    size = data.shape[ax]
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        raise EvalError(f"scatter positions from {int(idx.min())} to {int(idx.max())}, out of range for an axis "
+                        f"of size {size}")
+    rows = idx.reshape(-1, idx.shape[-1])
+    if any(len(np.unique(r)) != len(r) for r in rows):
+        raise EvalError("scatter positions repeat: one entry would be assigned twice")
+    out = np.array(data, copy=True)
+    every = np.broadcast_to(idx.reshape(spread(idx, data.ndim, ax)), upd.shape)
+    np.put_along_axis(out, every, upd, axis=ax)
+    return out
+
+
+register(OpDef(Op.SCATTER, "data with slices at int64 positions replaced by updates' (no repeats)", 3, _type,
+               _impl, attrs=(Attr("axis", "int"),)))
