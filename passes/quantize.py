@@ -201,20 +201,36 @@ def _with_operands(template: Node, old: Node, src: tuple[Node, ...]) -> Node:
 
 def _fuse_bias(graph: Graph) -> Graph:
     """add(matmul_nbits(x, …), b) → matmul_nbits(x, …, b), b [N] from weights alone, when the add is
-    the product's one reader (the op adds the bias as it writes its output)."""
+    the product's one reader (the op adds the bias as it writes its output); and add(add(r,
+    matmul_nbits(x, …)), b) → add(r, matmul_nbits(x, …, b)), a residual added before the bias (GPT-2's
+    X + W_mlp2 h + b_mlp2), when the inner add has no other reader."""
     c = graph.consumers()
     static = weight_only(graph.nodes())
+
+    def takes(mm: Node, b: Node, reader: Node, n: Node) -> bool:
+        return mm.op is Op.MATMUL_NBITS and operands(mm).bias is None and c.only_user(mm, reader) \
+            and id(b) in static and b.shape == (mm.shape[-1],) and b.dtype == mm.dtype and n.shape == mm.shape
+
+    def biased(mm: Node, new_mm: Node, new_b: Node, n: Node) -> Node:
+        return Node(Op.MATMUL_NBITS, (*new_mm.src, new_b), dict(mm.attrs), span=n.span, scope=n.scope)
 
     def fuse(n: Node, src: tuple[Node, ...]) -> Node | None:
         if n.op is not Op.ADD:
             return None
         for i in (0, 1):
             mm, b = n.src[i], n.src[1 - i]
-            if mm.op is Op.MATMUL_NBITS and operands(mm).bias is None and c.only_user(mm, n) \
-                    and id(b) in static and b.shape == (mm.shape[-1],) and b.dtype == mm.dtype \
-                    and n.shape == mm.shape:
-                new_mm = src[i]
-                return Node(Op.MATMUL_NBITS, (*new_mm.src, src[1 - i]), dict(mm.attrs), span=n.span, scope=n.scope)
+            if takes(mm, b, n, n):
+                return biased(mm, src[i], src[1 - i], n)
+        for i in (0, 1):
+            inner, b = n.src[i], n.src[1 - i]
+            if inner.op is not Op.ADD or src[i].op is not Op.ADD or not c.only_user(inner, n):
+                continue
+            for j in (0, 1):
+                mm = inner.src[j]
+                if takes(mm, b, inner, n) and inner.shape == n.shape and src[i].src[j].op is Op.MATMUL_NBITS:
+                    fused = biased(mm, src[i].src[j], src[1 - i], n)
+                    pair = (src[i].src[1 - j], fused) if j else (fused, src[i].src[1 - j])
+                    return Node(Op.ADD, pair, dict(inner.attrs), span=n.span, scope=n.scope)
         return None
 
     return rebuild(graph, fuse)[0]

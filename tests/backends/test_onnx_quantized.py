@@ -100,3 +100,18 @@ def test_float16_computes_with_half_scales() -> None:
     want = interpreter.run(quantized, feed(64), qweights)
     assert relative(got["y"].astype(np.float32), want["y"]) < 2e-3
     assert relative(got["e"].astype(np.float32), want["e"]) < 2e-3
+
+
+def test_local_functions_hold_the_quantized_ops() -> None:
+    """compile --functions --quantize: each layer's function calls MatMulNBits, so each function imports
+    com.microsoft as the model does, and the model computes the flat model's bits."""
+    from pseudoformer.deploy import compile
+
+    sizes = ["L=2", "H=4", "d_e=64", "d_mlp=128", "d_attn=16", "d_mid=16", "N_V=101"]
+    x = {"x": np.array([[5, 17, 3, 99]])}
+    flat, functions = (compile("models/gpt2.alg", defines=sizes, quantize="int4", quantize_embeddings=True,
+                               accuracy_level=0, functions=f).onnx for f in (False, True))
+    assert functions.functions and all(any(o.domain == "com.microsoft" for o in fn.opset_import)
+                                       for fn in functions.functions)
+    assert any(n.op_type == "MatMulNBits" for fn in functions.functions for n in fn.node)
+    np.testing.assert_array_equal(OnnxRunner(functions).run(x)["Y"], OnnxRunner(flat).run(x)["Y"])

@@ -79,13 +79,16 @@ def test_the_papers_layout_quantizes_to_the_same_numbers(gpt2) -> None:
 
 def test_a_bias_goes_into_the_op_only_when_asked(gpt2) -> None:
     graph = optimize(gpt2.graph, 2)
-    with_bias, _, _ = quantize_graph(graph, gpt2.weights, QuantizeOptions(bias=True))
-    without, _, _ = quantize_graph(graph, gpt2.weights, QuantizeOptions(bias=False))
+    with_bias, weights, _ = quantize_graph(graph, gpt2.weights, QuantizeOptions(bias=True))
+    without, weights_apart, _ = quantize_graph(graph, gpt2.weights, QuantizeOptions(bias=False))
     biased = [n for n in with_bias.nodes() if n.op is Op.MATMUL_NBITS and n.src[-1].dtype.is_float]
-    # QKV's, W_o's and the first MLP matrix's: W_mlp2's bias is added after the residual
-    assert len(biased) == 3 * SIZES["L"]
+    # QKV's, W_o's, the first MLP matrix's, and W_mlp2's, whose bias is added after the residual
+    assert len(biased) == 4 * SIZES["L"]
     assert not any(n.src[-1].dtype.is_float for n in without.nodes() if n.op is Op.MATMUL_NBITS)
-    assert count(with_bias, Op.ADD) == count(without, Op.ADD) - 3 * SIZES["L"]
+    assert count(with_bias, Op.ADD) == count(without, Op.ADD) - 4 * SIZES["L"]
+    x = {"x": X}
+    got = interpreter.run(with_bias, x, weights)["Y"]
+    assert relative(got, interpreter.run(without, x, weights_apart)["Y"]) < 1e-5
 
 
 @pytest.mark.parametrize("symmetric", [False, True])
