@@ -37,7 +37,7 @@ def _sum(f: Frame, e: Expr) -> Val:
         size = static_int(f, hi)
         if size is None:
             raise f.error(BadTypeError, "a sum's upper bound must be a count known before the positions are: a "
-                          "size or an integer expression of sizes (ℓ − 1, ⌈d/2⌉), not of map variables", hi.pos)
+                          "size or an integer expression of sizes (ℓ − 1, ⌈d/2⌉)", hi.pos)
         size = f.b.resolve(size)
         if size.is_int and size.value < 0:
             raise f.error(BadTypeError, f"this sum runs from 1 to {size.value}; its upper bound must be at least 0",

@@ -157,11 +157,19 @@ def _to_bool(f: Frame, v: Val, e: Expr) -> Val:
 
 def power(f: Frame, x: Val, k: int) -> Val:
     if isinstance(x.const, (int, float)) and not isinstance(x.const, bool):
-        return const(f, x.const ** k)
+        try:
+            return const(f, float(x.const) ** k)
+        except OverflowError:
+            return const(f, math.copysign(math.inf, x.const) if k % 2 else math.inf)
+    if k > _PRODUCTS:  # x^{99999}: one power, not a chain of 99998 products
+        return elementwise(f.b, Op.POW, [cast_real(f.b, x), const(f, k)], "raise to the power")
     out = x
     for _ in range(k - 1):  # small integer powers as products: exact, and what fusions look for
         out = elementwise(f.b, Op.MUL, [out, x], "multiply")
     return out
+
+
+_PRODUCTS = 8  # the largest integer power written out as products
 
 
 @handles("compare")

@@ -12,7 +12,7 @@ from pseudoformer.frontend import pieces  # a module: pieces.py imports this pac
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, UnknownNameError
 from pseudoformer.frontend.expressions.arith import real_power
-from pseudoformer.frontend.expressions.core import const, handles, index_var_val
+from pseudoformer.frontend.expressions.core import const, handles, index_var_val, size_val
 from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.masks import evaluate_mask
@@ -93,6 +93,8 @@ def _scripted_power(f: Frame, text: str, name: Any, pos: Any) -> Val | None:
         inner = lookup(f, str(base_name), pos)
     except AlgError:
         return None
+    if isinstance(inner, SizeVal):  # d^{2} of a size d: a number
+        inner = size_val(f, inner.size, pos)
     if not isinstance(inner, Val):
         return None
     return real_power(f, Expr("name", (), pos, str(base_name)), exponent, pos, base=inner)

@@ -119,3 +119,14 @@ def test_a_negative_base_with_a_whole_exponent_is_a_power(tmp_path: Path) -> Non
     x = np.zeros((1, 5), np.float32)
     i = np.arange(1, 6)
     np.testing.assert_allclose(run_both(model, x=x)["y"], (-2.0) ** ((i + 1) % 3 - 1)[None], rtol=1e-6)
+
+
+def test_large_whole_powers_and_powers_of_sizes(tmp_path: Path) -> None:
+    src = ANGLES.replace(ANGLES.splitlines()[4], "  1 for i ∈ [d] : y[i] ← x[i]^{12} + d^{2} + (x[i])^{99999} + 2^{99999}")
+    model = compile_source(tmp_path, src, d=3, b=1.0)
+    x = np.array([[0.5, -1.0, 1.0]], np.float32)
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float64) ** 12 + 9 + x.astype(np.float64) ** 99999 + np.inf
+    np.testing.assert_allclose(run_both(model, x=x)["y"], want, rtol=1e-6)
+    # a power past a few factors is one POW, not a chain of products
+    assert len(model.graph.nodes()) < 40
