@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 from lark import Tree
 
 from pseudoformer.errors import AlgError, Diagnostics, Pos
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Module, Stmt, Type, Use
-from pseudoformer.frontend.errors import AlgSyntaxError, BadTypeError, LayoutError
+from pseudoformer.frontend.errors import AlgSyntaxError, BadTypeError, LayoutError, TrainingError
 from pseudoformer.frontend.layout import Kind, Line, split_lines
 from pseudoformer.frontend.parser import parse_line
 
@@ -45,7 +47,23 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
             for d in _bare(current.params):  # likewise a parameter: its type is its shape
                 fail(BadTypeError(f"the parameter {d.name} needs a type, as in {d.name} ∈ ℝ^{{d_e × d_e}}", d.pos))
 
+    training, inside_training = _training_algorithms(lines)
     for line in lines:
+        if line.kind is Kind.HEADER and line.pos.line in training:
+            # One message for the whole algorithm: its other lines (P(θ) ← …, loss(θ) = …, a set
+            # T̃ = {t ∈ [ℓ] : …}) are the training notation the compiler does not read yet.
+            close_algorithm()
+            current, broken_header = None, True
+            at = training[line.pos.line]
+            err = TrainingError("training algorithms are not supported yet: this one takes a gradient step (∇), "
+                                "as the paper's Algorithms 11–13 do; pseudoformer compiles the forward pass and "
+                                "inference (Algorithms 1–10, 14, 15)", at, src_lines[at.line - 1])
+            for key in _header_names(line.text):
+                module.training[key] = err
+            module.training.setdefault(f"line {line.pos.line}", err)
+            continue
+        if line.pos.line in inside_training:
+            continue
         try:
             tree = parse_line(line, path)
         except AlgError as e:
@@ -123,6 +141,41 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
                 body_lines[-1] = (line, Tree("remarked", [tree, stmt_remark]))
     close_algorithm()
     return module, diags
+
+
+_NABLA = re.compile(r"∇|\\nabla\b|(?<![\w'′])nabla(?![\w'′])")
+
+
+_HEADER_NAME = re.compile(r"(?:←|<-|\\gets|\\leftarrow)\s*([^\s(]+)\s*\(")
+_HEADER_LABEL = re.compile(r"Algorithm\s+(\d+)")
+
+
+def _header_names(text: str) -> list[str]:
+    """The names a header that was not parsed can be called by: `EDTraining`, `11`, `Algorithm 11`."""
+    out = [m.group(1)] if (m := _HEADER_NAME.search(text)) else []
+    if m := _HEADER_LABEL.search(text):
+        out += [m.group(1), f"Algorithm {m.group(1)}"]
+    return out
+
+
+def _training_algorithms(lines: list[Line]) -> tuple[dict[int, Pos], set[int]]:
+    """The algorithms whose body takes a gradient (∇, \\nabla, nabla): their header lines, each with
+    the place of its first ∇, and the numbers of the lines below those headers."""
+    groups: list[tuple[Line, list[Line]]] = []
+    for line in lines:
+        if line.kind is Kind.HEADER:
+            groups.append((line, []))
+        elif groups:
+            groups[-1][1].append(line)
+    headers: dict[int, Pos] = {}
+    inside: set[int] = set()
+    for header, rest in groups:
+        for line in rest:
+            if line.kind is Kind.BODY and (m := _NABLA.search(line.text)):
+                headers[header.pos.line] = Pos(line.pos.file, line.pos.line, line.pos.col + m.start())
+                inside |= {x.pos.line for x in rest}
+                break
+    return headers, inside
 
 
 def _bare(decls: list[Decl]) -> list[Decl]:

@@ -107,6 +107,9 @@ class Module:
     # In definition order. The paper has two algorithms named Attention (3 and 4); such overloads
     # are told apart by their number of arguments.
     algorithms: list[Algorithm] = field(default_factory=list)
+    # Training algorithms (a gradient step, Algorithms 11–13) are not compiled yet: each is kept as the
+    # one diagnostic it gets, under the names `--entry` may call it by (its name, label, "Algorithm N").
+    training: dict[str, Any] = field(default_factory=dict)
 
     def add(self, alg: Algorithm) -> None:
         self.algorithms.append(alg)

@@ -28,6 +28,11 @@ from pseudoformer.limits import MAX_NODES
 
 def find_entry(prog: Program, entry: str | None) -> Algorithm:
     algs = prog.entries()
+    training = prog.root.training
+    if entry is not None and entry in training:
+        raise CompileError([training[entry]])
+    if not algs and training:
+        raise CompileError(list({id(e): e for e in training.values()}.values()))
     if not algs:  # a mistake in the file as a whole: reported at its start
         raise CompileError([UnknownNameError(f"{prog.root.path} defines no algorithm",
                                              Pos(prog.root.path, 1, 1), prog.root.line(1) or None)])

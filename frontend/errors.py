@@ -48,3 +48,8 @@ class InferenceError(AlgError):
 
 class LimitError(AlgError):
     """A program that is too big to build: more IR nodes than the limit, or nesting past the parser's."""
+
+
+class TrainingError(AlgError):
+    """A training algorithm (the paper's Algorithms 11–13: a gradient step θ ← θ − η·∇loss(θ)), which
+    the compiler cannot run yet."""

@@ -136,6 +136,7 @@ class _ToAst(Transformer):
     mod = _bin("mod")
     floor = _bin("floor")
     ceil = _bin("ceil")
+    grad = _bin("grad")
 
     @v_args(meta=True)
     def real_power(self, meta: object, ch: list) -> Expr:

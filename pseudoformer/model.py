@@ -209,9 +209,9 @@ def check_report(path: str | Path, *, entry: str | None = None, config: str | Pa
     cfg = resolve(src, config, defines)
     prog = load_program(src, include=include)
     algs = prog.entries()
-    if not algs:
-        find_entry(prog, None)  # the file's own mistake: it defines nothing
-    errors = []
+    if not algs or entry is not None and entry in prog.root.training:
+        find_entry(prog, entry)  # the file's own mistake: it defines nothing (or only training algorithms)
+    errors: list[AlgError] = [] if entry is not None else list({id(e): e for e in prog.root.training.values()}.values())
     report = CheckReport([])
     modes = _check_modes(algs, entry or cfg.entry, cfg.hyperparameters)
     for a in algs:

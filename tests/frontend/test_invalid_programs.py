@@ -32,6 +32,7 @@ from pseudoformer.frontend.errors import (
     LimitError,
     ModuleError,
     ShapeError,
+    TrainingError,
     UnknownNameError,
 )
 from pseudoformer.model import check, load
@@ -42,7 +43,7 @@ CASES = sorted(p.name for p in INVALID.glob("*.alg"))
 KINDS: dict[str, type[AlgError]] = {
     "syntax": AlgSyntaxError, "layout": LayoutError, "name": UnknownNameError, "module": ModuleError,
     "shape": ShapeError, "arity": ArityError, "hyper": HyperparameterError, "type": BadTypeError,
-    "duplicate": DuplicateError, "limit": LimitError,
+    "duplicate": DuplicateError, "limit": LimitError, "training": TrainingError,
 }
 _EXPECT = re.compile(r"# expect: (?:(?P<file>\S+\.alg):)?(?P<line>\d+):(?P<col>\d+): (?P<kind>\w+): (?P<text>.+)")
 _ERROR_LINE = re.compile(r"^(?P<file>\S+):(?P<line>\d+):(?P<col>\d+): error: (?P<msg>.*)$")
