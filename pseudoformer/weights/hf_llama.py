@@ -31,9 +31,12 @@ PREFIX = "model."
 MODEL_TYPES = ("llama", "mistral", "qwen2")
 # The family of key/value heads in models/llama.alg: `For g ∈ [H_kv]: W^g_k, W^g_v`.
 KV_HEADS = "g"
-# The rope_scaling types RoPE (models/variants.alg) computes: κ divides the positions for "linear".
-# Llama 3's frequency bands ("llama3") are not written in it yet, so they are refused by name.
-ROPE_TYPES = ("default", "linear")
+# The rope_scaling types RoPE (models/variants.alg) computes. It is written as Llama 3's ("llama3"):
+# frequencies in bands against the pre-training context ℓ_0; "linear" is its case ℓ_0 = 0, where every
+# frequency is divided by κ, and "default" that with κ = 1.
+ROPE_TYPES = ("default", "linear", "llama3")
+# RoPE's band hyperparameters when the checkpoint has no Llama 3 scaling (HF's llama3 defaults for α, β).
+NO_BANDS = {"ell_0": 0.0, "alpha": 1.0, "beta": 4.0}
 # Generation tokens: HF config key -> our name (llama.toml lists the same ones).
 TOKENS = {"bos_token_id": "bos_token", "eos_token_id": "eos_token"}
 IGNORED = (
@@ -58,7 +61,8 @@ def _rope(config: Mapping[str, object], refusals: list[str]) -> dict[str, float]
     else:
         theta = config.get("rope_theta", 10000.0)
         scaling = config.get("rope_scaling")
-    out: dict[str, float] = {"b": config_float({"rope_theta": theta}, "rope_theta", 10000.0), "kappa": 1.0}
+    out: dict[str, float] = {"b": config_float({"rope_theta": theta}, "rope_theta", 10000.0), "kappa": 1.0,
+                             **NO_BANDS}
     if scaling is None:
         return out
     if not isinstance(scaling, dict):
@@ -71,10 +75,36 @@ def _rope(config: Mapping[str, object], refusals: list[str]) -> dict[str, float]
     if kind == "default":
         return out
     factor = scaling.get("factor")
-    if isinstance(factor, bool) or not isinstance(factor, int | float) or not factor >= 1:
+    if not _number(factor) or not factor >= 1:
         refusals.append(f"rope_scaling factor = {factor!r} is not a number ≥ 1")
         return out
     out["kappa"] = float(factor)
+    if kind == "llama3":
+        out.update(_llama3_bands(scaling, refusals))
+    return out
+
+
+def _number(v: object) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float)
+
+
+def _llama3_bands(scaling: Mapping[str, object], refusals: list[str]) -> dict[str, float]:
+    """ℓ_0, α, β of Llama 3's scaling: original_max_position_embeddings, low_freq_factor, high_freq_factor."""
+    keys = {"ell_0": "original_max_position_embeddings", "alpha": "low_freq_factor", "beta": "high_freq_factor"}
+    missing = [key for key in keys.values() if key not in scaling]
+    if missing:
+        refusals.append(f"rope_scaling type 'llama3' needs {', '.join(missing)}")
+        return {}
+    bands = {ours: scaling[key] for ours, key in keys.items()}
+    bad = [f"{keys[k]} = {v!r}" for k, v in bands.items() if not _number(v) or not v > 0]
+    if bad:
+        refusals.append(f"rope_scaling {', '.join(bad)}: each must be a positive number")
+        return {}
+    out = {k: float(v) for k, v in bands.items()}  # type: ignore[arg-type]
+    if not out["beta"] > out["alpha"]:
+        refusals.append(f"rope_scaling high_freq_factor = {out['beta']} must exceed low_freq_factor = "
+                        f"{out['alpha']}: the band between them would be empty")
+        return {}
     return out
 
 

@@ -117,3 +117,25 @@ def test_linear_rope_scaling_divides_the_positions(tmp_path) -> None:
     want = _hf_logits(hf, x)
     _close(model.run(x=x)["Y"], want)
     _close(run_onnx(lower(model), {"x": x})["Y"], want)
+
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 64}
+
+
+def test_llama3_rope_scaling_matches_hf_in_all_three_bands(tmp_path) -> None:
+    """Llama 3's rope_scaling: short wavelengths kept, long ones divided by κ, those between blended."""
+    d, theta = TINY["head_dim"], TINY["rope_theta"]
+    wavelengths = 2 * np.pi * theta ** (np.arange(0, d, 2) / d)
+    ell_0 = LLAMA3["original_max_position_embeddings"]
+    short = wavelengths < ell_0 / LLAMA3["high_freq_factor"]
+    long = wavelengths > ell_0 / LLAMA3["low_freq_factor"]
+    assert short.any() and long.any() and (~short & ~long).any(), "the case must reach all three bands"
+    hf = hf_model("llama", rope_scaling=LLAMA3)
+    model = ours("llama", save_hf(hf, tmp_path), "alg")
+    hp = model.config.hyperparameters
+    assert (hp["kappa"], hp["ell_0"], hp["alpha"], hp["beta"]) == (8.0, 64.0, 1.0, 4.0)
+    x = tokens(2, 40, vocab=TINY["vocab_size"], seed=4)
+    want = _hf_logits(hf, x)
+    _close(model.run(x=x)["Y"], want)
+    _close(run_onnx(lower(model), {"x": x})["Y"], want)

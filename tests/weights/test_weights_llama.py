@@ -60,7 +60,7 @@ def test_hyperparameters_of_a_llama_config(llama) -> None:
     directory, _ = llama
     assert hf_hyperparameters(read_hf_config(directory)) == {
         "d_e": D_E, "H": H, "H_kv": H_KV, "d_attn": D, "L": L, "d_mlp": D_MLP, "N_V": N_V, "eps": 1e-5,
-        "ell_max": 128, "b": 10000.0, "kappa": 1.0, "bos_token": 0, "eos_token": 1}
+        "ell_max": 128, "b": 10000.0, "kappa": 1.0, "ell_0": 0.0, "alpha": 1.0, "beta": 4.0, "bos_token": 0, "eos_token": 1}
 
 
 def test_every_tensor_in_its_place(llama) -> None:
@@ -129,13 +129,27 @@ def test_old_style_rope_theta_and_linear_scaling() -> None:
     config = {**SIZES, "model_type": "llama", "rope_theta": 123.0, "rope_scaling": {"type": "linear", "factor": 4.0}}
     hp = hf_hyperparameters(config)
     assert (hp["b"], hp["kappa"]) == (123.0, 4.0)
+    assert (hp["ell_0"], hp["alpha"], hp["beta"]) == (0.0, 1.0, 4.0), "linear is the case ℓ_0 = 0 of the bands"
+
+
+def test_llama3_scaling_gives_the_bands_from_both_config_styles() -> None:
+    llama3 = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 8192}
+    old = hf_hyperparameters({**SIZES, "model_type": "llama", "rope_theta": 5e5, "rope_scaling": llama3})
+    new = hf_hyperparameters({**SIZES, "model_type": "llama", "rope_parameters": {**llama3, "rope_theta": 5e5}})
+    for hp in (old, new):
+        assert (hp["b"], hp["kappa"], hp["ell_0"], hp["alpha"], hp["beta"]) == (5e5, 32.0, 8192.0, 1.0, 4.0)
 
 
 @pytest.mark.parametrize(("change", "field"), [
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling type 'yarn'"),
     ({"rope_parameters": {"rope_type": "dynamic", "rope_theta": 1e4, "factor": 2.0}}, "rope_scaling type 'dynamic'"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0}},
+     "'llama3' needs original_max_position_embeddings, high_freq_factor"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0, "high_freq_factor": 1.0,
+                       "original_max_position_embeddings": 8192}}, "high_freq_factor = 1.0 must exceed"),
     ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                       "original_max_position_embeddings": 8192}}, "rope_scaling type 'llama3'"),
+                       "original_max_position_embeddings": "8k"}}, "original_max_position_embeddings = '8k'"),
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"attention_bias": True}, "attention_bias"),
     ({"mlp_bias": True}, "mlp_bias"),
