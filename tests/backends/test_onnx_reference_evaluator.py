@@ -29,6 +29,7 @@ DEFINES = {
     "gpt2": SMALL | dict(L=2),
     "bert": SMALL | dict(L=2, d_f=8),
     "bart": SMALL | dict(L_enc=2, L_dec=2),
+    "transformer": SMALL | dict(L_enc=2, L_dec=2),
     "llama": LLAMA,
     "mistral": LLAMA | dict(w=3),  # shorter than the sequences below, so the window hides keys
     "qwen2": LLAMA,
