@@ -234,11 +234,14 @@ def _decls(tree: Tree | None) -> list[Decl]:
 
 
 def _shared_types(out: list[Decl]) -> list[Decl]:
-    """`W_q, W_k ∈ ℝ^{…}`: names listed before a typed one share its type (and family variable)."""
+    """`W_q, W_k ∈ ℝ^{…}`: names listed before a typed one share its type (and family variable); likewise
+    `W^loc_l, W^str_l : MHAttention`, two groups of one algorithm's parameters."""
     for i in range(len(out) - 2, -1, -1):
-        if out[i].kind == "bare" and out[i + 1].kind == "typed":
-            nxt = out[i + 1]
+        nxt = out[i + 1]
+        if out[i].kind == "bare" and nxt.kind == "typed":
             out[i] = Decl("typed", out[i].name, out[i].pos, type=nxt.type, var=nxt.var, range=nxt.range)
+        elif out[i].kind == "bare" and nxt.kind == "alg_group":
+            out[i] = Decl("alg_group", out[i].name, out[i].pos, alg=nxt.alg)
     return out
 
 

@@ -245,7 +245,10 @@ def _output(f: Frame, result: Any) -> Any:
 def _check_params(f: Frame) -> None:
     for name, node in f.weights.nodes.items():
         bad = [d for d in node.type.shape if isinstance(d, str) and "?" in d]
-        if bad:
+        # Checking without a config, a callee's size that nothing pins (d_attn of the heads of an
+        # algorithm group `W^h_qkv : Head`) is a size of its own, as every unset size is there; a
+        # config fills it in by name, so only a graph to be built needs it solved.
+        if bad and not f.symbolic:
             what = ", ".join(sorted({d.strip("?").split("#")[0] for d in bad}))
             raise f.error(HyperparameterError, f"cannot infer the size {what} of parameter {name}; declare it "
                           "among the entry's hyperparameters", f.alg.pos)

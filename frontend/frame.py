@@ -115,6 +115,11 @@ class Frame:
             # would pass `check` as a size of its own.
             self.sizes[key] = Size.of(key)
             return self.sizes[key]
+        if root.symbolic and not create and key in {parse_name(d.name).ascii() for d in self.alg.hyper}:
+            # checking without a config, a callee's own size hyperparameter that no caller binds and
+            # only an expression reads (LoRA's rank r in `α / r`) is the size a config gives by its name
+            self.sizes[key] = Size.of(key)
+            return self.sizes[key]
         if not create:
             return None
         unknown = Size.of(self.b.fresh("?" + key))

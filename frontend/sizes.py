@@ -92,6 +92,19 @@ class Size:
             out = out + t
         return out
 
+    @staticmethod
+    def parse(text: str) -> Size:
+        """The Size whose `str` is `text`, an IR dim: `H·?d_mid#6`, `2·d + 1`. Names that are formulas
+        (`floor(ell/2)`, `(d) mod 2`) stay whole: only `·` and ` + ` outside parentheses split."""
+        out = Size.of(0)
+        for term in _split_top(text, " + "):
+            factors = _split_top(term, "·")
+            t = Size.of(int(factors[0])) if re.fullmatch(r"-?[0-9]+", factors[0]) else Size.of(factors[0])
+            for f in factors[1:]:
+                t = t * Size.of(f)
+            out = out + t
+        return out
+
     def dim(self) -> int | str:
         """The IR dim: an int, or a canonical string for a symbolic size."""
         return self.value if self.is_int else str(self)
@@ -109,6 +122,20 @@ class Size:
             else:
                 parts.append(f"{c}·{body}")
         return " + ".join(parts)
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and text.startswith(sep, i):
+            parts.append(text[start:i])
+            i += len(sep)
+            start = i
+            continue
+        i += 1
+    return [*parts, text[start:]]
 
 
 def rounded(op: str, num: Size, den: Size) -> Size | None:

@@ -41,10 +41,34 @@ def unify(b: Builder, x: Size, y: Size, what: str) -> Size:
     if x == BROADCAST:
         return y
     for u, other in ((x, y), (y, x)):
-        if len(u.terms) == 1 and u.terms[0][1] == 1 and len(u.terms[0][0]) == 1 and u.terms[0][0][0].startswith("?"):
-            b.solve(u.terms[0][0][0], other)
+        solved = _solve_linear(u, other)
+        if solved is not None:
+            b.solve(*solved)
             return other
     raise ShapeMismatch(f"{what}: sizes {show_size(x)} and {show_size(y)} differ")
+
+
+def _solve_linear(u: Size, other: Size) -> tuple[str, Size] | None:
+    """The unknown of `u = other` when `u` is linear in one unknown that no other term holds: `?d_mid = d`,
+    and also `H·?d_mid = H·d_mid` — the rows of the H heads of an algorithm group whose per-head size
+    only the callee names, met by the caller's `W_o ∈ ℝ^{d × d_mid H}` — or `?n + 1 = ℓ`. None otherwise."""
+    unknowns = u.unknowns
+    if len(unknowns) != 1 or other.unknowns & unknowns:
+        return None
+    (name,) = unknowns
+    with_u = [(m, c) for m, c in u.terms if name in m]
+    if len(with_u) != 1 or with_u[0][0].count(name) != 1:
+        return None
+    (mono, coef), = with_u
+    rest = Size(tuple(t for t in u.terms if t != (mono, coef)))
+    factor = Size.of(coef)
+    for f in mono:
+        if f != name:
+            factor = factor * Size.of(f)
+    value = (other - rest).div(factor) if len(factor.terms) == 1 else None
+    if value is None or not value.terms or value.is_int and value.value < 1:  # no size is 0 or less
+        return None
+    return name, value
 
 
 def to_layout(b: Builder, v: Val, target: list[Label], own: list[Label] | None = None) -> Node:

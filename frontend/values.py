@@ -121,7 +121,7 @@ class Builder:
         env = {k: self.resolve(v) for k, v in self.solved.items()}
         for n in self.with_unknowns:
             shape = tuple(
-                Size.of(d).subst(env).dim() if isinstance(d, str) and "?" in d else d for d in n.type.shape
+                Size.parse(d).subst(env).dim() if isinstance(d, str) and "?" in d else d for d in n.type.shape
             )
             n.type = replace(n.type, shape=shape)
             if "type" in n.attrs:  # INPUT/PARAM carry their type as an attribute too

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pseudoformer.model import load
+from pseudoformer.model import check, load
 
 GROUPED = """Algorithm: Y ← grouped(X | W)
   Input: X ∈ ℝ^{d × ℓ}
@@ -39,3 +39,34 @@ def test_a_callees_derived_size_picks_the_member(tmp_path) -> None:
     first, second = x @ w["V.g.0.W_k"].T, x @ w["V.g.1.W_k"].T  # heads 1, 2 share member 1; heads 3, 4 member 2
     want = np.concatenate([first, first, second, second], -1)
     np.testing.assert_allclose(model.run(X=x)["Z"], want, rtol=1e-5, atol=1e-5)
+
+
+# LoRA's scale α / r: the callee declares its rank r, the entry does not, and only an expression reads it.
+SCALED = """Algorithm: y ← adapted(x | W_ad)
+  Input: x ∈ ℝ^{d}
+  Output: y ∈ ℝ^{d}
+  Hyperparameters: r ∈ ℕ, α ∈ ℝ
+  Parameters: W_ad consisting of:
+    W ∈ ℝ^{d × d}, A ∈ ℝ^{r × d}, B ∈ ℝ^{d × r}
+  1 return y = (W + α / r · B A) x
+
+Algorithm: z ← outer(x | θ)
+  Input: x ∈ ℝ^{d}
+  Output: z ∈ ℝ^{d}
+  Hyperparameters: d ∈ ℕ
+  Parameters: θ consisting of:
+    F : adapted
+  1 return z = adapted(x | F)
+"""
+
+
+def test_a_callee_size_read_in_an_expression_checks_without_a_config(tmp_path) -> None:
+    """Without a config r is the size a config would give by its name, not an unknown name."""
+    path = tmp_path / "scaled.alg"
+    path.write_text(SCALED, encoding="utf-8")
+    assert check(path) == ["adapted", "outer"]
+    model = load(path, defines=["d=3", "r=2", "alpha=4.0"])
+    w = model.weights
+    x = np.random.default_rng(3).standard_normal((2, 3)).astype(np.float32)
+    want = x @ (w["F.W"] + 2.0 * w["F.B"] @ w["F.A"]).T
+    np.testing.assert_allclose(model.run(x=x)["z"], want, rtol=1e-5, atol=1e-6)
