@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,9 @@ import torch
 
 from pseudoformer.cli import main
 from pseudoformer.deploy import compile
+from pseudoformer.ir import Op
 from pseudoformer.model import load
+from pseudoformer.optimize import optimize
 from pseudoformer.weights import save_weights
 from tests.models.hf_util import tokens
 
@@ -152,12 +155,32 @@ def test_transformer_matches_torch_on_onnx_runtime(small: tuple, shape: tuple[in
     _assert_close(compiled.run(z=z, x=x)["P"], _reference(ref, z, x))
 
 
+def test_transformer_matches_torch_on_tvm(small: tuple) -> None:
+    pytest.importorskip("tvm.relax", reason="apache-tvm is not installed: pip install pseudoformer[tvm]")
+    from pseudoformer.deploy_tvm import compile_model
+
+    ref, model, _ = small
+    compiled = compile_model(model)
+    for shape in SHAPES[:3]:
+        z, x = _inputs(*shape, vocab=SMALL["N_V"])
+        _assert_close(compiled.run(z=z, x=x)["P"], _reference(ref, z, x))
+
+
+def test_each_attention_layer_is_one_fused_attention(small: tuple) -> None:
+    """-O2: the encoder's self-attention, the decoder's causal self-attention and its cross-attention are
+    one ATTENTION op each, heads batched; the only softmax left is the output distribution's."""
+    _, model, _ = small
+    ops = Counter(n.op for n in optimize(model.graph, 2).nodes())
+    assert ops[Op.ATTENTION] == SMALL["L_enc"] + 2 * SMALL["L_dec"]
+    assert ops[Op.SOFTMAX] == 1 and ops[Op.WHERE] == 0
+
+
 def _positional_encoding_lines() -> list[str]:
-    """Lines 1–3 of transformer.alg, the ones that compute W_p, exactly as the model file has them."""
+    """Lines 1–2 of transformer.alg, the ones that compute W_p, exactly as the model file has them."""
     lines = TRANSFORMER.read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if "The sinusoidal positional encoding" in line) + 1
-    body = lines[start:start + 3]
-    assert [re.match(r"\s*(\d+)\s", line).group(1) for line in body] == ["1", "2", "3"]
+    body = lines[start:start + 2]
+    assert [re.match(r"\s*(\d+)\s", line).group(1) for line in body] == ["1", "2"]
     return body
 
 
@@ -169,7 +192,7 @@ def test_positional_encoding_is_the_formula(tmp_path: Path) -> None:
         "  Output: W_p ∈ ℝ^{d_e × ℓ_max}",
         "  Hyperparameters: d_e, ℓ_max ∈ ℕ",
         *_positional_encoding_lines(),
-        "  4  return W_p",
+        "  3  return W_p",
     ]) + "\n", encoding="utf-8")
     d, ell_max = BASE["d_e"], BASE["ell_max"]
     want = positional_encoding(ell_max, d)  # [pos, feature], as the interface delivers a matrix
