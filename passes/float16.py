@@ -85,7 +85,9 @@ class _Half:
         d = op_def(op)
         if op in (Op.ATTENTION, Op.CACHED_ATTENTION):
             n_float = 5 if op is Op.CACHED_ATTENTION else 3
-            src: tuple[Node, ...] = tuple(self.value(s, F16 if i < n_float else None) for i, s in enumerate(n.src))
+            # q, k, v in float16; a float mask (a score bias) in q's dtype, as the op requires
+            src: tuple[Node, ...] = tuple(self.value(s, F16 if i < n_float or s.dtype.is_float else None)
+                                          for i, s in enumerate(n.src))
             attrs["softmax_fp32"] = True
         elif op is Op.GET:  # a result of the op above, in the precision it has
             src = (self.value(n.src[0]),)

@@ -251,12 +251,15 @@ class Attention(LayoutRule):
         if L[-2:] != (R - 2, R - 1):
             return None
         out: list[Perm | None] = []
-        for s in n.src[:3]:
+        for s in n.src:  # q, k, v and the mask: their batch axes follow the output's, the last two stay
+            if s.type.rank < 2:
+                out.append(ident(s.type.rank))
+                continue
             b = _batch_plan(L[:-2], s.type.rank, R - 2)
             if b is None:
                 return None
             out.append(b + (s.type.rank - 2, s.type.rank - 1))
-        return out + [(0, 1)] * (len(n.src) - 3)
+        return out
 
     def build(self, n: Node, L: Perm, src: Sequence[Node], lay: Sequence[Perm]) -> Node:
         return new_node(n, Op.ATTENTION, src, dict(n.attrs))

@@ -1,6 +1,7 @@
 """Padding: an `attention_mask` model input that hides padded keys from every attention over them.
 
     attention(Q, K, V, M)  →  attention(Q, K, V, M ∧ keep[b, 1, 1, t'])   keep = attention_mask ≠ 0
+    attention(Q, K, V, B)  →  attention(Q, K, V, where(keep[b, 1, 1, t'], B, −∞))   for a float bias B
 
 The paper's algorithms take one unpadded sequence; a batch of sequences of different lengths is
 padded on the right to one length, and HuggingFace models take `attention_mask` (1 real, 0 pad) for
@@ -62,7 +63,13 @@ def add_padding_masks(graph: Graph) -> Graph:
             pad = keep[k.shape[-2]][1]
             # [batch, S] → [batch, 1, …, 1, S]: broadcast over heads and queries
             pad = Node(Op.UNSQUEEZE, (pad,), {"axes": list(range(1, k.type.rank - 1))}, span=n.span, scope=n.scope)
-            mask = pad if len(src) == 3 else Node(Op.AND, (src[3], pad), span=n.span, scope=n.scope)
+            if len(src) == 3:
+                mask = pad
+            elif src[3].dtype is DType.bool:
+                mask = Node(Op.AND, (src[3], pad), span=n.span, scope=n.scope)
+            else:  # an additive bias: −∞ at the padded keys
+                ninf = Node(Op.CONST, (), {"value": float("-inf"), "dtype": src[3].dtype})
+                mask = Node(Op.WHERE, (pad, src[3], ninf), span=n.span, scope=n.scope)
             out = Node(Op.ATTENTION, (*src[:3], mask), dict(n.attrs), span=n.span, scope=n.scope)
             masked += 1
         memo[id(n)] = out

@@ -9,7 +9,9 @@ Packed form (q_heads = H_q > 0, kv_heads = H_kv): q [b, s_q, H_q·d], k [b, s_k,
 v [b, s_k, H_kv·d_v] → [b, s_q, H_q·d_v], the heads side by side in the last axis, as ONNX's
 Attention takes them in 3-D (passes/packed_heads.py makes this form).
 
-The optional bool mask broadcasts to the scores [..., s_q, s_k] and is True where a query may attend.
+The optional mask broadcasts to the scores [..., s_q, s_k]. A bool mask is True where a query may
+attend; a float mask (of q's dtype) is an additive bias, added to the scaled scores before the softmax
+(ALiBi's m·(j − i), T5's learned relative bias, or where(keep, bias, −∞) for both at once).
 causal: query i sees key j iff j ≤ i + s_k − s_q — the queries are the last s_q of the s_k positions
 (bottom-right aligned), so a decode step whose keys include a cache of earlier positions means the
 same as the full run. window = w > 0 (a sliding window, Mistral's): query i sees key j only if
@@ -88,12 +90,18 @@ def _grouped(q: TensorType, k: TensorType) -> bool:
     return isinstance(hq, int) and isinstance(hk, int) and hk not in (1, hq) and hq % hk == 0
 
 
-def _check_mask(mask: TensorType, scores: tuple) -> None:
-    # The mask broadcasts to the scores: [s_q, s_k] for every example and head, or per example
-    # ([batch, 1, 1, s_k], a padding mask over the keys).
-    if mask.dtype is not DType.bool or mask.rank > len(scores) or broadcast_shapes(mask.shape, scores) != scores:
-        raise IRTypeError(f"attention mask must be bool and broadcast to [{', '.join(map(str, scores))}], "
-                          f"got {mask}")
+def is_bias(mask: TensorType) -> bool:
+    """Whether an attention mask is an additive float bias rather than a bool keep-mask."""
+    return mask.dtype is not DType.bool
+
+
+def _check_mask(mask: TensorType, q: TensorType, scores: tuple) -> None:
+    # The mask broadcasts to the scores: [s_q, s_k] for every example and head, per head ([H, s_q, s_k],
+    # ALiBi's slopes), or per example ([batch, 1, 1, s_k], a padding mask over the keys).
+    if mask.dtype not in (DType.bool, q.dtype) or mask.rank > len(scores) \
+            or broadcast_shapes(mask.shape, scores) != scores:
+        raise IRTypeError(f"attention mask must be bool or {q.dtype.value} and broadcast to "
+                          f"[{', '.join(map(str, scores))}], got {mask}")
 
 
 def _attention_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
@@ -102,7 +110,7 @@ def _attention_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> Tens
     hq, hkv = _heads(attrs)
     out, scores = _packed_type(*src[:3], hq, hkv) if hq else _batched_type(*src[:3])
     if len(src) == 4:
-        _check_mask(src[3], scores)
+        _check_mask(src[3], src[0], scores)
     return out
 
 
@@ -124,7 +132,7 @@ def _cached_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TupleTy
     else:
         out, scores = _batched_type(q, keys, values)
     if len(src) == 6:
-        _check_mask(src[5], scores)
+        _check_mask(src[5], q, scores)
     return TupleType((out, keys, values))
 
 
@@ -141,8 +149,10 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
     if softmax_fp32:
         s = s.astype(np.float32)
     keep = np.ones(s.shape[-2:], dtype=bool)
-    if mask is not None:
+    if mask is not None and mask.dtype == np.bool_:
         keep = keep & mask  # a per-example mask broadcasts keep to the scores' shape
+    elif mask is not None:
+        s = s + mask.astype(s.dtype)  # an additive bias (−∞ where it hides a key)
     sq, sk = s.shape[-2:]
     if causal:  # bottom-right aligned: the queries are the last s_q of the s_k positions
         keep &= np.tril(np.ones((sq, sk), dtype=bool), k=sk - sq)
@@ -214,7 +224,10 @@ def by_parts(make: NodeMaker, q: Any, k: Any, v: Any, mask: Any | None, attrs: M
         hk = k.shape[-3]
         q = make(Op.RESHAPE, q, shape=[*lead, hk, hq // hk, sq, d])
         k, v = (make(Op.UNSQUEEZE, t, axes=[rank - 2]) for t in (k, v))
-        if mask is not None and mask.type.rank >= 3:
+        if mask is not None and mask.type.rank >= 3 and mask.shape[-3] == hq:  # per head: [.., H_kv, G, ..]
+            *mlead, _, mq, mk = mask.shape
+            mask = make(Op.RESHAPE, mask, shape=[*mlead, hk, hq // hk, mq, mk])
+        elif mask is not None and mask.type.rank >= 3:
             mask = make(Op.UNSQUEEZE, mask, axes=[mask.type.rank - 2])
         rank += 1
     s = make(Op.MATMUL, q, make(Op.TRANSPOSE, k, perm=_swap_last(rank)))
@@ -222,6 +235,9 @@ def by_parts(make: NodeMaker, q: Any, k: Any, v: Any, mask: Any | None, attrs: M
     dtype = s.dtype
     if attrs.get("softmax_fp32") and dtype is not DType.float32:
         s = make(Op.CAST, s, dtype=DType.float32)
+    if mask is not None and is_bias(mask.type):
+        bias = mask if mask.dtype is s.dtype else make(Op.CAST, mask, dtype=s.dtype)
+        s, mask = make(Op.ADD, s, bias), None
     keep = mask
     for part in position_masks(make, q, k, rank, attrs):
         keep = part if keep is None else make(Op.AND, keep, part)

@@ -1,17 +1,24 @@
 """Attention fusion: one head of Algorithm 4, in the paper's layout, becomes one ATTENTION op.
 
     S  = Kᵀ Q                                          [.., s_z, s_x]   keys × queries
-    S' = S under mask and scale layers, in any order:
-           where(¬M, −∞, ·)   where(M, ·, −∞)   · + where(M, 0, −∞)   ·/c   ·×c
+    S' = S under mask, bias and scale layers, in any order:
+           where(¬M, −∞, ·)   where(M, ·, −∞)   · + where(M, 0, −∞)   · + B   · − B   ·/c   ·×c
     Ṽ  = V · softmax(S', axis=keys)                     [.., d_v, s_x]
   →
-    Ṽ  = transpose(ATTENTION(transpose(Q), Kᵀ, transpose(V)[, transpose(M)]; scale=1/c, causal))
+    Ṽ  = transpose(ATTENTION(transpose(Q), Kᵀ, transpose(V)[, transpose(mask)]; scale=1/c, causal, window))
 
 ATTENTION is row-major (q [.., s_q, d], k [.., s_k, d], v [.., s_k, d_v]), so the paper's column
 layout is transposed in and out; those transposes cancel against the frontend's own in `simplify`.
 M [s_z, s_x] = INDEX_MASK(seq, seq, rel="<=") — key t_z ≤ query t_x, the paper's [[t ≤ t']] — is
 `causal` with no mask operand; a conjunct t_x − t_z < w beside it (Mistral's sliding window,
-[[t ≤ t' ∧ t' − t < w]]) is `window=w`; any other bool [s_z, s_x] mask becomes the operand, transposed.
+[[t ≤ t' ∧ t' − t < w]]) is `window=w`; any other bool mask becomes the operand, transposed: a
+function of (t_z, t_x) and sizes (a strided mask, [[(t' − t) mod s = 0]]), or one that also varies by
+example (a prefix length given as an input), as long as it broadcasts to the scores.
+
+An additive term B that does not lead back to Kᵀ Q is a score bias (ALiBi's m·(t − t'), T5's learned
+w[t' − t + ℓ]): ATTENTION adds a float mask to its scaled scores, so B becomes that operand, times
+the scale where it was added before the scaling. Bool masks and biases together become one operand,
+where(M, B, −∞).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import math
 from dataclasses import dataclass, field
 
 from pseudoformer.ir import Node, Op
-from pseudoformer.ir.types import DType
+from pseudoformer.ir.types import DType, broadcast_shapes
 from pseudoformer.passes.rule import Context, Rule
 from pseudoformer.passes.rules.matching import const_value, describe, escaping
 
@@ -52,6 +59,15 @@ class _Keep:
 
 
 @dataclass
+class _Bias:
+    """An additive score term: `node` (subtracted if `negated`) added to the scores."""
+
+    node: Node
+    negated: bool
+    inside_scale: bool
+
+
+@dataclass
 class AttentionMatch:
     src: tuple[Node, ...]  # the final matmul's operands, rebuilt
     kt: Node
@@ -59,6 +75,7 @@ class AttentionMatch:
     v: Node
     scale: float = 1.0
     keeps: list[_Keep] = field(default_factory=list)
+    biases: list[_Bias] = field(default_factory=list)
     interior: list[Node] = field(default_factory=list)
     problem: str | None = None
 
@@ -111,16 +128,46 @@ def _peel(m: AttentionMatch, x: Node) -> Node | str:
                 x = yes
             else:
                 return f"a where sets scores to something other than −∞ ({describe(x)})"
-        elif x.op is Op.ADD:
-            bias = [(i, mb) for i, s in enumerate(x.src) if (mb := _mask_bias(s)) is not None]
-            if not bias:
-                return f"the scores get an additive term that is not a 0/−∞ mask ({describe(x)})"
+        elif x.op is Op.ADD and (bias := [(i, mb) for i, s in enumerate(x.src)
+                                           if (mb := _mask_bias(s)) is not None]):
             i, (c, negated) = bias[-1]
             m.keeps.append(_Keep(c, negated, scaled))
             x = x.src[1 - i]
+        elif x.op in (Op.ADD, Op.SUB):
+            reach = [_reaches_scores(s) for s in x.src]
+            if reach == [True, True]:
+                return f"both terms of {describe(x)} lead back to the scores"
+            if reach == [False, False]:
+                return f"neither term of {describe(x)} leads back to the scores Kᵀ Q"
+            i = reach.index(True)
+            if x.op is Op.SUB and i == 1:
+                return f"the scores are subtracted from something ({describe(x)}), which negates them"
+            m.biases.append(_Bias(x.src[1 - i], x.op is Op.SUB, scaled))
+            x = x.src[i]
         else:
             return f"the scores pass through {describe(x)} before the softmax"
     return x
+
+
+def _reaches_scores(x: Node) -> bool:
+    """Whether x is the scores Kᵀ Q under the layers _peel strips: the term of a sum that is not a bias."""
+    for _ in range(64):
+        if x.op is Op.MATMUL:
+            return x.type.rank >= 2 and all(s.type.rank >= 2 and s.op is not Op.CONST for s in x.src)
+        if x.op in (Op.DIV, Op.MUL):
+            k = [i for i, s in enumerate(x.src) if const_value(s) is not None]
+            if not k or (x.op is Op.DIV and k[0] == 0):
+                return False
+            x = x.src[1 - k[0]]
+        elif x.op is Op.WHERE and (_is_neg_inf(x.src[1]) or _is_neg_inf(x.src[2])):
+            x = x.src[2] if _is_neg_inf(x.src[1]) else x.src[1]
+        elif x.op is Op.ADD:
+            return any(_reaches_scores(s) for s in x.src)
+        elif x.op is Op.SUB:
+            x = x.src[0]
+        else:
+            return False
+    return False
 
 
 def _match(n: Node, src: tuple[Node, ...], ctx: Context) -> AttentionMatch | None:
@@ -213,21 +260,51 @@ def _window(n: Node) -> int | None:
 def _check(m: AttentionMatch, ctx: Context) -> str | None:
     if m.problem is not None:
         return m.problem
-    keys_queries = m.interior[-1].shape[-2:]
+    scores = m.interior[-1].shape
     for k in m.keeps:
         value = const_value(k.node)
         if value is not None:
             if bool(value) == k.negated:
                 return "the mask hides every score, so there is nothing to attend to"
             continue  # keeps everything: the rewrite drops it
-        if k.node.dtype is not DType.bool or k.node.shape != keys_queries:
-            return f"the mask {k.node.type} is not a bool matrix over keys × queries {list(keys_queries)}"
+        if k.node.dtype is not DType.bool or broadcast_shapes(k.node.shape, scores) != scores:
+            return f"the mask {k.node.type} is not a bool matrix that broadcasts to the scores {list(scores)}"
         if k.inside_scale and not m.scale > 0:
             return f"−∞ scaled by {m.scale} is not −∞: the mask is applied before a non-positive scale"
+    for b in m.biases:
+        if b.node.dtype is not m.interior[-1].dtype or broadcast_shapes(b.node.shape, scores) != scores:
+            return f"the score bias {b.node.type} does not broadcast to the scores {m.interior[-1].type}"
     leak = escaping(ctx, m.src, m.interior)
     if leak is not None:
         return f"an intermediate of the attention is used elsewhere: {describe(leak)}"
     return None
+
+
+def _node(like: Node, op: Op, *src: Node, **attrs: object) -> Node:
+    return Node(op, src, attrs, span=like.span, scope=like.scope)
+
+
+def _matrix(x: Node, like: Node) -> Node:
+    """x with at least two axes (a vector of scores broadcasts as a row), ready to transpose."""
+    if x.type.rank >= 2:
+        return x
+    return _node(like, Op.UNSQUEEZE, x, axes=list(range(2 - x.type.rank)))
+
+
+def _bias(m: AttentionMatch, n: Node) -> Node | None:
+    """The sum of the score biases, each scaled where it was added before the scale; None if there are none."""
+    total: Node | None = None
+    for b in m.biases:
+        if const_value(b.node) == 0.0:
+            continue
+        t = b.node
+        if b.inside_scale and m.scale != 1.0:
+            t = _node(n, Op.MUL, t, _node(n, Op.CONST, value=m.scale, dtype=t.dtype))
+        if total is None:
+            total = _node(n, Op.NEG, t) if b.negated else t
+        else:
+            total = _node(n, Op.SUB if b.negated else Op.ADD, total, t)
+    return total
 
 
 def _rewrite(m: AttentionMatch, n: Node) -> Node:
@@ -242,7 +319,7 @@ def _rewrite(m: AttentionMatch, n: Node) -> Node:
             continue
         keep = k.node
         if k.negated:
-            keep = keep.src[0] if keep.op is Op.NOT else Node(Op.NOT, (keep,), span=n.span, scope=n.scope)
+            keep = keep.src[0] if keep.op is Op.NOT else _node(n, Op.NOT, keep)
         # [[t ≤ t' ∧ t' − t < w]]: each conjunct the kernel knows becomes an attribute.
         for c in _conjuncts(keep) if keep.op is Op.AND else [keep]:
             if _relation(c, False) == "<=":
@@ -257,10 +334,17 @@ def _rewrite(m: AttentionMatch, n: Node) -> Node:
     else:  # a window alone also shows later keys: not what the kernel's window means
         general += [c for _, c in windows]
     operands = [transposed(m.q, n), m.kt, transposed(m.v, n)]
-    if general:
-        mask = transposed(general[0], n)  # [s_z, s_x] → ATTENTION's [s_q, s_k]
-        for g in general[1:]:
-            mask = Node(Op.AND, (mask, transposed(g, n)), span=n.span, scope=n.scope)
+    mask: Node | None = None
+    for g in general:  # [s_z, s_x] → ATTENTION's [s_q, s_k]
+        g = transposed(_matrix(g, n), n)
+        mask = g if mask is None else _node(n, Op.AND, mask, g)
+    bias = _bias(m, n)
+    if bias is not None:
+        bias = transposed(_matrix(bias, n), n)
+        if mask is not None:
+            bias = _node(n, Op.WHERE, mask, bias, _node(n, Op.CONST, value=-math.inf, dtype=bias.dtype))
+        mask = bias
+    if mask is not None:
         operands.append(mask)
     att = Node(Op.ATTENTION, tuple(operands), attrs, span=n.span, scope=n.scope)
     out = transposed(att, n)

@@ -179,10 +179,16 @@ def test_refuses_a_finite_fill() -> None:
     _refused(g, "other than −∞")
 
 
-def test_refuses_a_mask_per_batch_element() -> None:
+def test_a_mask_per_batch_element_fuses_as_the_mask_operand() -> None:
+    # a prefix length given per example makes the keep-mask [batch, keys, queries]
     keep = inp("M", ("batch", "seq", "seq"), DType.bool)
     g = graph([X, keep], head("h", X, X, lambda s: scaled(masked(keep, s))))
-    _refused(g, "not a bool matrix over keys × queries")
+    out, changed, refusals = fused(g)
+    (att,) = attention_nodes(out)
+    assert changed and not refusals and len(att.src) == 4 and att.src[3].shape == ("batch", "seq", "seq")
+    feed = feeds(g, 2, 5)
+    feed["M"] |= np.eye(5, dtype=bool)  # every query sees some key
+    assert_same(g, out, feed, random_params(g))
 
 
 def test_refuses_when_the_scores_are_used_elsewhere() -> None:
@@ -196,9 +202,14 @@ def test_refuses_when_the_scores_are_used_elsewhere() -> None:
     _refused(graph([X], out, node(Op.REDUCE_SUM, seen[0], axes=[1])), "used elsewhere")
 
 
-def test_refuses_an_additive_term_that_is_not_a_mask() -> None:
+def test_refuses_a_bias_that_broadcasts_the_scores() -> None:
+    bias = param("bias", (2, 1, 1, 1))  # it would give every example two sets of scores
+    _refused(graph([X], head("h", X, X, lambda s: scaled(node(Op.ADD, s, bias)))), "do not share their batch dims")
+
+
+def test_refuses_scores_subtracted_from_a_bias() -> None:
     bias = param("bias", (1, 1))
-    _refused(graph([X], head("h", X, X, lambda s: scaled(node(Op.ADD, s, bias)))), "not a 0/−∞ mask")
+    _refused(graph([X], head("h", X, X, lambda s: scaled(node(Op.SUB, bias, s)))), "negates them")
 
 
 def test_a_softmax_of_no_scores_is_left_alone() -> None:
