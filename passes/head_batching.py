@@ -18,6 +18,9 @@ Rotary embeddings: a projection may be rotated, ROTARY(W X + b 1ᵀ, c, s) (Llam
 rules/rotary.py), with the same angles for every head; the rotation then applies to the stacked
 heads after the split, [.., H, d, s], the angles broadcasting over the head axis.
 
+Masks: one mask shared by the heads is shared by the batched attention; masks that differ by head
+(ALiBi's per-head slopes, a bias learned per head) are stacked along the head axis, [H, s_q, s_k].
+
 Grouped-query attention: when the heads' keys and values are shared by groups of G consecutive heads
 (Llama's W_k^{⌈h/G⌉}, after CSE one K and one V node per group), only the H_kv = H / G distinct
 key/value projections are stacked, and the attention is the grouped 4-D form (q [.., H, s, d], k and
@@ -138,8 +141,12 @@ def _check(m: HeadsMatch, ctx: Context) -> str | None:
         if att.attrs["scale"] != first.attrs["scale"] or att.attrs["causal"] != first.attrs["causal"]:
             return f"head {h + 1} has scale/causal {att.attrs['scale']}/{att.attrs['causal']}, head 1 " \
                    f"{first.attrs['scale']}/{first.attrs['causal']}"
-        if len(att.src) != len(first.src) or (len(att.src) == 4 and not same(att.src[3], first.src[3])):
-            return f"head {h + 1} is masked differently from head 1"
+        if len(att.src) != len(first.src):
+            return f"head {h + 1} is {'' if len(att.src) == 4 else 'not '}masked and head 1 is" \
+                   f"{'' if len(first.src) == 4 else ' not'}"
+        if len(att.src) == 4 and (att.src[3].dtype, att.src[3].type.rank) != (first.src[3].dtype,
+                                                                                first.src[3].type.rank):
+            return f"head {h + 1}'s mask {att.src[3].type} and head 1's {first.src[3].type} do not stack"
         for kind in KINDS:
             a, b = projs[kind], p0[kind]
             if a.x is not b.x:
@@ -197,6 +204,21 @@ def _project(m: HeadsMatch, n: Node) -> dict[str, Node]:
     return out
 
 
+def _masks(m: HeadsMatch, n: Node) -> Node:
+    """The heads' masks for the batched attention, whose head axis sits just before the queries' axis.
+
+    One mask shared by every head stays as it is if it is a [s_q, s_k] matrix, and gets a head axis of 1
+    if it also varies by example; per-head masks (ALiBi's slopes) are stacked along a new head axis."""
+    masks = [att.src[3] for att in m.heads]
+    if all(same(x, masks[0]) for x in masks[1:]):
+        masks = masks[:1]
+        if masks[0].type.rank <= 2:
+            return masks[0]
+    axis = max(masks[0].type.rank - 2, 0)
+    parts = [_node(n, Op.UNSQUEEZE, (x,), axes=[axis]) for x in masks]
+    return parts[0] if len(parts) == 1 else _node(n, Op.CONCAT, tuple(parts), axis=axis)
+
+
 def _rewrite(m: HeadsMatch, n: Node) -> Node:
     heads = len(m.heads)
     stacked = _project(m, n)
@@ -210,7 +232,8 @@ def _rewrite(m: HeadsMatch, n: Node) -> Node:
         if rot is not None:  # [.., H, d, s] rotated along d, the angles [d/2, s] shared by the heads
             split = _node(n, Op.ROTARY, (split, *rot), axis=split.type.rank - 2)
         operands.append(_node(n, Op.TRANSPOSE, (split,), perm=swap_last(split.type.rank)))
-    operands += list(m.heads[0].src[3:])
+    if len(m.heads[0].src) == 4:
+        operands.append(_masks(m, n))
     att = _node(n, Op.ATTENTION, tuple(operands), **m.heads[0].attrs)
     back = _node(n, Op.TRANSPOSE, (att,), perm=swap_last(att.type.rank))  # [.., H, d_v, s_x]
     *lead, _, d_v, s_x = back.shape

@@ -170,9 +170,19 @@ def test_refuses_one_head() -> None:
 def test_refuses_heads_masked_differently() -> None:
     causal_head = head("h0", X, X, lambda s: scaled(masked(causal(X), s)))
     _refused(graph([X], _stack(causal_head, head("h1", X, X))), "scale/causal")
+    keep = inp("M", ("seq", "seq"), DType.bool)
+    _refused(graph([X, keep], _stack(head("h0", X, X, lambda s: scaled(masked(keep, s))), head("h1", X, X))),
+             "is not masked and head 1 is")
+
+
+def test_heads_masked_differently_batch_with_their_masks_stacked() -> None:
     other = head("h1", X, X, lambda s: scaled(masked(causal(X, "<"), s)))
     g = graph([X], _stack(head("h0", X, X, lambda s: scaled(masked(causal(X, ">="), s))), other))
-    _refused(g, "masked differently")
+    fused, _ = fuse_attention(g)
+    out, changed = batch_heads(fused)
+    (att,) = attention_nodes(out)
+    assert changed and att.src[3].shape == (2, "seq", "seq")
+    assert_same(g, out, feeds(g, 2, 5), random_params(g))
 
 
 def test_refuses_heads_reading_different_inputs() -> None:
