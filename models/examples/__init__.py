@@ -1,0 +1,1 @@
+"""A gallery of small architectures in the notation, each with a tiny config and a test against numpy."""
