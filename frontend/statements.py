@@ -93,6 +93,7 @@ def _unroll(f: Frame, s: Stmt, count: int) -> None:
 def _exec(f: Frame, s: Stmt) -> None:
     k = s.kind
     if k == "assign":
+        _ranges_from_target(f, s)  # ∀t_z, t_x : S[t_z, t_x] ← b(t_z, t_x) − S[t_z, t_x]: the ranges are S's
         value = ev(f, s.value)
         assign(f, s.target, value, None, s)
         _check_remark(f, s, value)

@@ -113,3 +113,25 @@ def test_misuse_is_one_positioned_diagnostic(tmp_path: Path, line: str, col: int
         compile_source(tmp_path, src, d=2, w=2)
     (err,) = info.value.errors
     assert message in str(err) and (err.pos.line, err.pos.col) == (6, col), str(err)
+
+
+REVERSED = """Algorithm: S ← Reversed(X)
+  Input: X ∈ ℝ^{d × ℓ}
+  Output: S ∈ ℝ^{ℓ × ℓ}
+  Hyperparameters: d ∈ ℕ
+  1 S ← Xᵀ X
+  2 ∀t_z, t_x : S[t_z, t_x] ← 0.5 (t_z − t_x) − S[t_z, t_x]
+  3 return S
+"""
+
+
+@pytest.mark.parametrize("ell", [1, 5])
+def test_an_update_reads_its_ranges_from_its_target_before_its_value(tmp_path: Path, ell: int) -> None:
+    """The value names t_z before the S[t_z, t_x] that ranges it: the target S says how far each runs."""
+    model = compile_source(tmp_path, REVERSED, d=3)
+    X = RNG.standard_normal((2, ell, 3)).astype(np.float32)
+    t = np.arange(1, ell + 1)
+    got = run_both(model, X=X)["S"]
+    for b in range(2):
+        want = 0.5 * (t[:, None] - t[None, :]) - X[b] @ X[b].T  # [t_z, t_x]
+        np.testing.assert_allclose(got[b], want.T, rtol=1e-5, atol=1e-5)
