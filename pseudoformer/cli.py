@@ -73,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--after", metavar="PASS", help="show the IR after this pass")
     i.add_argument("--diff", metavar="PASS", help="show what this pass changed")
     i.add_argument("--passes", action="store_true", help="list the passes and their levels")
+    i.add_argument("--refusals", action="store_true",
+                   help="instead of the graph, say which fusions were refused at -O2 (or -O LEVEL) and why")
     i.add_argument("--format", choices=["text", "dot", "json", "html", "svg"], default="text",
                    help="html: an interactive viewer (one offline file) that steps through the passes; svg: a picture")
     i.add_argument("--locations", action="store_true", help="show each node's source line and scope")
@@ -181,7 +183,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from pseudoformer.ir.printer import format_graph
     from pseudoformer.ir.view import to_dot, to_json
     from pseudoformer.model import load
-    from pseudoformer.optimize import after_pass, describe_passes, diff_pass, optimize
+    from pseudoformer.optimize import after_pass, describe_passes, diff_pass, optimize, refusals
 
     if args.passes:
         print(describe_passes())
@@ -190,7 +192,11 @@ def _inspect(args: argparse.Namespace) -> int:
         raise UsageError("inspect needs a FILE (or --passes)")
     model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, include=args.include,
                  max_nodes=args.max_nodes)
-    if args.diff:
+    if args.refusals:
+        notes = refusals(model.graph, max(args.opt, 2))
+        text = "\n".join([n.render() for n in notes] + [f"{len(notes) or 'no'} refused fusion"
+                                                        f"{'' if len(notes) == 1 else 's'}"])
+    elif args.diff:
         text = diff_pass(model.graph, args.diff, max(args.opt, 2))
     elif args.format == "html":
         from pseudoformer.viewer import to_html

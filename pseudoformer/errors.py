@@ -45,7 +45,7 @@ class AlgError(Exception):
 
     def render(self) -> str:
         where = f"{self.pos}: " if self.pos else ""
-        out = [f"{where}error: {self.message}"]
+        out = [f"{where}{self.kind}: {self.message}"]
         line = self.source_line
         if line is None and self.pos is not None:
             line = _read_line(self.pos)
@@ -64,6 +64,12 @@ class AlgError(Exception):
 
 class UsageError(AlgError):
     """A bad command-line argument or configuration file."""
+
+
+class Note(AlgError):
+    """Not a mistake: something the compiler did not do at a source position, and why (a refused fusion)."""
+
+    kind = "note"
 
 
 class BackendError(Exception):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import difflib
 import os
 
-from pseudoformer.errors import UsageError
+from pseudoformer.errors import Note, Pos, UsageError
 from pseudoformer.ir import Graph
 from pseudoformer.ir.printer import format_graph
 from pseudoformer.passes.manager import LEVELS, PIPELINES, Pass, passes, pipeline, run_passes
+from pseudoformer.passes.pass_base import PassContext
 
 DEFAULT_LEVEL = 2
 
@@ -23,6 +24,19 @@ def optimize(graph: Graph, level: int = DEFAULT_LEVEL, *, debug: bool | None = N
     _check_level(level)
     check = bool(os.environ.get("PSEUDOFORMER_DEBUG")) if debug is None else debug
     return run_passes(graph, pipeline(level), check=check)
+
+
+def refusals(graph: Graph, level: int = DEFAULT_LEVEL) -> list[Note]:
+    """Why each fusion the level's passes matched was refused, once per place and reason, in source order.
+    A head or norm written one way that did not fuse stays as written: correct, but slower."""
+    _check_level(level)
+    ctx = PassContext()
+    run_passes(graph, pipeline(level), ctx=ctx)
+    seen: dict[tuple[str, str, str], Note] = {}
+    for rule, why, span in ctx.refusals:
+        pos = Pos(span.file, span.line, span.col) if span is not None else None
+        seen.setdefault((rule, why, str(pos)), Note(f"{rule} refused: {why}", pos))
+    return sorted(seen.values(), key=lambda n: (n.pos.file, n.pos.line, n.pos.col) if n.pos else ("", 0, 0))
 
 
 def describe_passes() -> str:

@@ -93,6 +93,23 @@ def test_inspect_formats_to_stdout_and_to_a_file(cli: Cli, out_dir: Path, fmt: s
     assert [p.name for p in out_dir.iterdir()] == [target.name]  # no temporary left beside it
 
 
+def test_inspect_refusals_says_which_head_did_not_fuse_and_why(cli: Cli, tmp_path: Path) -> None:
+    """Scores subtracted from an ALiBi-like bias are refused, at the head's line, with a caret; the
+    same model as written in tests/passes/attention_biases/ fuses and says so."""
+    src = pathlib.Path("tests/passes/attention_biases/alibi.alg").read_text(encoding="utf-8")
+    flipped = src.replace("S[t_z, t_x] ← S[t_z, t_x] + m · (t_z − t_x)", "S[t_z, t_x] ← m · (t_z − t_x) − S[t_z, t_x]")
+    assert flipped != src
+    sizes = ["--entry", "ALiBi", "-D", "H=2", "-D", "d_x=4", "-D", "d_attn=2", "-D", "d_mid=2"]
+    (tmp_path / "neg.alg").write_text(flipped, encoding="utf-8")
+    code, out, err = cli("inspect", tmp_path / "neg.alg", *sizes, "--refusals")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{tmp_path / 'neg.alg'}:17:5: note: attention refused: the scores are subtracted")
+    assert "negates them" in lines[0] and lines[2].strip() == "^" and lines[-1] == "1 refused fusion"
+    code, out, err = cli("inspect", "tests/passes/attention_biases/alibi.alg", *sizes, "--refusals")
+    assert (code, out.strip()) == (0, "no refused fusions"), err
+
+
 # ---- run and compile
 
 def _y(path: Path) -> np.ndarray:
