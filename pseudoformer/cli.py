@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--functions", action="store_true",
                    help="onnx: write each algorithm call (a layer, MHAttention, layer_norm, ...) as an ONNX local "
                    "function, so that Netron shows the paper's structure and folds it")
+    k.add_argument("--contrib-ops", action="store_true", help="onnx: let onnxruntime's own kernels take what they compute exactly and faster (com.microsoft GroupQueryAttention with the rotation inside, SkipSimplifiedLayerNormalization); the file then runs on onnxruntime only")
     add_quantize_arguments(k)
     _opt_arg(k, 2, "for deployment")
     k.add_argument("-o", "--output", required=True, help="the file to write, e.g. model.onnx (or model.so for tvm)")
@@ -262,7 +263,7 @@ def _compile(args: argparse.Namespace) -> int:
                        opt_level=args.opt, target=args.target, padding_mask=args.padding_mask,
                        tvm_params=args.tvm_params, include=args.include, max_nodes=args.max_nodes,
                        allow_nonfinite=args.allow_nonfinite, functions=args.functions,
-                       quantize=from_arguments(args))
+                       quantize=from_arguments(args), contrib_ops=args.contrib_ops)
     compiled.save(out)
     n = sum(w.size for w in compiled.model.weights.values())
     inputs = [str(i.attrs['name']) + str(list(i.type.shape)) for i in compiled.model.graph.inputs]

@@ -99,7 +99,7 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
             tvm_params: str | None = None, include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES,
             allow_nonfinite: bool = False, functions: bool = False, quantize: str | QuantizeOptions | None = None,
             block_size: int | None = None, symmetric: bool = False, accuracy_level: int | None = None,
-            quantize_embeddings: bool = False) -> CompiledModel | TVMCompiledModel:
+            quantize_embeddings: bool = False, contrib_ops: bool = False) -> CompiledModel | TVMCompiledModel:
     """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
 
     backend="onnx" gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so for
@@ -117,6 +117,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     include, max_nodes, allow_nonfinite: as for `load`.
     functions=True writes each algorithm call as an ONNX local function (ONNX only; see
     backends/onnx/functions.py): the same model, folded as the paper writes it, for a viewer such as Netron.
+    contrib_ops=True lets onnxruntime's own kernels (com.microsoft GroupQueryAttention) take the ops
+    they compute exactly and faster; the file then runs on onnxruntime only (ONNX only).
     """
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
@@ -130,6 +132,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
         raise UsageError("--tvm-params is for the tvm backend")
     if functions and backend != "onnx":
         raise UsageError("--functions is for the onnx backend")
+    if contrib_ops and backend != "onnx":
+        raise UsageError("--contrib-ops is for the onnx backend (onnxruntime's com.microsoft kernels)")
     from pseudoformer.quantization import options
 
     quant = options(quantize, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level,
@@ -143,7 +147,7 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
 
         return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args")
     lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False,
-                    functions=functions, quantize=quant)
+                    functions=functions, quantize=quant, contrib_ops=contrib_ops)
     return CompiledModel(lowered, model, dtype, padding_mask, opt_level, quant)
 
 
@@ -155,7 +159,7 @@ NO_TVM_QUANTIZATION = ("--quantize is not supported on the tvm backend yet (it h
 
 def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,
           padding_mask: bool = False, whole: bool = True, functions: bool = False,
-          quantize: QuantizeOptions | None = None) -> Any:
+          quantize: QuantizeOptions | None = None, contrib_ops: bool = False) -> Any:
     """The optimised model as an onnx.ModelProto; with whole=False as a LoweredModel (graph + arrays)."""
     from pseudoformer.backends.onnx import BackendError
     from pseudoformer.backends.onnx.lower import lower_model
@@ -177,7 +181,8 @@ def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt
         graph, weights = quantize_model_graph(graph, weights, quantize)
         metadata["quantization"] = quantize.describe()
     try:
-        lowered = lower_model(graph, weights, dtype=dtype, opset=opset, metadata=metadata, functions=functions)
+        lowered = lower_model(graph, weights, dtype=dtype, opset=opset, metadata=metadata, functions=functions,
+                              contrib_ops=contrib_ops)
     except BackendError as e:
         raise UsageError(str(e)) from None
     return lowered.to_proto() if whole else lowered

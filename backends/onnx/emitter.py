@@ -35,6 +35,7 @@ NUMPY = {
     TensorProto.FLOAT: np.float32,
     TensorProto.FLOAT16: np.float16,
     TensorProto.INT64: np.int64,
+    TensorProto.INT32: np.int32,  # GroupQueryAttention's sequence lengths
     TensorProto.UINT8: np.uint8,
     TensorProto.BOOL: np.bool_,
 }
@@ -55,9 +56,13 @@ def _free_prefix(prefix: str, taken: set[str]) -> str:
 class Emitter:
     """Lowers one graph: `vals` holds each IR node's ONNX value (a name, or names for a tuple)."""
 
-    def __init__(self, graph: Graph, opset: int) -> None:
+    def __init__(self, graph: Graph, opset: int, contrib_ops: bool = False) -> None:
         self.graph = graph
         self.opset = opset
+        self.contrib_ops = contrib_ops  # onnxruntime's com.microsoft kernels where they compute the same
+        # Symbolic dims whose size is a graph input rather than a tensor's Shape: the cache's past length
+        # when the cache lives in buffers longer than it (lower.py, kv_buffers).
+        self.sizes: dict[str, str] = {}
         self.consumers = graph.consumers()
         self.nodes: list[onnx.NodeProto] = []
         # With local functions, the call each node is in (`region` when it was emitted): constants
@@ -165,6 +170,8 @@ class Emitter:
         Shape for every node that needs it), else off `fallback` (value, axis)."""
         if isinstance(dim, int):
             return self.ints([dim])
+        if dim in self.sizes:
+            return self.sizes[dim]
         for n in self.graph.inputs:
             if dim in n.type.shape:
                 return self.shape_dim(n.attrs["name"], n.type.shape.index(dim))

@@ -13,16 +13,17 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import TensorProto, helper
 
 from pseudoformer.backends.onnx.calls import plan_calls
 from pseudoformer.backends.onnx.emitter import ELEM, NUMPY, Emitter, value_info
 from pseudoformer.backends.onnx.functions import DOMAIN, DOMAIN_VERSION, to_functions
 from pseudoformer.backends.onnx.lowerings import LOWERINGS, accepts
+from pseudoformer.backends.onnx.lowerings.group_query_attention import buffered_cache_dim
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.ops import Op
-from pseudoformer.ir.types import TensorType
+from pseudoformer.ir.types import DType, TensorType
 from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
 from pseudoformer.version import __version__
 
@@ -48,6 +49,8 @@ def to_onnx(
     metadata: Mapping[str, str] | None = None,
     check: bool = True,
     functions: bool = False,
+    contrib_ops: bool = False,
+    kv_buffers: str | None = None,
 ) -> onnx.ModelProto:
     """Lower `graph` with weights `params` (keyed by PARAM name) to an ONNX model.
 
@@ -59,13 +62,15 @@ def to_onnx(
     Inputs keep their declared types (float inputs stay float32 and are cast inside); float
     outputs are float16.
 
-    With functions=True each algorithm call is an ONNX local function (functions.py).
+    With functions=True each algorithm call is an ONNX local function (functions.py). With
+    contrib_ops=True, onnxruntime's com.microsoft kernels replace standard ops where they compute the
+    same and were measured faster (GroupQueryAttention); the model then runs on onnxruntime only.
 
     The whole model in one ModelProto; lower_model gives it as graph and arrays, which save_model
     writes without ever holding the weights in a protobuf.
     """
     return lower_model(graph, params, opset=opset, ir_version=ir_version, dtype=dtype, metadata=metadata,
-                       check=check, functions=functions).to_proto()
+                       check=check, functions=functions, contrib_ops=contrib_ops, kv_buffers=kv_buffers).to_proto()
 
 
 def lower_model(
@@ -78,8 +83,16 @@ def lower_model(
     metadata: Mapping[str, str] | None = None,
     check: bool = True,
     functions: bool = False,
+    contrib_ops: bool = False,
+    kv_buffers: str | None = None,
 ) -> LoweredModel:
-    """to_onnx's model as a LoweredModel: the ModelProto without initializers, and the weights."""
+    """to_onnx's model as a LoweredModel: the ModelProto without initializers, and the weights.
+
+    kv_buffers (with contrib_ops, for a derived decode step): the name of an int64 [1] input that gives
+    the cache's past length, so that the past keys and values can be buffers of any greater length that
+    GroupQueryAttention appends to in place, each bound as both a past input and its present output
+    (generation/runtimes.py). A BackendError says why a graph cannot.
+    """
     opset = DEFAULT_OPSET if opset is None else opset
     top = min(MAX_OPSET, onnx.defs.onnx_opset_version())
     if not MIN_OPSET <= opset <= top:
@@ -93,7 +106,9 @@ def lower_model(
     _check_names(graph)
     graph = prepare(graph, opset, dtype)
     weights = _weights(graph, params)
-    proto, local = _lower_graph(graph, opset, weights if functions else None)
+    if kv_buffers is not None and not contrib_ops:
+        raise BackendError("a cache in buffers needs contrib_ops (onnxruntime's GroupQueryAttention)")
+    proto, local = _lower_graph(graph, opset, weights if functions else None, contrib_ops, kv_buffers)
     imports = _imports([*proto.node, *(n for f in local for n in f.node)], opset)
     if local:
         imports.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
@@ -233,12 +248,16 @@ def _weights(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[str, np.nda
     return out
 
 
-def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | None = None
+def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | None = None,
+                 contrib_ops: bool = False, kv_buffers: str | None = None
                  ) -> tuple[onnx.GraphProto, list[onnx.FunctionProto]]:
     """The graph, and with `weights` (the initializers' names) given, its calls as local functions."""
-    e = Emitter(graph, opset)
+    e = Emitter(graph, opset, contrib_ops)
     plan = plan_calls(graph) if weights is not None else None
     inputs = [value_info(n.attrs["name"], ELEM[n.dtype], n.type) for n in graph.inputs]
+    if kv_buffers is not None:
+        e.sizes[buffered_cache_dim(graph)] = kv_buffers
+        inputs.append(value_info(kv_buffers, TensorProto.INT64, TensorType(DType.int64, (1,))))
     for i, n in enumerate(graph.nodes()):
         if n.op in (Op.INPUT, Op.PARAM):
             e.vals[id(n)] = n.attrs["name"]  # tied weights: every PARAM of a name reads one initializer
@@ -262,6 +281,8 @@ def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | N
         if e.value(n) != name:  # already computed under its output name, or a copy is needed
             e.emit("Identity", [e.value(n)], out=name)
         outputs.append(value_info(name, ELEM[n.dtype], n.type))
+    if contrib_ops:
+        _drop_unread(e, [name for name, _ in graph.outputs])
     flat = helper.make_graph(e.nodes, str(graph.meta.get("entry", "pseudoformer")), inputs, outputs,
                              value_info=e.value_info)
     if plan is None or weights is None:
@@ -276,6 +297,23 @@ def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | N
         if n.op not in (Op.INPUT, Op.PARAM) and isinstance(name, str) and isinstance(n.type, TensorType):
             known.setdefault(name, value_info(name, ELEM[n.dtype], n.type))
     return to_functions(flat, e.owner, plan, types, list(known.values()), _imports(flat.node, opset))
+
+
+def _drop_unread(e: Emitter, outputs: list[str]) -> None:
+    """Remove the nodes no output depends on: a kernel that takes a value's producers' inputs itself
+    (GroupQueryAttention reading the packed projection and the rotation's tables, not the rotated
+    slices) leaves the lowered producers unread."""
+    needed, keep = set(outputs), [False] * len(e.nodes)
+    for i in range(len(e.nodes) - 1, -1, -1):
+        node = e.nodes[i]
+        if any(o in needed for o in node.output):
+            keep[i] = True
+            needed.update(x for x in node.input if x)
+    if all(keep):
+        return
+    e.nodes[:] = [n for n, k in zip(e.nodes, keep, strict=True) if k]
+    e.owner[:] = [o for o, k in zip(e.owner, keep, strict=True) if k]
+    e.value_info[:] = [v for v in e.value_info if v.name in needed]
 
 
 def _imports(nodes: Sequence[onnx.NodeProto], opset: int) -> list[onnx.OperatorSetIdProto]:

@@ -38,10 +38,10 @@ def prepare(path: str | Path, *, inference: str | None = None, config: str | Pat
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
             backend: str = "onnx", cache: bool = True, threads: int | None = None,
             include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False,
-            quantize: QuantizeOptions | None = None) -> Prepared:
+            quantize: QuantizeOptions | None = None, contrib_ops: bool = False) -> Prepared:
     """Check `path`'s inference algorithm and build the generator for the model it calls.
 
-    include, max_nodes, allow_nonfinite: as for `pseudoformer.load`.
+    include, max_nodes, allow_nonfinite: as for `pseudoformer.load`; contrib_ops: as for Generator.
     """
     from pseudoformer.frontend.inference import plan_inference
     from pseudoformer.frontend.modules import load_program
@@ -57,7 +57,7 @@ def prepare(path: str | Path, *, inference: str | None = None, config: str | Pat
     output = model.output_names[0]
     generator = Generator(model, decoder_input=inputs[0], encoder_input=plan.encoder_input, output=output,
                           model_output=plan.model_output, backend=backend, cache=cache, threads=threads,
-                          quantize=quantize)
+                          quantize=quantize, contrib_ops=contrib_ops)
     return Prepared(plan, generator, dict(model.config.hyperparameters))
 
 
@@ -103,18 +103,20 @@ def generate(path: str | Path, prompt_ids: Sequence[int] | Sequence[Sequence[int
              seed: int | None = None, eos_token: int | None = None, weights: str | Path | None = None,
              config: str | Path | None = None, defines: list[str] | None = None, backend: str = "onnx",
              inference: str | None = None, cache: bool = True,
-             quantize: str | QuantizeOptions | None = None) -> list[int] | list[list[int]]:
+             quantize: str | QuantizeOptions | None = None, contrib_ops: bool = False) -> list[int] | list[list[int]]:
     """Run the inference algorithm of `path` (Algorithm 14 or 15 as written there) and return the new
     token ids (prompt excluded): a list for one prompt, a list per row for a batch.
 
     temperature 0 is greedy; None takes τ from the config, else 1. `cache=False` re-runs the model on
     the whole sequence every step, as the algorithm is written. `quantize` ("int4", "int8" or a
     QuantizeOptions) generates with block-quantized weights, as `compile(quantize=...)` makes them.
+    `contrib_ops` (ONNX) uses onnxruntime's GroupQueryAttention and SkipSimplifiedLayerNormalization
+    where they compute the same, with the cache kept in buffers they append to (docs/generation.md).
     """
     from pseudoformer.quantization import options
 
     prepared = prepare(path, inference=inference, config=config, defines=defines, weights=weights,
-                       backend=backend, cache=cache, quantize=options(quantize))
+                       backend=backend, cache=cache, quantize=options(quantize), contrib_ops=contrib_ops)
     result, _ = run_plan(prepared, prompt_ids=prompt_ids, encoder_ids=encoder_ids, max_new_tokens=max_new_tokens,
                          temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, eos_token=eos_token)
     single = prompt_ids is None or isinstance(prompt_ids[0], int)

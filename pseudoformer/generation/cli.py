@@ -43,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     g.add_argument("--threads", type=int, help="onnxruntime threads, 1 to 4 × the cores (default: all cores)")
     g.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json: also print the text (default "
                    "with --prompt: the checkpoint's)")
+    g.add_argument("--contrib-ops", action="store_true",
+                   help="onnx: onnxruntime's own kernels where they compute the same and faster "
+                   "(GroupQueryAttention appending to a cache kept in buffers, SkipSimplifiedLayerNormalization)")
     add_quantize_arguments(g)
 
 
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     prepared = prepare(args.file, inference=args.inference, config=args.config, defines=args.defines,
                        weights=args.weights, backend=args.backend, cache=not args.no_cache, threads=args.threads,
                        include=args.include, max_nodes=args.max_nodes, allow_nonfinite=args.allow_nonfinite,
-                       quantize=from_arguments(args))
+                       quantize=from_arguments(args), contrib_ops=args.contrib_ops)
     n = args.max_new_tokens if args.max_new_tokens is not None else prepared.setting(prepared.plan.max_new_tokens)
     progress = _Progress(int(n)) if n else None
     result, _ = run_plan(prepared, prompt_ids=prompt, encoder_ids=encoder, max_new_tokens=args.max_new_tokens,

@@ -51,7 +51,7 @@ class Generator:
     def __init__(self, model: Model, *, decoder_input: str = "x", encoder_input: str | None = None,
                  output: str | None = None, model_output: str = "logits", backend: str = "onnx",
                  opt_level: int = 2, cache: bool = True, threads: int | None = None, provider: str = "cpu",
-                 quantize: QuantizeOptions | None = None) -> None:
+                 quantize: QuantizeOptions | None = None, contrib_ops: bool = False) -> None:
         from pseudoformer.deploy import NO_TVM_QUANTIZATION
         from pseudoformer.optimize import optimize
 
@@ -60,6 +60,8 @@ class Generator:
         check_threads(threads)
         if quantize is not None and backend == "tvm":
             raise UsageError(NO_TVM_QUANTIZATION)
+        if contrib_ops and backend != "onnx":
+            raise UsageError("--contrib-ops is for the onnx backend (onnxruntime's com.microsoft kernels)")
         if cache and opt_level < 2:
             raise UsageError(f"the key/value cache is derived from fused attention, which -O{opt_level} does not "
                              "make: generate at -O2, or without the cache")
@@ -95,11 +97,13 @@ class Generator:
                 dec = IncrementalDecoder(prefill=dec.prefill, step=dec.step, encoder=encoder, slots=dec.slots,
                                          positions=seq)
             self.decoder: IncrementalDecoder | None = dec
-            self.runtime: Runtime = _runtime(backend, dec, self.output, model, self.weights, threads, provider)
+            self.runtime: Runtime = _runtime(backend, dec, self.output, model, self.weights, threads, provider,
+                                             contrib_ops)
         else:
             self.decoder = None
             full = run_passes(graph, named_pipeline("generation-uncached"), ctx=ctx)
-            self.runtime = _FullRuntime(full, self.output, self.weights, backend, decoder_input, threads, provider)
+            self.runtime = _FullRuntime(full, self.output, self.weights, backend, decoder_input, threads, provider,
+                                        contrib_ops)
 
     def generate(self, prompt: Any, *, max_new_tokens: int, sampling: Sampling | None = None, seed: int | None = None,
                  eos_token: int | None = None, encoder_inputs: Mapping[str, Any] | None = None,
@@ -122,6 +126,9 @@ class Generator:
         enc = self._encode(encoder_inputs)
         result = Generation(tokens=[[] for _ in range(x.shape[0])])
         finished = np.zeros(x.shape[0], dtype=bool)
+        reserve = getattr(self.runtime, "reserve", None)
+        if reserve is not None:  # a cache kept in buffers: room for every position this generation takes
+            reserve(x.shape[0], x.shape[1] + max_new_tokens)
         start = time.perf_counter()
         scores, cache = self.runtime.prefill({self.decoder_input: x, **enc})
         result.prefill_seconds = time.perf_counter() - start
@@ -172,14 +179,14 @@ def _ids(value: Any, what: str) -> np.ndarray:
 
 
 def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, weights: Mapping[str, np.ndarray],
-             threads: int | None, provider: str) -> Runtime:
+             threads: int | None, provider: str, contrib_ops: bool) -> Runtime:
     if backend == "numpy":
         return NumpyRuntime(dec, output, weights)
     if backend == "onnx":
         from pseudoformer.model import model_metadata
 
         return OnnxRuntime(dec, output, weights, provider=provider, threads=threads,
-                           metadata=model_metadata(model, 2))
+                           metadata=model_metadata(model, 2), contrib_ops=contrib_ops)
     from pseudoformer.generation.tvm_runtime import TvmRuntime
 
     return TvmRuntime(dec, output, weights, threads=threads)  # takes dec.step unsliced
@@ -189,13 +196,14 @@ class _FullRuntime:
     """Algorithm 14 as written: every step runs the model on the whole sequence so far."""
 
     def __init__(self, graph: Graph, output: str, weights: Mapping[str, np.ndarray], backend: str,
-                 decoder_input: str, threads: int | None, provider: str) -> None:
+                 decoder_input: str, threads: int | None, provider: str, contrib_ops: bool) -> None:
         self.graph, self.output, self.weights, self.x = graph, output, weights, decoder_input
         self.encoder_values: dict[str, Any] = {}
         if backend == "onnx":
             from pseudoformer.backends.onnx import OnnxRunner, to_onnx
 
-            self.runner: Any = OnnxRunner(to_onnx(graph, weights), provider=provider, threads=threads)
+            self.runner: Any = OnnxRunner(to_onnx(graph, weights, contrib_ops=contrib_ops), provider=provider,
+                                          threads=threads)
         elif backend == "numpy":
             self.runner = None
         else:

@@ -18,6 +18,8 @@ def _dim(e: Emitter, n: Node) -> str:
     axis = n.attrs["axis"] % src.type.rank
     if isinstance(src.shape[axis], int):  # a static size needs no run-time Shape
         return e.const(src.shape[axis], TensorProto.INT64, out=e.out)
+    if src.shape[axis] in e.sizes:  # the past length of a cache kept in longer buffers
+        return e.emit("Squeeze", [e.sizes[src.shape[axis]], e.ints([0])], out=e.out)
     return e.emit("Squeeze", [e.shape_dim(e.value(src), axis), e.ints([0])], out=e.out)
 
 
