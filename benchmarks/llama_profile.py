@@ -37,10 +37,12 @@ def summarize(trace: Path) -> dict[str, Any]:
 
 
 def profile_ours(gen: Any, prompt: np.ndarray, out: Path, new: int = 32, threads: int = 2) -> Path:
-    """Our prefill and `new` − 1 decode steps on one profiled session; returns the trace."""
+    """Our prefill and `new` − 1 decode steps, greedy, with ORT's profiler on; returns the trace. The
+    generator runs as it does unprofiled (its own bindings, and the cache in buffers with contrib_ops),
+    on a profiling session of the same step model."""
     import onnxruntime as ort
 
-    from pseudoformer.generation.runtimes import empty_cache
+    from pseudoformer.generation import Sampling
 
     out.mkdir(parents=True, exist_ok=True)
     runtime = gen.runtime
@@ -48,17 +50,14 @@ def profile_ours(gen: Any, prompt: np.ndarray, out: Path, new: int = 32, threads
     so.intra_op_num_threads = threads
     so.enable_profiling = True
     so.profile_file_prefix = str(out / "ours")
-    session = ort.InferenceSession(runtime.step_model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    x = gen.decoder_input
-    feed: dict[str, Any] = {x: prompt, **empty_cache(runtime.dec, {x: prompt})}
-    for _ in range(new):
-        values = dict(zip(names, session.run(None, feed), strict=True))
-        token = values[runtime.output][:, -1].argmax(-1)[:, None]
-        feed = {x: token}
-        for slot in runtime.dec.slots:
-            feed[slot.past_key], feed[slot.past_value] = values[slot.present_key], values[slot.present_value]
-    return Path(session.end_profiling())
+    plain = runtime.runner.session
+    runtime.runner.session = ort.InferenceSession(runtime.step_model.SerializeToString(), so,
+                                                  providers=["CPUExecutionProvider"])
+    try:
+        gen.generate(prompt, max_new_tokens=new, sampling=Sampling(temperature=0))
+        return Path(runtime.runner.session.end_profiling())
+    finally:
+        runtime.runner.session = plain
 
 
 def table(profiles: dict[str, dict[str, Any]], part: str, top: int = 12) -> str:
