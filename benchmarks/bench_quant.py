@@ -298,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "onnxruntime-genai's int4 (quant_llama.py)")
     ap.add_argument("--genai-venv", type=Path, default=HERE / ".genai-venv",
                     help="llama: onnxruntime-genai's own environment (made on first use)")
+    ap.add_argument("--profile", type=Path, help="llama, speed: also profile ours and genai's int4 (ORT traces here)")
     args = ap.parse_args(argv)
     args.alg = ROOT / "models" / f"{args.model}.alg"
     if args.model == "llama" and args.part in ("ops", "profile"):

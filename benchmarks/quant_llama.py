@@ -99,7 +99,10 @@ def speed_part(args: argparse.Namespace, work: Path, checkpoint: Path, vocab: in
     build_s = time.perf_counter() - start
     model = load(args.alg, weights=checkpoint)
     gens, sizes = {}, {"genai int4": file_mb(built / "model.onnx")}
-    for name, (opts, contrib) in variants(args.block_size).items():
+    chosen = variants(args.block_size)
+    if args.variants:  # the target's variant is always timed
+        chosen = {k: v for k, v in chosen.items() if k == MINE or k in args.variants.split(";")}
+    for name, (opts, contrib) in chosen.items():
         gens[name] = Generator(model, backend="onnx", threads=args.threads, quantize=opts, contrib_ops=contrib)
         out = work / "size" / "model.onnx"
         out.parent.mkdir(exist_ok=True)
@@ -152,3 +155,14 @@ def speed_part(args: argparse.Namespace, work: Path, checkpoint: Path, vocab: in
     same = sum(a == b for a, b in zip(tokens[mine], tokens["genai int4"], strict=False))
     print(f"greedy tokens equal to genai's ({mine}): {same} of {len(tokens[mine])} (the two quantize differently)")
     print()
+    if args.profile is not None:  # where a step goes, per op type, ours (the target's variant) beside genai's
+        from llama_profile import profile_ours, summarize, table
+
+        profiles = {"ours": summarize(profile_ours(gens[mine], prompt, args.profile / "ours", args.new, args.threads))}
+        worker = Genai(python, built, args.threads, args.profile / "genai")
+        worker.generate(prompt[0].tolist(), args.new)
+        worker.close()
+        profiles["genai int4"] = summarize(max(args.profile.glob("genai*.json"), key=lambda p: p.stat().st_mtime))
+        for part in ("prefill", "step"):
+            print(table(profiles, part))
+            print()

@@ -46,7 +46,11 @@ class Generation:
 
 
 class Generator:
-    """A decoder model made ready to generate: graphs derived, optimised, lowered to `backend`."""
+    """A decoder model made ready to generate: graphs derived, optimised, lowered to `backend`.
+
+    contrib_ops (ONNX): onnxruntime's GroupQueryAttention and SkipSimplifiedLayerNormalization where
+    they compute the same, and the cache in buffers the attention appends to where every attention
+    over it is the kernel's (generation/runtimes.py); the tokens are the standard decoder's."""
 
     def __init__(self, model: Model, *, decoder_input: str = "x", encoder_input: str | None = None,
                  output: str | None = None, model_output: str = "logits", backend: str = "onnx",
