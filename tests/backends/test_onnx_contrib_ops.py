@@ -46,6 +46,20 @@ def test_a_compiled_llama_uses_the_kernels_and_computes_the_same(d_attn: int) ->
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(("path", "causal"), [("models/gpt2.alg", True), ("models/bert.alg", False)])
+def test_layer_norm_models_fuse_their_residual_sums(path: str, causal: bool) -> None:
+    """x + y (+ a bias) read by a layer norm is SkipLayerNormalization, pre-norm (GPT-2) and post-norm
+    (BERT); BERT's attention is bidirectional, so it keeps ONNX's Attention."""
+    m = load(path, defines=["L=2"])
+    onnx_model = lower(m, contrib_ops=True)
+    ops = _ops(onnx_model)
+    assert ops["SkipLayerNormalization"] == 4 and ops["GroupQueryAttention"] == (2 if causal else 0)
+    feeds = {n.attrs["name"]: np.random.default_rng(1).integers(0, 100, (2, 7)) for n in m.graph.inputs}
+    want, got = m.run(**feeds), OnnxRunner(onnx_model).run(feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5)
+
+
 def test_without_the_option_the_file_is_standard_onnx() -> None:
     ops = _ops(lower(_model()))
     assert ops["GroupQueryAttention"] == ops["SkipSimplifiedLayerNormalization"] == 0 and ops["Attention"] == 2
@@ -89,24 +103,42 @@ def test_qwen2_biases_ride_in_the_packed_projection() -> None:
     assert max(np.abs(u - v).max() for u, v in zip(a.scores, b.scores, strict=True)) < 1e-4
 
 
-def test_a_windowed_attention_keeps_onnx_attention_and_a_cache_of_values() -> None:
-    """Mistral's window is not one GroupQueryAttention takes here: its attention stays ONNX's, so the
-    cache cannot live in the kernel's buffers; the norms are still fused, and the result is the same."""
+@pytest.mark.parametrize("prompt", [2, 9])
+def test_mistrals_window_is_the_kernels_local_window(prompt: int) -> None:
+    """key j seen by query i iff i − w < j ≤ i is GroupQueryAttention's local_window_size w; prompts shorter
+    and longer than the window, and steps past it."""
     m = load("models/mistral.alg", defines=[*TINY, "d_attn=16", "w=3"])
     plain, fast = Generator(m), Generator(m, contrib_ops=True)
-    assert not fast.runtime.buffered
-    ops = _ops(fast.runtime.step_model)
-    assert ops["GroupQueryAttention"] == 0 and ops["SkipSimplifiedLayerNormalization"] == 4
-    x = np.random.default_rng(5).integers(0, 100, (1, 6))
-    a, b = (g.generate(x, max_new_tokens=6, keep_scores=True, seed=0) for g in (plain, fast))
+    assert fast.runtime.buffered
+    nodes = [n for n in fast.runtime.step_model.graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(nodes) == 2 and all(a.i == 3 for n in nodes for a in n.attribute if a.name == "local_window_size")
+    x = np.random.default_rng(prompt).integers(0, 100, (2, prompt))
+    a, b = (g.generate(x, max_new_tokens=7, keep_scores=True, seed=0) for g in (plain, fast))
     assert a.tokens == b.tokens
+    assert max(np.abs(u - v).max() for u, v in zip(a.scores, b.scores, strict=True)) < 1e-4
+
+
+def test_gpt2s_heads_are_the_kernels_too() -> None:
+    """Multi-head attention is grouped-query attention with a group of one: GPT-2's packed heads go to the
+    kernel (without a rotation), and its cache into buffers; the tokens are the standard decoder's."""
+    m = load("models/gpt2.alg", defines=["L=2"])
+    plain, fast = Generator(m), Generator(m, contrib_ops=True)
+    ops = _ops(fast.runtime.step_model)
+    assert fast.runtime.buffered and ops["GroupQueryAttention"] == 2
+    assert ops["SkipLayerNormalization"] == 4 and ops["LayerNormalization"] == 1  # the MLP's bias inside
+    x = np.random.default_rng(5).integers(0, 1000, (2, 6))
+    a, b = (g.generate(x, max_new_tokens=5, keep_scores=True, seed=0) for g in (plain, fast))
+    assert a.tokens == b.tokens
+    assert max(np.abs(u - v).max() for u, v in zip(a.scores, b.scores, strict=True)) < 1e-4
 
 
 def test_buffers_are_refused_with_the_reason() -> None:
-    m = load("models/mistral.alg", defines=[*TINY, "d_attn=16", "w=3"])
+    m = _model()
     dec = Generator(m).runtime.dec  # type: ignore[attr-defined]
-    with pytest.raises(BackendError, match="not one GroupQueryAttention takes"):
-        to_onnx(dec.step, m.weights, contrib_ops=True, kv_buffers=PAST_LENGTH)
+    with pytest.raises(BackendError, match="not one GroupQueryAttention takes"):  # the kernel's fp16 is not ours
+        to_onnx(dec.step, m.weights, dtype="float16", contrib_ops=True, kv_buffers=PAST_LENGTH)
+    with pytest.raises(BackendError, match="no attention over a cache"):
+        to_onnx(m.graph, m.weights, contrib_ops=True, kv_buffers=PAST_LENGTH)
     with pytest.raises(BackendError, match="needs contrib_ops"):
         to_onnx(dec.step, m.weights, kv_buffers=PAST_LENGTH)
 

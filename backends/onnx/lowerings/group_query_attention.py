@@ -12,7 +12,8 @@ kernel appends to the cache and attends in a few microseconds, with the rotation
 keys inside (benchmarks/README.md). It is not a standard op, so only `contrib_ops=True` asks for it.
 
 What it takes: a causal attention of the packed 3-D form (q [b, s, H·d], k and v [b, s, H_kv·d])
-without a mask operand or window. The kernel wants as many queries as new keys; the last layer's
+without a mask operand; a window w (Mistral's, key j seen by query i iff i − w < j ≤ i) is the
+kernel's local_window_size w, measured equal. The kernel wants as many queries as new keys; the last layer's
 queries after the last-position cut are one, so they are padded in front to s rows (the rows added
 attend and are dropped: causal, the last row sees exactly what it saw alone). Anything else keeps
 ONNX's Attention.
@@ -42,7 +43,7 @@ def fits(n: Node) -> bool:
     """Whether GroupQueryAttention computes `n` exactly (see the module's docstring)."""
     cached = n.op is Op.CACHED_ATTENTION
     q, k = n.src[0], n.src[1]
-    return (bool(n.attrs.get("q_heads", 0)) and bool(n.attrs["causal"]) and not n.attrs.get("window", 0)
+    return (bool(n.attrs.get("q_heads", 0)) and bool(n.attrs["causal"])
             and len(n.src) == (5 if cached else 3) and q.dtype is DType.float32 and q.type.rank == 3
             and q.shape[1] in (k.shape[1], 1))
 
@@ -158,6 +159,8 @@ def emit(e: Emitter, n: Node) -> str | tuple[str, ...]:
     inputs = [*qkv, *past, seqlens, total32, *extra]
     attrs = {"num_heads": int(n.attrs["q_heads"]), "kv_num_heads": int(n.attrs["kv_heads"]),
              "scale": float(n.attrs["scale"]), "do_rotary": int(rotated is not None)}
+    if n.attrs.get("window", 0):
+        attrs["local_window_size"] = int(n.attrs["window"])
     outputs = e.result_names(n, 3) if cached else [e.out]
     if cut:  # the padded rows' results are dropped: the last row is the one query asked for
         whole = f"{outputs[0]}.padded"
