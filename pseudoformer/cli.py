@@ -97,7 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--functions", action="store_true",
                    help="onnx: write each algorithm call (a layer, MHAttention, layer_norm, ...) as an ONNX local "
                    "function, so that Netron shows the paper's structure and folds it")
-    k.add_argument("--contrib-ops", action="store_true", help="onnx: let onnxruntime's own kernels take what they compute exactly and faster (com.microsoft GroupQueryAttention with the rotation inside, SkipSimplifiedLayerNormalization); the file then runs on onnxruntime only")
+    k.add_argument("--contrib-ops", action="store_true",
+                   help="onnx: let onnxruntime's own kernels take what they compute exactly and faster (com.microsoft "
+                   "GroupQueryAttention with the rotation inside, SkipLayerNormalization and its RMS form); the "
+                   "file then runs on onnxruntime only")
     add_quantize_arguments(k)
     _opt_arg(k, 2, "for deployment")
     k.add_argument("-o", "--output", required=True, help="the file to write, e.g. model.onnx (or model.so for tvm)")

@@ -110,7 +110,7 @@ def generate(path: str | Path, prompt_ids: Sequence[int] | Sequence[Sequence[int
     temperature 0 is greedy; None takes τ from the config, else 1. `cache=False` re-runs the model on
     the whole sequence every step, as the algorithm is written. `quantize` ("int4", "int8" or a
     QuantizeOptions) generates with block-quantized weights, as `compile(quantize=...)` makes them.
-    `contrib_ops` (ONNX) uses onnxruntime's GroupQueryAttention and SkipSimplifiedLayerNormalization
+    `contrib_ops` (ONNX) uses onnxruntime's GroupQueryAttention and Skip(Simplified)LayerNormalization
     where they compute the same, with the cache kept in buffers they append to (docs/generation.md).
     """
     from pseudoformer.quantization import options

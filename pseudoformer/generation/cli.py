@@ -45,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
                    "with --prompt: the checkpoint's)")
     g.add_argument("--contrib-ops", action="store_true",
                    help="onnx: onnxruntime's own kernels where they compute the same and faster "
-                   "(GroupQueryAttention appending to a cache kept in buffers, SkipSimplifiedLayerNormalization)")
+                   "(GroupQueryAttention appending to a cache kept in buffers, Skip(Simplified)LayerNormalization)")
     add_quantize_arguments(g)
 
 

@@ -48,7 +48,7 @@ class Generation:
 class Generator:
     """A decoder model made ready to generate: graphs derived, optimised, lowered to `backend`.
 
-    contrib_ops (ONNX): onnxruntime's GroupQueryAttention and SkipSimplifiedLayerNormalization where
+    contrib_ops (ONNX): onnxruntime's GroupQueryAttention and Skip(Simplified)LayerNormalization where
     they compute the same, and the cache in buffers the attention appends to where every attention
     over it is the kernel's (generation/runtimes.py); the tokens are the standard decoder's."""
 
