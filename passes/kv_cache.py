@@ -14,8 +14,12 @@ tables sliced to ℓ, sinusoid arguments from arange): those become past + new.
 For an encoder–decoder, every value computed from the encoder input alone (the cross-attention keys
 and values) is computed once by an encoder graph and fed to prefill and step as inputs.
 
+A causal attention may also carry a mask or score bias computed from positions alone (ALiBi, a strided
+mask): the step computes it at the full length and keeps the new queries' rows (kv_cache_masks.py).
+
 Anything else that mixes positions (attention that is not causal, a reduction over positions, a mask
-the attention fusion left unfused) makes the derivation refuse, naming the source line.
+the attention fusion left unfused, a mask that reads the tokens) makes the derivation refuse, naming
+the source line.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from pseudoformer.errors import AlgError, CompileError, Pos
 from pseudoformer.ir import Graph, Node, Op, TensorType
 from pseudoformer.ir.ops import op_def
+from pseudoformer.passes.kv_cache_masks import reads_tokens, step_operand
 
 PAST = "past"  # the run-time dim of the cache: positions already decoded
 
@@ -123,8 +128,8 @@ def _why_not_position_wise(n: Node, seq: str, attentions: list[Node]) -> str | N
         src = n.src
         if src[1].shape[-2] != seq:
             return None if src[0].shape[-2] == seq else "queries from encoder positions"
-        if len(src) > 3:
-            return "the attention's mask is not the causal mask (the attention fusion left it explicit)"
+        if len(src) > 3 and reads_tokens(src[3], seq):
+            return "the attention's mask depends on the tokens, not on their positions alone"
         if not n.attrs["causal"]:
             return "attention over the decoder's positions is not causal, so earlier outputs see later tokens"
         attentions.append(n)
@@ -204,8 +209,18 @@ def _step_graph(graph: Graph, x: Node, seq: str, attentions: list[Node], slots: 
         memo[id(n)] = out
         return out
 
+    # What the step computes: everything but the masks of cached attention, which step_operand rebuilds
+    # at the full length (their own nodes, run at the step's length, would be the wrong positions).
+    needed: set[int] = set()
+    stack = [n for _, n in graph.outputs]
+    while stack:
+        m = stack.pop()
+        if id(m) not in needed:
+            needed.add(id(m))
+            stack.extend(m.src[:3] if id(m) in slot_of else m.src)
     for n in graph.nodes():
-        get(n)
+        if id(n) in needed:
+            get(n)
     outputs = [(name, get(n)) for name, n in graph.outputs]
     for a, s in zip(attentions, slots, strict=True):
         new = get(a)
@@ -220,14 +235,16 @@ def _step_node(n: Node, get: Callable[[Node], Node], seq: str, total: Node, past
         return n
     if n.op is Op.DIM and n.src[0].shape[n.attrs["axis"]] == seq:
         return total  # ℓ in the full run is every position so far
-    src = tuple(get(s) for s in n.src)
     if n.op is Op.ATTENTION and id(n) in slot_of:
+        src = tuple(get(s) for s in n.src[:3])
         i = slot_of[id(n)]
         pk, pv = past_inputs[2 * i], past_inputs[2 * i + 1]
         axis = n.src[1].type.rank - 2
         k = Node(Op.CONCAT, (pk, src[1]), {"axis": axis}, span=n.span, scope=n.scope)
         v = Node(Op.CONCAT, (pv, src[2]), {"axis": axis}, span=n.span, scope=n.scope)
-        return Node(n.op, (src[0], k, v), dict(n.attrs), span=n.span, scope=n.scope)
+        mask = [step_operand(m, seq, k.shape[axis], total, past_len) for m in n.src[3:]]
+        return Node(n.op, (src[0], k, v, *mask), dict(n.attrs), span=n.span, scope=n.scope)
+    src = tuple(get(s) for s in n.src)
     if n.op is Op.SLICE and n.attrs["dim"] == seq and seq not in n.src[0].shape:
         # rows [0, ℓ) of a position table → rows [past, past + new)
         if src[2] is not total or n.src[1].op is not Op.CONST or n.src[1].attrs["value"] != 0:
