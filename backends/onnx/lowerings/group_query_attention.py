@@ -14,9 +14,11 @@ keys inside (benchmarks/README.md). It is not a standard op, so only `contrib_op
 What it takes: a causal attention of the packed 3-D form (q [b, s, H·d], k and v [b, s, H_kv·d])
 without a mask operand; a window w (Mistral's, key j seen by query i iff i − w < j ≤ i) is the
 kernel's local_window_size w, measured equal. The kernel wants as many queries as new keys; the last layer's
-queries after the last-position cut are one, so they are padded in front to s rows (the rows added
-attend and are dropped: causal, the last row sees exactly what it saw alone). Anything else keeps
-ONNX's Attention.
+queries after the last-position cut are one. Where the cut row comes from the packed product the keys
+and values slice (and its rotation from their table), the cut is undone: the kernel takes the whole
+product and its last row is kept, the same work as padding the one query (causal, the last row sees
+exactly what it saw alone) without the ~30 nodes that cut, rotate and pad it. Otherwise that query is
+padded in front to s rows, which attend and are dropped. Anything else keeps ONNX's Attention.
 
 The rotation goes inside when the queries and keys are rotated by one cos/sin table of the new
 positions [s, d/2] and d is a multiple of 16 (the kernel's requirement). The kernel looks rows of its
@@ -72,9 +74,41 @@ def buffered_cache_dim(graph: Graph) -> str:
     return str(next(iter(dims)))
 
 
-def _rotated(n: Node) -> tuple[Node, Node, Node, Node] | None:
+def _last_row_of(x: Node) -> Node | None:
+    """The value x is the last position of (the last-position cut: x[…, ℓ−1:ℓ, …] along a run-time
+    size ℓ), or None."""
+    if x.op is not Op.SLICE or x.attrs.get("dim") != 1:
+        return None
+    base, start, end = x.src
+    size = base.shape[x.attrs["axis"] % base.type.rank]
+
+    def is_size(d: Node) -> bool:
+        return d.op is Op.DIM and d.src[0].shape[d.attrs["axis"] % d.src[0].type.rank] == size
+
+    if (isinstance(size, str) and is_size(end) and start.op is Op.SUB and is_size(start.src[0])
+            and _whole(start.src[1]) == 1):
+        return base
+    return None
+
+
+def _uncut(x: Node) -> Node | None:
+    """x as it was before the last-position cut, when the cut is undone by dropping row slices: a
+    rotation of (a column slice of) a cut row, with a cut table. The nodes made here only describe
+    the uncut value to `_rotated` and `_packed`; what gets emitted is their operands'."""
+    if (base := _last_row_of(x)) is not None:
+        return base
+    if x.op is Op.SLICE and x.attrs["axis"] % x.type.rank == x.type.rank - 1:
+        inner = _uncut(x.src[0])
+        return Node(Op.SLICE, (inner, *x.src[1:]), dict(x.attrs)) if inner is not None else None
+    if x.op is Op.ROTARY:
+        parts = [_uncut(s) for s in x.src]
+        return Node(Op.ROTARY, tuple(parts), dict(x.attrs)) if all(p is not None for p in parts) else None
+    return None
+
+
+def _rotated(n: Node, q: Node | None = None) -> tuple[Node, Node, Node, Node] | None:
     """(q, k, cos, sin) before a rotation both share, when it can go inside the kernel; else None."""
-    q, k = n.src[0], n.src[1]
+    q, k = q or n.src[0], n.src[1]
     if q.op is not Op.ROTARY or k.op is not Op.ROTARY or q.src[1:] != k.src[1:]:
         return None
     cos, sin = q.src[1], q.src[2]
@@ -105,6 +139,20 @@ def _packed(q: Node, k: Node, v: Node) -> Node | None:
     return pq
 
 
+def _uncut_form(n: Node) -> tuple[tuple[Node, Node, Node, Node] | None, Node | None]:
+    """(rotated, packed) of the attention with the last-position cut of its queries undone, when the
+    queries are a slice of the product the keys and values slice too; else (None, None)."""
+    q = n.src[0]
+    if q.shape[1] == n.src[1].shape[1] or (whole := _uncut(q)) is None or whole.shape[1] != n.src[1].shape[1]:
+        return None, None
+    rotated = _rotated(n, whole) if whole.op is Op.ROTARY else None
+    if whole.op is Op.ROTARY and rotated is None:  # rotated outside, by a table of its own: keep the cut
+        return None, None
+    q, k = (rotated[0], rotated[1]) if rotated else (whole, n.src[1])
+    packed = _packed(q, k, n.src[2])
+    return (rotated, packed) if packed is not None else (None, None)
+
+
 def _whole(n: Node) -> int | None:
     if n.op is not Op.CONST or n.shape != ():
         return None
@@ -126,13 +174,15 @@ def _shared(e: Emitter, key: tuple, make: Callable[[], str]) -> str:
 
 def emit(e: Emitter, n: Node) -> str | tuple[str, ...]:
     cached = n.op is Op.CACHED_ATTENTION
-    rotated = _rotated(n)
-    q, k = (rotated[0], rotated[1]) if rotated else (n.src[0], n.src[1])
-    v = n.src[2]
-    packed = _packed(q, k, v)
-    qkv = [e.value(packed), "", ""] if packed is not None else [e.value(x) for x in (q, k, v)]
-    cut = q.shape[1] != k.shape[1]  # one query (the last position) over s new keys
-    if cut:
+    cut = n.src[0].shape[1] != n.src[1].shape[1]  # one query (the last position) over s new keys
+    rotated, packed = _uncut_form(n) if cut else (None, None)
+    padded = cut and packed is None  # the cut stays: its one query is padded to s rows
+    if packed is None:
+        rotated = _rotated(n)
+        packed = _packed(*(rotated[:2] if rotated else n.src[:2]), n.src[2])
+    q, k = rotated[:2] if rotated else n.src[:2]
+    qkv = [e.value(packed), "", ""] if packed is not None else [e.value(x) for x in (q, k, n.src[2])]
+    if padded:
         rows = e.emit("Sub", [e.shape_dim(qkv[1], 1), e.ints([1])])
         qkv[0] = e.emit("Pad", [qkv[0], e.emit("Concat", [e.ints([0]), rows, e.ints([0, 0, 0, 0])], axis=0)])
     past = [e.value(x) for x in n.src[3:5]] if cached else ["", ""]
@@ -162,7 +212,7 @@ def emit(e: Emitter, n: Node) -> str | tuple[str, ...]:
     if n.attrs.get("window", 0):
         attrs["local_window_size"] = int(n.attrs["window"])
     outputs = e.result_names(n, 3) if cached else [e.out]
-    if cut:  # the padded rows' results are dropped: the last row is the one query asked for
+    if cut:  # the rows before the last are dropped: the last is the one query asked for
         whole = f"{outputs[0]}.padded"
         e.emit_multi("GroupQueryAttention", inputs, [whole, *outputs[1:]], domain="com.microsoft", **attrs)
         e.emit("Slice", [whole, e.ints([-1]), e.ints([2**62]), e.ints([1])], out=outputs[0])
