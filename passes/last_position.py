@@ -72,3 +72,21 @@ def _slice_last(n: Node, dim: str) -> Node:
     one = Node(Op.CONST, (), {"value": 1, "dtype": DType.int64})
     start = Node(Op.SUB, (size, one), span=n.span, scope=n.scope)
     return Node(Op.SLICE, (n, start, size), {"axis": axis, "dim": 1}, span=n.span, scope=n.scope)
+
+
+def cut_from(x: Node) -> Node | None:
+    """The value whose last position x is, when x is the cut `_slice_last` makes (x[…, ℓ−1:ℓ, …] along a
+    run-time size ℓ); else None. For a backend that computes every position anyway and keeps the last."""
+    if x.op is not Op.SLICE or x.attrs.get("dim") != 1:
+        return None
+    base, start, end = x.src
+    size = base.shape[x.attrs["axis"] % base.type.rank]
+
+    def is_size(d: Node) -> bool:
+        return d.op is Op.DIM and d.src[0].shape[d.attrs["axis"] % d.src[0].type.rank] == size
+
+    one = start.src[1] if start.op is Op.SUB else None
+    if (isinstance(size, str) and is_size(end) and start.op is Op.SUB and is_size(start.src[0])
+            and one is not None and one.op is Op.CONST and one.attrs["value"] == 1):
+        return base
+    return None

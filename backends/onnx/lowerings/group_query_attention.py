@@ -39,6 +39,7 @@ from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
 from pseudoformer.ir.types import DType
+from pseudoformer.passes.last_position import cut_from
 
 
 def fits(n: Node) -> bool:
@@ -74,28 +75,11 @@ def buffered_cache_dim(graph: Graph) -> str:
     return str(next(iter(dims)))
 
 
-def _last_row_of(x: Node) -> Node | None:
-    """The value x is the last position of (the last-position cut: x[…, ℓ−1:ℓ, …] along a run-time
-    size ℓ), or None."""
-    if x.op is not Op.SLICE or x.attrs.get("dim") != 1:
-        return None
-    base, start, end = x.src
-    size = base.shape[x.attrs["axis"] % base.type.rank]
-
-    def is_size(d: Node) -> bool:
-        return d.op is Op.DIM and d.src[0].shape[d.attrs["axis"] % d.src[0].type.rank] == size
-
-    if (isinstance(size, str) and is_size(end) and start.op is Op.SUB and is_size(start.src[0])
-            and _whole(start.src[1]) == 1):
-        return base
-    return None
-
-
 def _uncut(x: Node) -> Node | None:
     """x as it was before the last-position cut, when the cut is undone by dropping row slices: a
     rotation of (a column slice of) a cut row, with a cut table. The nodes made here only describe
     the uncut value to `_rotated` and `_packed`; what gets emitted is their operands'."""
-    if (base := _last_row_of(x)) is not None:
+    if (base := cut_from(x)) is not None:
         return base
     if x.op is Op.SLICE and x.attrs["axis"] % x.type.rank == x.type.rank - 1:
         inner = _uncut(x.src[0])
@@ -108,7 +92,7 @@ def _uncut(x: Node) -> Node | None:
 
 def _rotated(n: Node, q: Node | None = None) -> tuple[Node, Node, Node, Node] | None:
     """(q, k, cos, sin) before a rotation both share, when it can go inside the kernel; else None."""
-    q, k = q or n.src[0], n.src[1]
+    q, k = (q if q is not None else n.src[0]), n.src[1]
     if q.op is not Op.ROTARY or k.op is not Op.ROTARY or q.src[1:] != k.src[1:]:
         return None
     cos, sin = q.src[1], q.src[2]
