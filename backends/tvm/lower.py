@@ -1,5 +1,5 @@
 """Lowering an IR graph to a Relax IRModule with relax.BlockBuilder, one Relax op (or a few) per IR node,
-each by the lowering registered for its op (lowerings.py).
+each by the lowering registered for its op (lowerings/).
 
 Run-time sizes stay symbolic. Each named dim ("batch", "seq") is one int64 tirx.Var for the whole
 function, as it is one size for the whole run in the interpreter, so one compiled module serves

@@ -1,27 +1,9 @@
 """The IR's ops, each defined once in the registry (registry.py) by the module of its family.
 
-Importing this package registers them all: leaves, elementwise ops, erf and GELU, SiLU and SwiGLU,
-matmul, data movement, reductions, gather, scatter, run-time sizes, norms, attention, rotary embedding,
-block-quantized weights, tuples.
+Importing this package imports every module in it, and each family module registers its ops: a new
+family is a new module here, with no list to add it to.
 """
 
-from pseudoformer.ir.ops import (  # noqa: F401  (each module registers its ops)
-    attention,
-    elementwise,
-    gather,
-    gelu,
-    glu,
-    leaves,
-    matmul,
-    movement,
-    norms,
-    quantized,
-    reductions,
-    rotary,
-    scatter,
-    sizes,
-    tuples,
-)
 from pseudoformer.ir.ops.elementwise import RELATIONS
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.registry import (
@@ -36,6 +18,9 @@ from pseudoformer.ir.ops.registry import (
     infer_type,
     op_def,
 )
+from pseudoformer.submodules import import_submodules
+
+import_submodules(__name__, __path__)
 
 __all__ = ["OPS", "RELATIONS", "REQUIRED", "Attr", "EvalError", "IRTypeError", "NodeMaker", "Op", "OpDef",
            "attr_problem", "infer_type", "op_def"]

@@ -4,7 +4,8 @@
 
 `pseudoformer.errors`, `pseudoformer.version`, the safetensors file format (`pseudoformer.weights.errors`,
 `.safetensors_io`, which the TVM backend saves its weights in) and the rules for touching files
-(`pseudoformer.limits`, `.regular_file`, `.file_access`, `.atomic_write`) sit below every stage; function-level
+(`pseudoformer.limits`, `.regular_file`, `.file_access`, `.atomic_write`) and the import of a package's modules
+that register themselves (`pseudoformer.submodules`) sit below every stage; function-level
 and relative imports count too; imports under `if TYPE_CHECKING:` do not (they never run).
 """
 
@@ -21,7 +22,7 @@ FOLDERS = {"pseudoformer": "pseudoformer", "pseudoformer.frontend": "frontend", 
            "pseudoformer.passes": "passes", "pseudoformer.backends": "backends"}
 SHARED = {"pseudoformer.errors", "pseudoformer.version", "pseudoformer.weights.errors",
           "pseudoformer.weights.safetensors_io", "pseudoformer.limits", "pseudoformer.regular_file",
-          "pseudoformer.file_access", "pseudoformer.atomic_write"}
+          "pseudoformer.file_access", "pseudoformer.atomic_write", "pseudoformer.submodules"}
 # What each stage may import besides itself and the shared modules.
 ALLOWED = {
     "ir": set(),

@@ -1,16 +1,10 @@
-"""One ONNX lowering per IR op; importing this package registers them all (registry.py)."""
+"""One ONNX lowering per IR op (registry.py); importing this package imports every module in it, and each
+family module registers its lowerings."""
 
-from pseudoformer.backends.onnx.lowerings import (  # noqa: F401  (each module registers its lowerings)
-    attention,
-    elementwise,
-    glu,
-    movement,
-    norms,
-    quantized,
-    reductions,
-    rotary,
-    sizes,
-)
-from pseudoformer.backends.onnx.lowerings.registry import LOWERINGS, accepts
+from pseudoformer.submodules import import_submodules
+
+import_submodules(__name__, __path__)
+
+from pseudoformer.backends.onnx.lowerings.registry import LOWERINGS, accepts  # noqa: E402
 
 __all__ = ["LOWERINGS", "accepts"]

@@ -1,0 +1,102 @@
+"""Data movement → Relax: transpose, (un)squeeze, reshape, concat, slice, and gather and scatter with the
+checks of their indices."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pseudoformer.backends.tvm.lowerings.registry import R, lowers, relax, tirx
+from pseudoformer.errors import BackendError
+from pseudoformer.ir.node import Node
+from pseudoformer.ir.ops import Op
+
+if TYPE_CHECKING:
+    from pseudoformer.backends.tvm.lower import RelaxLowering
+
+@lowers(Op.TRANSPOSE)
+def _transpose(lw: RelaxLowering, n: Node) -> Any:
+    return R.permute_dims(lw.tensor(n.src[0]), list(n.attrs["perm"]))
+
+
+@lowers(Op.UNSQUEEZE)
+def _unsqueeze(lw: RelaxLowering, n: Node) -> Any:
+    return R.expand_dims(lw.tensor(n.src[0]), sorted(n.attrs["axes"]))
+
+
+@lowers(Op.SQUEEZE)
+def _squeeze(lw: RelaxLowering, n: Node) -> Any:
+    return R.squeeze(lw.tensor(n.src[0]), sorted(n.attrs["axes"]))
+
+
+@lowers(Op.RESHAPE)
+def _reshape(lw: RelaxLowering, n: Node) -> Any:
+    src_dims = n.src[0].shape
+    x = lw.tensor(n.src[0])
+    have = lw.shape(x)
+    target = []
+    for d in n.attrs["shape"]:
+        if isinstance(d, str):
+            if d not in src_dims:  # the verifier rejects such graphs; say so rather than guess
+                raise BackendError(f"reshape to {n.type} at {n.span or n.scope or '?'}: "
+                                   f"dim {d!r} is not a dim of the operand {n.src[0].type}")
+            target.append(have[src_dims.index(d)])
+        else:
+            target.append(tirx.IntImm("int64", d))
+    return R.reshape(x, target)
+
+
+@lowers(Op.CONCAT)
+def _concat(lw: RelaxLowering, n: Node) -> Any:
+    return R.concat([lw.tensor(s) for s in n.src], axis=n.attrs["axis"])
+
+
+@lowers(Op.SLICE)
+def _slice(lw: RelaxLowering, n: Node) -> Any:
+    axis = n.attrs["axis"] % n.src[0].type.rank
+    return R.strided_slice(lw.tensor(n.src[0]), [axis], [lw.size(n.src[1])], [lw.size(n.src[2])])
+
+
+@lowers(Op.GATHER)
+def _gather(lw: RelaxLowering, n: Node) -> Any:
+    axis = n.attrs["axis"] % n.src[0].type.rank
+    if n.src[1].op is not Op.INPUT:  # an input's indices are checked before the run (build.py)
+        _check_indices(lw, n, axis)
+    # "wrap" is numpy.take for every valid index, negative ones included, and never reads
+    # outside the table even if an invalid one got past the checks ("fast" would crash).
+    return R.take(lw.tensor(n.src[0]), lw.tensor(n.src[1]), axis=axis, mode="wrap")
+
+
+@lowers(Op.SCATTER)
+def _scatter(lw: RelaxLowering, n: Node) -> Any:
+    axis = n.attrs["axis"] % n.src[0].type.rank
+    _check_indices(lw, n, axis)  # scatter_elements, like take, would not stop at an index out of range
+    upd = lw.tensor(n.src[2])
+    idx = lw.tensor(n.src[1])
+    shape: list[Any] = [1] * n.src[0].type.rank
+    shape[axis] = -1
+    if n.src[1].type.rank == 2:  # positions per row
+        shape[0] = lw.shape(idx)[0]
+    column = lw.emit(R.reshape(idx, shape))
+    every = lw.emit(R.broadcast_to(column, relax.ShapeExpr(lw.shape(upd))))
+    return R.scatter_elements(lw.tensor(n.src[0]), every, upd, axis=axis)
+
+
+def _check_indices(lw: RelaxLowering, n: Node, axis: int) -> None:
+    """Gather (or scatter) indices computed in the graph: an error at run time unless all are in [-size, size).
+
+    The interpreter raises numpy's IndexError there and ONNX Runtime its Gather error; the
+    message names the op, its source line and the indices' range. Two int64 reductions over the
+    indices (token ids, positions: a few thousand at most) and an assert the VM runs on the host.
+    """
+    idx = lw.tensor(n.src[1])
+    size = lw.shape(lw.tensor(n.src[0]))[axis]
+    bound = (relax.const(int(size), "int64") if isinstance(size, tirx.IntImm)
+             else lw.emit(R.reshape(R.shape_to_tensor(relax.ShapeExpr([size])), ())))
+    axes = list(range(n.src[1].type.rank))
+    lo = lw.emit(R.min(idx, axes) if axes else idx)
+    hi = lw.emit(R.max(idx, axes) if axes else idx)
+    inside = R.logical_and(R.greater_equal(lo, R.negative(bound)), R.less(hi, bound))
+    ok = lw.emit(R.logical_or(inside, R.greater(lo, hi)))  # min > max: no indices at all
+    where = f"{n.op.value} at {n.span or n.scope or f'%{lw.index}'}"
+    lw.bb.emit(R.assert_op(ok, [lo, hi, bound],
+                           f"{where}: indices from {{}} to {{}}, out of range for an axis of size {{}}"))
