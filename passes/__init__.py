@@ -1,1 +1,2 @@
-"""Graph-to-graph rewrites over the IR (later issues: fusion, layout, head batching)."""
+"""Graph-to-graph rewrites over the IR: the -O levels' cleanups and fusions, and the pipelines each backend,
+the generator and the quantizer run (manager.py names them all)."""

@@ -1,7 +1,7 @@
 """Rewrite rules: each matches a formula in the graph, checks it may rewrite it, and builds the replacement.
 
 As in onnxscript's rewriter, a rule lives in its own module (passes/rules/), opens with the formula it
-matches, and says why it refused when the check fails — `pseudoformer inspect --explain` shows those
+matches, and says why it refused when the check fails — `pseudoformer inspect --refusals` shows those
 reasons. A rule sees each node with its operands already rewritten and the graph's use counts.
 """
 

@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "NAME.weights.safetensors; bind compiles them into the .so as constants (one file, "
                    "slower to compile and save)")
     k.add_argument("--dtype", default="float32", help="float32 (default) or float16")
-    k.add_argument("--opset", type=int, help="ONNX opset (default: the newest onnxruntime 1.31 runs)")
+    k.add_argument("--opset", type=int, help="ONNX opset, 17 to 26 (default 24: the newest at which onnxruntime has a kernel for "
+                   "every op written)")
     k.add_argument("--padding-mask", action="store_true",
                    help="add an attention_mask input (1 token, 0 padding; pad on the right) per token input")
     k.add_argument("--functions", action="store_true",

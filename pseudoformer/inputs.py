@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.errors import UsageError
-from pseudoformer.ir import DType, Graph, Node, Op
+from pseudoformer.ir import DType, Graph, Node
+from pseudoformer.ir.token_bounds import out_of_range, token_bounds
 
 
 def check_inputs(graph: Graph, given: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -64,25 +65,9 @@ def check_input(graph: Graph, node: Node, value: Any, vocabulary: int | None = N
 
 def check_token_ids(name: str, ids: np.ndarray, vocabulary: int) -> None:
     """Token ids index a table of `vocabulary` rows: each must be 0 to vocabulary − 1."""
-    if ids.size == 0:
-        return
-    lo, hi = ids.min(), ids.max()
-    if lo < 0 or hi >= vocabulary:
-        bad = lo if lo < 0 else hi
-        raise UsageError(f"token id {int(bad)} in {name} is out of range: the model's vocabulary has {vocabulary} "
-                         f"tokens (ids 0 to {vocabulary - 1})")
-
-
-def token_bounds(graph: Graph) -> dict[str, int]:
-    """Inputs used as indices into a table of fixed size (token ids into W_e), and the smallest such size."""
-    bounds: dict[str, int] = {}
-    for n in graph.nodes():
-        if n.op is Op.GATHER and n.src[1].op is Op.INPUT:
-            size = n.src[0].shape[n.attrs["axis"] % n.src[0].type.rank]
-            if isinstance(size, int):
-                name = n.src[1].attrs["name"]
-                bounds[name] = min(bounds.get(name, size), size)
-    return bounds
+    problem = out_of_range(name, ids, vocabulary)
+    if problem is not None:
+        raise UsageError(problem)
 
 
 def _spec(node: Any) -> str:

@@ -30,7 +30,8 @@ from pseudoformer.version import __version__
 # Opset 24: the newest at which onnxruntime (1.32) has a kernel for every op we write. Attention changed
 # in opset 25, and for Attention-25 onnxruntime 1.32 has no kernel: it inlines the op's function body
 # (~30 nodes: Softmax, Where, Mod, …) instead (tests/backends/test_onnx_runner.py checks the kernel runs).
-# Pass opset=21 for files that onnxruntime 1.20, the oldest the package allows, can load.
+# Pass an older opset (down to MIN_OPSET) for runtimes older than the 1.31 pyproject asks for: opset=21 for
+# onnxruntime 1.20.
 DEFAULT_OPSET = 24
 # Shape(start, end) needs 15, single-axis Softmax 13, Min/Max on every dtype 17.
 MIN_OPSET = 17
@@ -58,7 +59,7 @@ def to_onnx(
     1.23 would otherwise stamp IR 14, which onnxruntime 1.31 refuses to load.
 
     With dtype="float16" the weights are stored in fp16 and the model computes in fp16, except
-    reductions, softmaxes and the values only they use, which compute in fp32 (see precision.py).
+    reductions, softmaxes and the values only they use, which compute in fp32 (passes/float16.py).
     Inputs keep their declared types (float inputs stay float32 and are cast inside); float
     outputs are float16.
 

@@ -32,7 +32,7 @@ from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
-from pseudoformer.ir.ops import Op
+from pseudoformer.ir.token_bounds import out_of_range, token_bounds
 from pseudoformer.ir.types import TensorType
 from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
 from pseudoformer.weights.errors import WeightsError
@@ -158,10 +158,9 @@ class TVMModel:
             if value.ndim != rank:
                 raise BackendError(f"input {name} has rank {value.ndim}, the model wants {rank}")
             bound = self.meta.get("index_bounds", {}).get(name)
-            if bound is not None and value.size and not (0 <= value.min() and value.max() < bound):
-                bad = value[(value < 0) | (value >= bound)].flat[0]
-                raise BackendError(f"token id {bad} in {name} is out of range: the model's vocabulary has {bound} "
-                                   f"tokens (ids 0 to {bound - 1})")
+            problem = None if bound is None else out_of_range(name, value, bound)
+            if problem is not None:
+                raise BackendError(problem)
             args.append(tvm.runtime.tensor(value, dev))
         params = self._param_args()
         fn = self.vm()["main"]
@@ -251,7 +250,8 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     if schedule and tgt.kind.name == "llvm":
         mod, names, folded = pack_matmul_weights(mod, names, folded)
     meta = _meta(lowered, target, params, names, metadata)
-    meta["index_bounds"] = _index_bounds(graph)
+    # gather wraps an index out of range: the VM checks these inputs first (TVMModel.run)
+    meta["index_bounds"] = token_bounds(graph)
     mod = _with_meta(mod, meta)
     if params == "bind":
         main = mod["main"]
@@ -275,23 +275,6 @@ def prepare(graph: Graph, weights: Mapping[str, np.ndarray], dtype: str = "float
     graph = run_passes(graph, named_pipeline("tvm", set() if dtype == "float16" else {"float16"}), ctx=ctx)
     assert ctx.weights is not None
     return graph, ctx.weights
-
-
-def _index_bounds(graph: Graph) -> dict[str, int]:
-    """Inputs used directly as gather indices (token ids), and the size of the axis they index.
-
-    The compiled gather wraps an index that is out of range (reading out of bounds would crash);
-    checking these inputs at run time makes such an index, negative ones included, the same error
-    it is on the interpreter.
-    """
-    bounds: dict[str, int] = {}
-    for n in graph.nodes():
-        if n.op is Op.GATHER and n.src[1].op is Op.INPUT:
-            size = n.src[0].shape[n.attrs["axis"] % n.src[0].type.rank]
-            if isinstance(size, int):
-                name = n.src[1].attrs["name"]
-                bounds[name] = min(bounds.get(name, size), size)
-    return bounds
 
 
 def _check_shapes(graph: Graph, weights: Mapping[str, np.ndarray]) -> None:

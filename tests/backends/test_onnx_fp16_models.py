@@ -1,7 +1,7 @@
 """GPT-2 and BERT (small, HuggingFace random weights) compiled with dtype float16 against the same in float32.
 
 Tolerances, absolute, on ONNX Runtime CPU at (batch, seq) = (2, 16), (1, 7), (3, 33) and (4, 64),
-at -O0 (the paper's ops; reductions and softmaxes in fp32, see precision.py) and at -O2 (fused
+at -O0 (the paper's ops; reductions and softmaxes in fp32, see passes/float16.py) and at -O2 (fused
 LayerNormalization, Attention and Gelu, which run in fp16):
 
 * logits and log-probabilities (GPT-2 `Y`, BERT `Y`, values up to ~0.5): FP16_LOGITS_TOL = 1e-3.
