@@ -38,7 +38,7 @@ import numpy as np
 from pseudoformer.ir.ops.movement import _concat
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.reductions import softmax
-from pseudoformer.ir.ops.registry import Attr, IRTypeError, NodeMaker, OpDef, register
+from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, NodeMaker, OpDef, register
 from pseudoformer.ir.types import Dim, DType, TensorType, TupleType, broadcast_shapes
 
 ATTRS = (Attr("scale", "float"), Attr("causal", "bool"), Attr("q_heads", "int", 0), Attr("kv_heads", "int", 0),
@@ -306,9 +306,44 @@ def _positions(n: Any, dim: str) -> tuple[int, ...] | str:
     return "attention whose mask or keys vary by query position"
 
 
+def _mask(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    mask = rng.random(shape) < 0.7
+    mask[..., 0] = True  # every query attends somewhere, or its softmax is nan by definition
+    return mask
+
+
+def _attention_example(make: ExampleMaker) -> list[Any]:
+    """Heads [batch, heads, seq, d]: causal and masked, grouped (4 query heads over 2) and in a sliding window
+    of 2; one head [batch, seq, 6] unmasked; heads packed as [batch, seq, H·d] (passes/packed_heads.py),
+    2 query heads sharing 1 key/value head."""
+    f32 = DType.float32
+    q, k, v = (make.input(n, f32, "batch", 2, "seq", d) for n, d in (("q", 4), ("k", 4), ("v", 3)))
+    mask = make.input("mask", DType.bool, "seq", "seq", values=_mask)
+    q3 = make.input("q3", f32, "batch", "seq", 6)
+    k3 = make(Op.SLICE, q3, make.const(0, DType.int64), make.const(3, DType.int64), axis=2, dim=3)
+    return [make(Op.ATTENTION, q, k, v, mask, scale=0.5, causal=True),
+            make(Op.ATTENTION, make(Op.CONCAT, q, q, axis=1), k, v, scale=0.5, causal=False),
+            make(Op.ATTENTION, q, k, v, scale=0.5, causal=True, window=2),
+            make(Op.ATTENTION, q3, q3, q3, scale=0.25, causal=False),
+            make(Op.ATTENTION, q3, k3, q3, scale=0.5, causal=True, q_heads=2, kv_heads=1)]
+
+
+def _cached_example(make: ExampleMaker) -> list[Any]:
+    """Keys and values of earlier positions appended in the op (passes/cache_fusion.py): all three results,
+    and the attention within a window of 3."""
+    f32 = DType.float32
+    q, k, v = (make.input(n, f32, "batch", 2, "seq", d) for n, d in (("q", 4), ("k", 4), ("v", 3)))
+    pk, pv = (make.input(n, f32, "batch", 2, "past", d) for n, d in (("past_k", 4), ("past_v", 3)))
+    cached = make(Op.CACHED_ATTENTION, q, k, v, pk, pv, scale=0.5, causal=True)
+    window = make(Op.CACHED_ATTENTION, q, k, v, pk, pv, scale=0.5, causal=True, window=3)
+    return [*(make(Op.GET, cached, index=i) for i in range(3)), make(Op.GET, window, index=0)]
+
+
 register(
     OpDef(Op.ATTENTION, "softmax(q kᵀ·scale, masked) v", (3, 4), _attention_type, _attention_impl, attrs=ATTRS,
-          positions=_positions, layout="attention", decompose=_attention_formula, check=_check),
+          positions=_positions, layout="attention", decompose=_attention_formula, check=_check,
+          example=_attention_example),
     OpDef(Op.CACHED_ATTENTION, "attention over [past; new] keys and values, returning them too", (5, 6),
-          _cached_type, _cached_impl, attrs=ATTRS, decompose=_cached_formula, check=_check),
+          _cached_type, _cached_impl, attrs=ATTRS, decompose=_cached_formula, check=_check,
+          example=_cached_example),
 )

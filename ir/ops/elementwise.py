@@ -12,7 +12,19 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import Attr, IRTypeError, NodeMaker, OpDef, broadcast_all, register
+from pseudoformer.ir.ops.registry import (
+    Attr,
+    Example,
+    ExampleMaker,
+    IRTypeError,
+    NodeMaker,
+    OpDef,
+    Values,
+    broadcast_all,
+    integers,
+    register,
+    uniform,
+)
 from pseudoformer.ir.types import DType, TensorType
 
 
@@ -27,9 +39,25 @@ def float_unary(src: Sequence[TensorType], attrs: Mapping[str, Any], op: Op) -> 
     return src[0]
 
 
-def unary(op: Op, doc: str, fn: Callable[[np.ndarray], np.ndarray], **traits: Any) -> OpDef:
-    """A float → float function applied elementwise."""
-    return OpDef(op, doc, 1, lambda src, attrs: float_unary(src, attrs, op), lambda n, a: fn(a[0]),
+F32 = DType.float32
+
+
+def unary(op: Op, doc: str, fn: Callable[..., np.ndarray], *, attrs: tuple[Attr, ...] = (),
+          cases: Sequence[Mapping[str, Any]] = ({},), domain: Values | None = None, **traits: Any) -> OpDef:
+    """A float → float function applied elementwise, `fn(x, **attributes)` (defaults filled in).
+
+    Its example applies it to one float input, drawn in `domain` if the function has one, once for each
+    set of attributes in `cases`.
+    """
+    def impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
+        return fn(a[0], **{at.name: n.attrs.get(at.name, at.default) for at in attrs})
+
+    def example(make: ExampleMaker) -> list[Any]:
+        x = make.input("x", F32, "batch", 4, "seq", values=domain)
+        return [make(op, x, **case) for case in cases]
+
+    traits.setdefault("example", example)
+    return OpDef(op, doc, 1, lambda src, attrs: float_unary(src, attrs, op), impl, attrs=attrs,
                  elementwise=True, positions=every_operand, layout="elementwise", precision="follower", **traits)
 
 
@@ -57,9 +85,16 @@ def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _mod_formula(n: Any, make: NodeMaker) -> Any:
     """a mod b = a − b·⌊a/b⌋ on floats: the floored remainder, which has the sign of b as numpy's and
-    Python's have (ONNX Mod on floats is C's fmod, which has the sign of a)."""
+    Python's have (ONNX Mod on floats is C's fmod, which has the sign of a). On integers, whose
+    division truncates, r = a − b·(a/b) has the sign of a; a nonzero r of the other sign than b
+    gets b added."""
     a, b = n.src
-    return make(Op.SUB, a, make(Op.MUL, b, make(Op.FLOOR, make(Op.DIV, a, b))))
+    if n.dtype.is_float:
+        return make(Op.SUB, a, make(Op.MUL, b, make(Op.FLOOR, make(Op.DIV, a, b))))
+    r = make(Op.SUB, a, make(Op.MUL, b, make(Op.DIV, a, b)))
+    zero = make.const(0, n.dtype)
+    wrong_sign = make(Op.AND, make(Op.NE, r, zero), make(Op.NE, make(Op.LT, r, zero), make(Op.LT, b, zero)))
+    return make(Op.WHERE, wrong_sign, make(Op.ADD, r, b), r)
 
 
 def _binary_type(src: Sequence[TensorType], op: Op, result: DType | None = None, need: DType | None = None,
@@ -73,9 +108,51 @@ def _binary_type(src: Sequence[TensorType], op: Op, result: DType | None = None,
 
 
 def binary(op: Op, doc: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], *, result: DType | None = None,
-           need: DType | None = None, precision: str = "half") -> OpDef:
+           need: DType | None = None, precision: str = "half", values: tuple[Values | None, Values | None] = (None, None),
+           example: Example | None = None) -> OpDef:
+    """An elementwise function of two operands of one dtype (`need`, if only one will do), broadcast.
+
+    Its example takes a [batch, 4, seq] operand and a [4, 1] one, drawn by `values` (a base or a
+    divisor in the function's domain), and each the other way round.
+    """
+    def operands(make: ExampleMaker) -> list[Any]:
+        dtype = need or F32
+        a = make.input("a", dtype, "batch", 4, "seq", values=values[0])
+        b = make.input("b", dtype, 4, 1, values=values[1])
+        return [make(op, a, b), make(op, make.input("a2", dtype, 4, 1, values=values[0]),
+                                     make.input("b2", dtype, "batch", 4, "seq", values=values[1]))]
+
     return OpDef(op, doc, 2, lambda src, attrs: _binary_type(src, op, result, need), lambda n, a: fn(a[0], a[1]),
-                 elementwise=True, positions=every_operand, layout="elementwise", precision=precision)
+                 elementwise=True, positions=every_operand, layout="elementwise", precision=precision,
+                 example=example or operands)
+
+
+def _integer_cases(op: Op, divisor: Values) -> Example:
+    """Floats, and int64 dividends of both signs over a divisor of either sign (truncation vs flooring)."""
+    def cases(make: ExampleMaker) -> list[Any]:
+        a, b = make.input("a", F32, "batch", 4, "seq"), make.input("b", F32, 4, 1, values=divisor)
+        i = make.input("i", DType.int64, "batch", 4, "seq", values=integers(-20, 20))
+        j = make.input("j", DType.int64, 4, 1, values=lambda rng, shape: rng.choice([-3, -2, 2, 5], shape))
+        return [make(op, a, b), make(op, i, j)]
+
+    return cases
+
+
+def _where_example(make: ExampleMaker) -> list[Any]:
+    c = make.input("c", DType.bool, "batch", 1, "seq")
+    a, b = make.input("a", F32, "batch", 4, "seq"), make.input("b", F32, 4, 1)
+    return [make(Op.WHERE, c, a, b)]
+
+
+def _cast_example(make: ExampleMaker) -> list[Any]:
+    x = make.input("x", F32, "batch", 4, "seq", values=uniform(-30, 30))
+    flags = make.input("flags", DType.bool, "batch", 4, "seq")
+    return [make(Op.CAST, x, dtype=DType.int64), make(Op.CAST, flags, dtype=F32),
+            make(Op.CAST, make(Op.CAST, x, dtype=DType.int64), dtype=F32)]
+
+
+def _not_example(make: ExampleMaker) -> list[Any]:
+    return [make(Op.NOT, make.input("flags", DType.bool, "batch", 4, "seq"))]
 
 
 def _where(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
@@ -96,8 +173,8 @@ COMPARE_FNS: dict[Op, Callable[[Any, Any], np.ndarray]] = {
 register(
     unary(Op.NEG, "−x", np.negative),
     unary(Op.EXP, "exp x", np.exp),
-    unary(Op.LOG, "log x", np.log),
-    unary(Op.SQRT, "√x", np.sqrt),
+    unary(Op.LOG, "log x", np.log, domain=uniform(0.05, 4)),
+    unary(Op.SQRT, "√x", np.sqrt, domain=uniform(0, 4)),
     unary(Op.TANH, "tanh x", np.tanh),
     unary(Op.SIN, "sin x", np.sin),
     unary(Op.COS, "cos x", np.cos),
@@ -106,23 +183,26 @@ register(
     unary(Op.FLOOR, "⌊x⌋", np.floor),
     unary(Op.CEIL, "⌈x⌉", np.ceil),
     OpDef(Op.NOT, "¬x of a bool", 1, _not, lambda n, a: np.logical_not(a[0]), elementwise=True,
-          positions=every_operand, layout="elementwise"),
+          positions=every_operand, layout="elementwise", example=_not_example),
     OpDef(Op.CAST, "x converted to dtype", 1, _cast, lambda n, a: a[0].astype(np.dtype(n.attrs["dtype"].value)),
           attrs=(Attr("dtype", "dtype"),), elementwise=True, positions=every_operand, layout="elementwise",
-          precision="follower"),
+          precision="follower", example=_cast_example),
     binary(Op.ADD, "a + b", np.add, precision="follower"),
     binary(Op.SUB, "a − b", np.subtract, precision="follower"),
     binary(Op.MUL, "a ⊙ b", np.multiply, precision="follower"),
-    binary(Op.DIV, "a / b (integers truncate toward zero)", _div, precision="follower"),
-    binary(Op.POW, "a^b", np.power, precision="follower"),
+    binary(Op.DIV, "a / b (integers truncate toward zero)", _div, precision="follower",
+           example=_integer_cases(Op.DIV, uniform(0.5, 2))),
+    binary(Op.POW, "a^b", np.power, precision="follower", values=(uniform(0.1, 3), None)),
     OpDef(Op.MOD, "a mod b, floored: the remainder has the sign of b (integers or floats)", 2,
           lambda src, attrs: _binary_type(src, Op.MOD), lambda n, a: np.mod(a[0], a[1]), elementwise=True,
-          positions=every_operand, layout="elementwise", precision="anchor", decompose=_mod_formula),
+          positions=every_operand, layout="elementwise", precision="anchor", decompose=_mod_formula,
+          example=_integer_cases(Op.MOD, lambda rng, shape: rng.choice([-3.0, -0.5, 0.75, 3.0], shape).astype(np.float32))),
     binary(Op.MAX, "max(a, b)", np.maximum, precision="follower"),
     binary(Op.MIN, "min(a, b)", np.minimum, precision="follower"),
-    *(binary(op, f"a {rel} b", COMPARE_FNS[op], result=DType.bool) for rel, op in RELATIONS.items()),
+    *(binary(op, f"a {rel} b", COMPARE_FNS[op], result=DType.bool, values=(integers(-2, 3, np.float32),) * 2)
+      for rel, op in RELATIONS.items()),  # whole numbers, which are often equal
     binary(Op.AND, "a ∧ b", np.logical_and, need=DType.bool),
     binary(Op.OR, "a ∨ b", np.logical_or, need=DType.bool),
     OpDef(Op.WHERE, "where(cond, a, b)", 3, _where, lambda n, a: np.where(a[0], a[1], a[2]), elementwise=True,
-          positions=every_operand, layout="elementwise", precision="follower"),
+          positions=every_operand, layout="elementwise", precision="follower", example=_where_example),
 )

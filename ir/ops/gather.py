@@ -9,7 +9,7 @@ import numpy as np
 
 from pseudoformer.ir.ops.movement import along_axis
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import Attr, IRTypeError, OpDef, axis_of, register
+from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, OpDef, axis_of, integers, register
 from pseudoformer.ir.types import DType, TensorType
 
 
@@ -31,6 +31,14 @@ def _positions(n: Any, dim: str) -> tuple[int, ...] | str:
     return (0,)
 
 
+def _example(make: ExampleMaker) -> list[Any]:
+    """Token ids into the columns of an embedding, and rows of an input counted from the end (negative)."""
+    ids = make.input("ids", DType.int64, "batch", "seq", values=integers(0, 11))
+    x = make.input("x", DType.float32, "batch", 4, "seq")
+    back = make(Op.SUB, make.input("rows", DType.int64, 3, values=integers(0, 4)), make.const(4, DType.int64))
+    return [make(Op.GATHER, make.param("W_e", DType.float32, 8, 11), ids, axis=1), make(Op.GATHER, x, back, axis=-2)]
+
+
 register(OpDef(Op.GATHER, "data[..., indices, ...] on one axis", 2, _type,
                lambda n, a: np.take(a[0], a[1], axis=n.attrs["axis"]), attrs=(Attr("axis", "int"),),
-               positions=_positions, layout="gather"))
+               positions=_positions, layout="gather", example=_example))

@@ -8,15 +8,13 @@ those formulas, for backends (or ONNX opsets before 20) without a Gelu kernel.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from pseudoformer.ir.ops.elementwise import every_operand, float_unary, unary
+from pseudoformer.ir.ops.elementwise import unary
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import Attr, NodeMaker, OpDef, register
-from pseudoformer.ir.types import TensorType
+from pseudoformer.ir.ops.registry import Attr, NodeMaker, register
 
 APPROXIMATIONS = ("none", "tanh")
 
@@ -118,10 +116,6 @@ def gelu(x: np.ndarray, approximate: str = "none") -> np.ndarray:
     return y.astype(x.dtype)
 
 
-def _gelu_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
-    return float_unary(src, attrs, Op.GELU)
-
-
 def _gelu_formula(n: Any, make: NodeMaker) -> Any:
     (x,) = n.src
     dt = x.dtype
@@ -140,8 +134,7 @@ def _gelu_formula(n: Any, make: NodeMaker) -> Any:
 
 register(
     unary(Op.ERF, "erf x", lambda x: erf(x).astype(x.dtype)),
-    OpDef(Op.GELU, "x Φ(x), exactly or with the tanh approximation", 1, _gelu_type,
-          lambda n, a: gelu(a[0], n.attrs.get("approximate", "none")),
-          attrs=(Attr("approximate", "str", "none", APPROXIMATIONS),), elementwise=True, positions=every_operand,
-          layout="elementwise", precision="follower", decompose=_gelu_formula),
+    unary(Op.GELU, "x Φ(x), exactly or with the tanh approximation", gelu,
+          attrs=(Attr("approximate", "str", "none", APPROXIMATIONS),), decompose=_gelu_formula,
+          cases=({"approximate": "none"}, {"approximate": "tanh"})),
 )

@@ -18,7 +18,7 @@ import numpy as np
 from pseudoformer.ir.ops.elementwise import unary
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.reductions import along_positions
-from pseudoformer.ir.ops.registry import Attr, IRTypeError, NodeMaker, OpDef, axis_of, register
+from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, NodeMaker, OpDef, axis_of, register
 from pseudoformer.ir.types import DType, TensorType
 
 
@@ -68,9 +68,15 @@ def _swiglu_formula(n: Any, make: NodeMaker) -> Any:
     return make(Op.MUL, make(Op.SILU, part(0)), part(half))
 
 
+def _swiglu_example(make: ExampleMaker) -> list[Any]:
+    h = make.input("h", DType.float32, "batch", 6, "seq")
+    rows = make.input("rows", DType.float32, "seq", 4)
+    return [make(Op.SWIGLU, h, axis=1), make(Op.SWIGLU, h, axis=-2), make(Op.SWIGLU, rows, axis=-1)]
+
+
 register(
     unary(Op.SILU, "x σ(x)", silu, decompose=_silu_formula),
     OpDef(Op.SWIGLU, "SiLU(h₁) ⊙ h₂ of the halves of h along an axis", 1, _swiglu_type, _swiglu,
           attrs=(Attr("axis", "int"),), positions=along_positions, layout="axis", precision="follower",
-          decompose=_swiglu_formula),
+          decompose=_swiglu_formula, example=_swiglu_example),
 )

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import Attr, OpDef, register
-from pseudoformer.ir.types import TensorType
+from pseudoformer.ir.ops.registry import Attr, ExampleMaker, OpDef, register
+from pseudoformer.ir.types import DType, TensorType
 
 
 def _declared(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
@@ -35,11 +35,18 @@ def _const_impl(n: Any, args: list[Any]) -> Any:
     return np.array(n.attrs["value"], dtype=np.dtype(n.attrs["dtype"].value))
 
 
+def _leaves_example(make: ExampleMaker) -> list[Any]:
+    """An input and a weight as outputs themselves, and a constant in a sum."""
+    x = make.input("x", DType.float32, "batch", 3)
+    return [x, make.param("w", DType.float32, 3, 2), make(Op.ADD, x, make.const(1.5, DType.float32))]
+
+
 register(
     OpDef(Op.INPUT, "a model input, bound by name", 0, _declared, _no_impl,
-          attrs=(Attr("name", "str"), Attr("type", "type")), inline="name", implied=("type",)),
+          attrs=(Attr("name", "str"), Attr("type", "type")), inline="name", implied=("type",), example=_leaves_example),
     OpDef(Op.PARAM, "a weight, bound from a checkpoint or initialised", 0, _declared, _no_impl,
-          attrs=(Attr("name", "str"), Attr("type", "type")), check=_param_check, inline="name", implied=("type",)),
+          attrs=(Attr("name", "str"), Attr("type", "type")), check=_param_check, inline="name", implied=("type",),
+          example=_leaves_example),
     OpDef(Op.CONST, "a scalar constant", 0, _const, _const_impl,
-          attrs=(Attr("value", "scalar"), Attr("dtype", "dtype")), inline="value", implied=("dtype",)),
+          attrs=(Attr("value", "scalar"), Attr("dtype", "dtype")), inline="value", implied=("dtype",), example=_leaves_example),
 )

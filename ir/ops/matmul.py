@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import IRTypeError, OpDef, register
-from pseudoformer.ir.types import TensorType, broadcast_shapes
+from pseudoformer.ir.ops.registry import ExampleMaker, IRTypeError, OpDef, register
+from pseudoformer.ir.types import DType, TensorType, broadcast_shapes
 
 
 def _type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
@@ -33,5 +33,12 @@ def _positions(n: Any, dim: str) -> tuple[int, ...] | str:
     return (0, 1)
 
 
+def _example(make: ExampleMaker) -> list[Any]:
+    """A weight times the paper's [batch, features, positions], and a product over positions."""
+    x = make.input("x", DType.float32, "batch", 4, "seq")
+    y = make.input("y", DType.float32, "batch", "seq", 3)
+    return [make(Op.MATMUL, make.param("w", DType.float32, 5, 4), x), make(Op.MATMUL, x, y)]
+
+
 register(OpDef(Op.MATMUL, "a @ b over the last two axes", 2, _type, lambda n, a: np.matmul(a[0], a[1]),
-               positions=_positions, layout="matmul"))
+               positions=_positions, layout="matmul", example=_example))

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import Attr, EvalError, IRTypeError, OpDef, axis_of, register
-from pseudoformer.ir.types import Dim, TensorType
+from pseudoformer.ir.ops.registry import Attr, EvalError, ExampleMaker, IRTypeError, OpDef, axis_of, register
+from pseudoformer.ir.types import Dim, DType, TensorType
 
 
 def first_operand(n: Any, dim: str) -> tuple[int, ...]:
@@ -102,19 +102,35 @@ def _concat_positions(n: Any, dim: str) -> tuple[int, ...] | str:
     return f"{n.op.value} along the position axis" if along_axis(n, dim) else tuple(range(len(n.src)))
 
 
+def _x(make: ExampleMaker) -> Any:
+    return make.input("x", DType.float32, "batch", 4, "seq")
+
+
+def _reshape_example(make: ExampleMaker) -> list[Any]:
+    x = _x(make)
+    return [make(Op.RESHAPE, x, shape=("batch", 2, 2, "seq")),
+            make(Op.RESHAPE, make(Op.TRANSPOSE, x, perm=(0, 2, 1)), shape=("batch", "seq", 2, 2))]
+
+
 register(
     OpDef(Op.TRANSPOSE, "the axes permuted", 1, _transpose, lambda n, a: np.transpose(a[0], tuple(n.attrs["perm"])),
-          attrs=(Attr("perm", "ints"),), positions=first_operand, layout="transpose", precision="follower"),
+          attrs=(Attr("perm", "ints"),), positions=first_operand, layout="transpose", precision="follower",
+          example=lambda make: [make(Op.TRANSPOSE, _x(make), perm=p) for p in ((0, 2, 1), (2, 0, 1))]),
     OpDef(Op.UNSQUEEZE, "unit axes inserted (axes in output coordinates)", 1, _unsqueeze,
           lambda n, a: np.expand_dims(a[0], tuple(n.attrs["axes"])),
-          attrs=(Attr("axes", "ints"),), positions=first_operand, layout="unsqueeze", precision="follower"),
+          attrs=(Attr("axes", "ints"),), positions=first_operand, layout="unsqueeze", precision="follower",
+          example=lambda make: [make(Op.UNSQUEEZE, _x(make), axes=a) for a in ((0, 2), (-1,))]),
     OpDef(Op.SQUEEZE, "unit axes dropped (axes in input coordinates)", 1, _squeeze,
           lambda n, a: np.squeeze(a[0], axis=tuple(n.attrs["axes"])),
-          attrs=(Attr("axes", "ints"),), positions=first_operand, layout="squeeze", precision="follower"),
+          attrs=(Attr("axes", "ints"),), positions=first_operand, layout="squeeze", precision="follower",
+          example=lambda make: [make(Op.SQUEEZE, make.input("u", DType.float32, 1, "batch", 1, "seq"), axes=a)
+                                for a in ((0, 2), (-2,))]),
     OpDef(Op.RESHAPE, "the same elements in another shape (symbolic dims read off the operand)", 1, _reshape,
           _reshape_impl, attrs=(Attr("shape", "dims"),), positions=_reshape_positions, layout="reshape",
-          precision="follower", check=_reshape_check),
+          precision="follower", check=_reshape_check, example=_reshape_example),
     OpDef(Op.CONCAT, "operands joined along an axis", (0, None), _concat,
           lambda n, a: np.concatenate(a, axis=n.attrs["axis"]), attrs=(Attr("axis", "int"),),
-          positions=_concat_positions, layout="axis", precision="follower"),
+          positions=_concat_positions, layout="axis", precision="follower",
+          example=lambda make: [make(Op.CONCAT, _x(make), make(Op.NEG, _x(make)), axis=1),
+                                make(Op.CONCAT, _x(make), _x(make), axis=-1)]),
 )

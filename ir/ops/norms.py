@@ -9,15 +9,15 @@ kernel (ONNX before opset 23 has no RMSNormalization).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.reductions import along_positions
-from pseudoformer.ir.ops.registry import Attr, IRTypeError, NodeMaker, OpDef, axis_of, register
-from pseudoformer.ir.types import TensorType
+from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, NodeMaker, OpDef, axis_of, register
+from pseudoformer.ir.types import DType, TensorType
 
 _ATTRS = (Attr("axis", "int"), Attr("eps", "float"))
 
@@ -80,11 +80,24 @@ def _rms_norm_formula(n: Any, make: NodeMaker) -> Any:
     return make(Op.MUL, make(Op.DIV, x, den), _broadcast_along(make, g, axis, rank))
 
 
+def _example(op: Op) -> Callable[[ExampleMaker], list[Any]]:
+    """Over the features of the paper's layout (a middle axis), and over the last axis, row-major."""
+    def example(make: ExampleMaker) -> list[Any]:
+        vectors = [make.param(v, DType.float32, 4) for v in ("g", "b")[:2 if op is Op.LAYER_NORM else 1]]
+        x, rows = make.input("x", DType.float32, "batch", 4, "seq"), make.input("rows", DType.float32, "batch", "seq", 4)
+        return [make(op, x, *vectors, axis=1, eps=1e-5), make(op, rows, *vectors, axis=-1, eps=1e-6),
+                make(op, rows, *vectors, axis=2, eps=0.0)]
+
+    return example
+
+
 register(
     OpDef(Op.LAYER_NORM, "(x − m)/√(v + ε) ⊙ γ + β along an axis", 3,
           lambda src, attrs: _vectors_fit(src[0], src[1:], attrs, "layer_norm"), _layer_norm, attrs=_ATTRS,
-          positions=along_positions, layout="normalise", decompose=_layer_norm_formula),
+          positions=along_positions, layout="normalise", decompose=_layer_norm_formula,
+          example=_example(Op.LAYER_NORM)),
     OpDef(Op.RMS_NORM, "x/√(mean(x²) + ε) ⊙ γ along an axis", 2,
           lambda src, attrs: _vectors_fit(src[0], src[1:], attrs, "rms_norm"), _rms_norm, attrs=_ATTRS,
-          positions=along_positions, layout="normalise", decompose=_rms_norm_formula),
+          positions=along_positions, layout="normalise", decompose=_rms_norm_formula,
+          example=_example(Op.RMS_NORM)),
 )

@@ -28,7 +28,17 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import REQUIRED, Attr, IRTypeError, NodeMaker, OpDef, register
+from pseudoformer.ir.ops.registry import (
+    REQUIRED,
+    Attr,
+    ExampleMaker,
+    IRTypeError,
+    NodeMaker,
+    OpDef,
+    integers,
+    register,
+    uniform,
+)
 from pseudoformer.ir.types import DType, TensorType
 
 BITS = (4, 8)
@@ -222,14 +232,34 @@ def _gather_positions(n: Any, dim: str) -> tuple[int, ...] | str:
     return (1,)
 
 
+def _matmul_example(make: ExampleMaker) -> list[Any]:
+    """4 bits with zero points and a bias, K = 6 padded to a block of 16; 8 bits, symmetric, K = 20 in two blocks."""
+    x, x20 = make.input("x", DType.float32, "batch", "seq", 6), make.input("x20", DType.float32, "batch", "seq", 20)
+    four = (make.param("w4", DType.uint8, 5, 1, 8), make.param("s4", DType.float32, 5, 1, values=uniform(0, 1)),
+            make.param("z4", DType.uint8, 5, 1), make.param("bias", DType.float32, 5))
+    eight = (make.param("w8", DType.uint8, 3, 2, 16), make.param("s8", DType.float32, 3, 2, values=uniform(0, 0.02)))
+    return [make(Op.MATMUL_NBITS, x, *four, bits=4, block_size=16, K=6, accuracy_level=0),
+            make(Op.MATMUL_NBITS, x20, *eight, bits=8, block_size=16, K=20)]
+
+
+def _gather_example(make: ExampleMaker) -> list[Any]:
+    """Rows of an 8-bit symmetric table, K = 20 in two blocks of 16, by token id; of a 4-bit one with zero points."""
+    ids = make.input("ids", DType.int64, "batch", "seq", values=integers(0, 16))
+    eight = (make.param("t8", DType.uint8, 16, 2, 16), ids, make.param("s8", DType.float32, 16, 2, values=uniform(0, 0.02)))
+    four = (make.param("t4", DType.uint8, 16, 1, 8), ids, make.param("s4", DType.float32, 16, 1, values=uniform(0, 1)),
+            make.param("z4", DType.uint8, 16, 1))
+    return [make(Op.GATHER_NBITS, *eight, bits=8, block_size=16, K=20),
+            make(Op.GATHER_NBITS, *four, bits=4, block_size=16, K=6)]
+
+
 _FORMAT = (Attr("bits", "int", REQUIRED, BITS), Attr("block_size", "int", REQUIRED, BLOCK_SIZES), Attr("K", "int"))
 
 register(
     OpDef(Op.MATMUL_NBITS, "x · Wᵀ (+ bias), W [N, K] block-quantized: operands x, packed, scales[, zero points]"
           "[, bias]", (3, 5), _matmul_type, _matmul_impl,
           attrs=(*_FORMAT, Attr("accuracy_level", "int", 0, ACCURACY_LEVELS)),
-          positions=_matmul_positions, decompose=_matmul_decompose),
+          positions=_matmul_positions, decompose=_matmul_decompose, example=_matmul_example),
     OpDef(Op.GATHER_NBITS, "rows of W [N, K], block-quantized: operands packed, indices, scales[, zero points]",
           (3, 4), _gather_type, _gather_impl, attrs=_FORMAT, positions=_gather_positions,
-          decompose=_gather_decompose),
+          decompose=_gather_decompose, example=_gather_example),
 )

@@ -10,7 +10,7 @@ import numpy as np
 
 from pseudoformer.ir.ops.movement import along_axis
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import Attr, IRTypeError, OpDef, axis_of, register
+from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, OpDef, axis_of, register
 from pseudoformer.ir.types import DType, TensorType
 
 
@@ -40,8 +40,17 @@ def reduction(op: Op, doc: str, fn: Callable[..., Any]) -> OpDef:
 
     return OpDef(op, doc, 1, lambda src, attrs: _reduce_type(src, attrs, op), impl,
                  attrs=(Attr("axes", "ints"), Attr("keepdims", "bool", False)), reduces=reduced_axes,
-                 positions=_reduce_positions,
-                 layout="reduce", precision="anchor")
+                 positions=_reduce_positions, layout="reduce", precision="anchor", example=_reduce_example(op))
+
+
+def _reduce_example(op: Op) -> Callable[[ExampleMaker], list[Any]]:
+    """Over one axis kept, over all, over a negative axis, and over none (which only casts)."""
+    def example(make: ExampleMaker) -> list[Any]:
+        x = make.input("x", DType.float32, "batch", 4, "seq")
+        return [make(op, x, axes=axes, keepdims=keep)
+                for axes, keep in (((1,), True), ((0, 1, 2), False), ((-1,), False), ((), False))]
+
+    return example
 
 
 def softmax(x: np.ndarray, axis: int) -> np.ndarray:
@@ -66,5 +75,7 @@ register(
     reduction(Op.REDUCE_MAX, "max over axes", np.max),
     reduction(Op.REDUCE_MEAN, "mean over axes", np.mean),
     OpDef(Op.SOFTMAX, "exp(x) / Σ exp(x) along an axis", 1, _softmax_type, lambda n, a: softmax(a[0], n.attrs["axis"]),
-          attrs=(Attr("axis", "int"),), positions=along_positions, layout="normalise", precision="anchor"),
+          attrs=(Attr("axis", "int"),), positions=along_positions, layout="normalise", precision="anchor",
+          example=lambda make: [make(Op.SOFTMAX, make.input("x", DType.float32, "batch", 4, "seq"), axis=a)
+                                for a in (1, -1)]),
 )

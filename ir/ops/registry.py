@@ -14,9 +14,13 @@ OpDef holds, for one op:
               it lowers instead (passes/decompose.py)
   vjp         the vector-Jacobian product, for the reverse-mode autodiff the training algorithms
               (11–13) will need; empty for now
+  example     a small graph that uses the op (in each of its forms worth testing): the registry's
+              tests check the typing rule, the impl and the decomposition on it, and each backend's
+              tests compare their lowering of it with the interpreter, so a new op is tested everywhere
+              without a test edit (ir/examples.py builds and feeds it)
 
-Adding an op is one module (or a few lines in its family's module) here, plus a lowering per backend
-that has a kernel for it; a backend without one lowers the decomposition.
+Adding an op is its name in op.py and one module (or a few lines in its family's module) here, plus a
+lowering per backend that has a kernel for it; a backend without one lowers the decomposition.
 """
 
 from __future__ import annotations
@@ -83,6 +87,37 @@ class NodeMaker:
         return self(Op.CONST, value=value, dtype=dtype)
 
 
+# How an example draws an input's values: (generator, concrete shape) → array.
+Values = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
+
+
+def uniform(low: float, high: float) -> Values:
+    """float32 values in [low, high): operands inside a function's domain (log, √) or away from 0 (a divisor)."""
+    return lambda rng, shape: rng.uniform(low, high, shape).astype(np.float32)
+
+
+def integers(low: int, high: int, dtype: type = np.int64) -> Values:
+    """Integers in [low, high): indices, or whole-number floats (dtype=np.float32) that compare equal."""
+    return lambda rng, shape: rng.integers(low, high, shape).astype(dtype)
+
+
+class ExampleMaker(NodeMaker):
+    """What an op's example builds its graph with (ir/examples.py provides it): nodes as NodeMaker makes
+    them, and leaves. Shapes may name the run-time dims "batch", "seq" and "past", which the backends'
+    tests bind to several sizes; a param's shape is fixed. Values are normal floats, fair bools, any
+    uint8 and int64 in [−8, 8), unless `values` draws them."""
+
+    def input(self, name: str, dtype: DType, *shape: Dim, values: Values | None = None) -> Any:
+        raise NotImplementedError
+
+    def param(self, name: str, dtype: DType, *shape: int, values: Values | None = None) -> Any:
+        raise NotImplementedError
+
+
+# An op's example: the nodes it computes, made with an ExampleMaker; each becomes an output.
+Example = Callable[[ExampleMaker], Sequence[Any]]
+
+
 # A position rule says how an op's output positions along a run-time dim come from its operands':
 # the operand indices whose same positions it reads (every other operand is read whole), or why
 # positions mix (a reduction over them, a product that sums over them).
@@ -107,6 +142,7 @@ class OpDef:
     check: Callable[[Node], list[str]] | None = None  # verifier checks beyond arity, attributes and type
     inline: str | None = None  # the attribute the IR text writes right after the op name (param "W_e")
     implied: tuple[str, ...] = ()  # attributes the result type already says, left out of the IR text
+    example: Example | None = None  # a small graph using the op, for every stage's tests (see ExampleMaker)
 
     def attr(self, name: str) -> Attr | None:
         return next((a for a in self.attrs if a.name == name), None)

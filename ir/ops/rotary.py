@@ -21,7 +21,16 @@ import numpy as np
 
 from pseudoformer.ir.ops.movement import along_axis
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import Attr, IRTypeError, NodeMaker, OpDef, axis_of, register
+from pseudoformer.ir.ops.registry import (
+    Attr,
+    ExampleMaker,
+    IRTypeError,
+    NodeMaker,
+    OpDef,
+    axis_of,
+    register,
+    uniform,
+)
 from pseudoformer.ir.types import DType, TensorType, broadcast_shapes
 
 
@@ -88,8 +97,26 @@ def _rotary_formula(n: Any, make: NodeMaker) -> Any:
     return make(Op.RESHAPE, _formula(make, split, c, s, len(lead) + 1), shape=list(x.shape))
 
 
+def _example(make: ExampleMaker) -> list[Any]:
+    """Angles [seq, 3]: the rotation of x's 6 rows (the paper's layout), of q's 4 columns per head, and of
+    q3's 3 heads of 2, packed."""
+    f32 = DType.float32
+    ang = make.input("ang", f32, "seq", 3, values=uniform(-4, 4))
+    cos, sin = make(Op.COS, ang), make(Op.SIN, ang)
+
+    def first(t: Any, n: int) -> Any:
+        return make(Op.SLICE, t, make.const(0, DType.int64), make.const(n, DType.int64), axis=1, dim=n)
+
+    x, q = make.input("x", f32, "batch", 6, "seq"), make.input("q", f32, "batch", 2, "seq", 4)
+    q3 = make.input("q3", f32, "batch", "seq", 6)
+    return [make(Op.ROTARY, x, make(Op.TRANSPOSE, cos, perm=(1, 0)), make(Op.TRANSPOSE, sin, perm=(1, 0)), axis=1),
+            make(Op.ROTARY, q, first(cos, 2), first(sin, 2), axis=3),
+            make(Op.ROTARY, q3, first(cos, 1), first(sin, 1), axis=-1, heads=3)]
+
+
 register(
     OpDef(Op.ROTARY, "[x₁ c − x₂ s; x₂ c + x₁ s]: pairs (i, i + d/2) rotated by their angles", 3, _rotary_type,
           _rotary, attrs=(Attr("axis", "int"), Attr("heads", "int", 0)),
-          positions=_positions, layout="rotary", precision="follower", decompose=_rotary_formula),
+          positions=_positions, layout="rotary", precision="follower", decompose=_rotary_formula,
+          example=_example),
 )

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import Attr, EvalError, IRTypeError, OpDef, axis_of, register
+from pseudoformer.ir.ops.registry import Attr, EvalError, ExampleMaker, IRTypeError, OpDef, axis_of, register
 from pseudoformer.ir.types import DType, TensorType
 
 
@@ -59,5 +59,19 @@ def _impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def _distinct(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Positions in [0, 4) that do not repeat within a row."""
+    return np.stack([rng.permutation(4)[:shape[-1]] for _ in range(int(np.prod(shape[:-1])))]).reshape(shape)
+
+
+def _example(make: ExampleMaker) -> list[Any]:
+    """Rows of x replaced, at the same positions for every batch entry and at positions per entry."""
+    x = make.input("x", DType.float32, "batch", 4, "seq")
+    at = make.input("at", DType.int64, 2, values=_distinct)
+    per_row = make.input("per_row", DType.int64, "batch", 2, values=_distinct)
+    upd = make.input("upd", DType.float32, "batch", 2, "seq")
+    return [make(Op.SCATTER, x, at, upd, axis=1), make(Op.SCATTER, x, per_row, upd, axis=-2)]
+
+
 register(OpDef(Op.SCATTER, "data with slices at int64 positions replaced by updates' (no repeats)", 3, _type,
-               _impl, attrs=(Attr("axis", "int"),)))
+               _impl, attrs=(Attr("axis", "int"),), example=_example))

@@ -11,7 +11,7 @@ from pseudoformer.ir.ops.elementwise import COMPARE_FNS, RELATIONS
 from pseudoformer.ir.ops.movement import first_operand
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.reductions import along_positions
-from pseudoformer.ir.ops.registry import Attr, IRTypeError, OpDef, axis_of, register, scalar_int
+from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, OpDef, axis_of, register, scalar_int
 from pseudoformer.ir.types import DType, TensorType
 
 INT = TensorType(DType.int64, ())
@@ -59,16 +59,37 @@ def _index_mask_check(n: Any) -> list[str]:
     return [] if len(n.attrs["dims"]) == 2 else [f"index_mask dims {n.attrs['dims']!r} must name two dims"]
 
 
+def _x(make: ExampleMaker) -> Any:
+    return make.input("x", DType.float32, "batch", 4, "seq")
+
+
+def _slice_example(make: ExampleMaker) -> list[Any]:
+    """All positions but the first (bounds known at run time only), and the first two rows."""
+    x, seq = _x(make), make(Op.DIM, _x(make), axis=-1)
+    one, two = make.const(1, DType.int64), make.const(2, DType.int64)
+    return [make(Op.SLICE, x, one, seq, axis=2, dim="seq-1"),
+            make(Op.SLICE, x, make.const(0, DType.int64), two, axis=-2, dim=2)]
+
+
+def _index_mask_example(make: ExampleMaker) -> list[Any]:
+    seq = make(Op.DIM, _x(make), axis=-1)
+    wider = make(Op.ADD, seq, make.const(1, DType.int64))
+    return [make(Op.INDEX_MASK, seq, wider, rel=rel, dims=("seq", "seq+1")) for rel in RELATIONS]
+
+
 register(
     OpDef(Op.DIM, "the run-time size of an axis, an int64 scalar", 1, _dim,
           lambda n, a: np.array(a[0].shape[n.attrs["axis"]], dtype=np.int64), attrs=(Attr("axis", "int"),),
-          positions=first_operand, layout="size"),
+          positions=first_operand, layout="size",
+          example=lambda make: [make(Op.DIM, _x(make), axis=a) for a in (-1, 0, 1)]),
     OpDef(Op.ARANGE, "0, 1, …, n − 1 as int64[dim]", 1, _arange, lambda n, a: np.arange(int(a[0]), dtype=np.int64),
-          attrs=(Attr("dim", "dim"),)),
+          attrs=(Attr("dim", "dim"),),
+          example=lambda make: [make(Op.ARANGE, make(Op.DIM, _x(make), axis=2), dim="seq"),
+                                make(Op.ARANGE, make.const(3, DType.int64), dim=3)]),
     OpDef(Op.SLICE, "x[start:stop] along an axis, of run-time size dim", 3, _slice, _slice_impl,
           attrs=(Attr("axis", "int"), Attr("dim", "dim")), positions=along_positions, layout="axis",
-          precision="follower"),
+          precision="follower", example=_slice_example),
     OpDef(Op.INDEX_MASK, "bool[rows, cols] holding i rel j", 2, _index_mask, _index_mask_impl,
           attrs=(Attr("rel", "str", choices=tuple(RELATIONS)), Attr("dims", "dims")), layout="index_mask",
-          check=_index_mask_check),
+          check=_index_mask_check, example=_index_mask_example),
 )

@@ -1,7 +1,7 @@
 """Hand-built IR graphs for the ONNX backend tests, and the check that runs them against the oracle.
 
 The graphs are small but use the paper's layout ([batch, features, positions], parameters with
-no batch axis) and, between them, every op of the IR.
+no batch axis). Every op of the IR is tested on its own example (OpDef.example, ir/examples.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from pseudoformer.ir import interpreter
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
-from pseudoformer.ir.ops.quantized import pack
 from pseudoformer.ir.types import DType, TensorType
 
 F32, I64, BOOL = DType.float32, DType.int64, DType.bool
@@ -147,88 +146,6 @@ def structure_inputs(batch: int, seq: int, seed: int = 2) -> dict[str, np.ndarra
         "x": rng.standard_normal((batch, 4, seq)).astype(np.float32),
         "flags": rng.random((batch, 1, seq)) < 0.5,
     }
-
-
-def fused() -> Graph:
-    """The ops passes make: layer_norm and rms_norm over a middle axis (rms_norm over the last axis,
-    RMSNormalization's, too), attention with and without masks (and a sliding window), SiLU and SwiGLU,
-    and the rotary embedding in the paper's layout, on heads and packed."""
-    x = inp("x", F32, "batch", 6, "seq")
-    ln = op(Op.LAYER_NORM, x, param("ln_g", 6), param("ln_b", 6), axis=1, eps=1e-5)
-    rms = op(Op.RMS_NORM, x, param("ln_g", 6), axis=1, eps=1e-6)
-    rms_last = op(Op.RMS_NORM, op(Op.TRANSPOSE, x, perm=(0, 2, 1)), param("ln_g", 6), axis=2, eps=0.0)
-    q, k, v = (inp(n, F32, "batch", 2, "seq", d) for n, d in (("q", 4), ("k", 4), ("v", 3)))
-    mask = inp("mask", BOOL, "seq", "seq")
-    causal = op(Op.ATTENTION, q, k, v, mask, scale=0.5, causal=True)
-    q3 = op(Op.TRANSPOSE, x, perm=(0, 2, 1))  # one head: [batch, seq, 6]
-    plain = op(Op.ATTENTION, q3, q3, q3, scale=0.25, causal=False)
-    # heads packed as [batch, seq, H·d] (passes/packed_heads.py), 2 query heads sharing 1 key/value head
-    packed = op(Op.ATTENTION, q3, op(Op.SLICE, q3, _int(0), _int(3), axis=2, dim=3), q3, scale=0.5, causal=True,
-                q_heads=2, kv_heads=1)
-    # keys and values of 3 earlier positions, appended in the op (passes/cache_fusion.py)
-    past_k, past_v = (inp(n, F32, "batch", 2, 3, d) for n, d in (("past_k", 4), ("past_v", 3)))
-    cached = op(Op.CACHED_ATTENTION, q, k, v, past_k, past_v, scale=0.5, causal=True)
-    # 4 query heads over the 2 key/value heads: grouped-query attention
-    grouped = op(Op.ATTENTION, op(Op.CONCAT, q, q, axis=1), k, v, scale=0.5, causal=False)
-    # block-quantized weights (passes/quantize.py): 4 bits with zero points and a bias, K = 6 padded to a
-    # block of 16; a table of 8-bit symmetric rows, K = 20 in two blocks, gathered by position
-    qw = (_u8("qw", 5, 1, 8), param("qw_scales", 5, 1), _u8("qw_zeros", 5, 1), param("qw_bias", 5))
-    quantized = op(Op.MATMUL_NBITS, q3, *qw, bits=4, block_size=16, K=6, accuracy_level=0)
-    rows = op(Op.ARANGE, op(Op.DIM, x, axis=2), dim="seq")
-    table = op(Op.GATHER_NBITS, _u8("qt", 16, 2, 16), rows, param("qt_scales", 16, 2), bits=8, block_size=16, K=20)
-    # Mistral's sliding window of 2 positions, without and with a cache
-    window = op(Op.ATTENTION, q, k, v, scale=0.5, causal=True, window=2)
-    cached_window = op(Op.CACHED_ATTENTION, q, k, v, past_k, past_v, scale=0.5, causal=True, window=3)
-    swiglu = op(Op.SWIGLU, op(Op.SILU, x), axis=1)
-    # angles [seq, 3]: the rotary embedding of x's 6 rows (paper layout), of q's 4 columns per head, and
-    # of q3's 3 heads of 2, packed
-    ang = inp("ang", F32, "seq", 3)
-    cos, sin = op(Op.COS, ang), op(Op.SIN, ang)
-    rot_rows = op(Op.ROTARY, x, op(Op.TRANSPOSE, cos, perm=(1, 0)), op(Op.TRANSPOSE, sin, perm=(1, 0)), axis=1)
-
-    def first(t: Node, n: int) -> Node:
-        return op(Op.SLICE, t, _int(0), _int(n), axis=1, dim=n)
-
-    rot_heads = op(Op.ROTARY, q, first(cos, 2), first(sin, 2), axis=3)
-    rot_packed = op(Op.ROTARY, q3, first(cos, 1), first(sin, 1), axis=2, heads=3)
-    outputs = [("ln", ln), ("rms", rms), ("rms_last", rms_last), ("causal", causal), ("plain", plain),
-               ("packed", packed), ("grouped", grouped), ("quantized", quantized), ("table", table),
-               ("window", window), ("swiglu", swiglu), ("rot_rows", rot_rows), ("rot_heads", rot_heads),
-               ("rot_packed", rot_packed)]
-    outputs += [(name, op(Op.GET, cached, index=i)) for i, name in enumerate(("cached", "present_k", "present_v"))]
-    outputs += [("cached_window", op(Op.GET, cached_window, index=0))]
-    return Graph([x, q, k, v, mask, past_k, past_v, ang], outputs, {"entry": "Fused"})
-
-
-def _u8(name: str, *shape: int) -> Node:
-    return Node(Op.PARAM, (), {"name": name, "type": TensorType(DType.uint8, shape)})
-
-
-def _int(value: int) -> Node:
-    return Node(Op.CONST, (), {"value": value, "dtype": I64})
-
-
-def fused_params(seed: int = 3) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    qw, qz = pack(rng.integers(0, 16, (5, 1, 16)), rng.integers(0, 16, (5, 1)), 6, 4)
-    qt, _ = pack(rng.integers(0, 256, (16, 2, 16)), None, 20, 8)
-    return {"ln_g": rng.standard_normal(6).astype(np.float32), "ln_b": rng.standard_normal(6).astype(np.float32),
-            "qw": qw, "qw_scales": rng.random((5, 1)).astype(np.float32), "qw_zeros": qz,
-            "qw_bias": rng.standard_normal(5).astype(np.float32),
-            "qt": qt, "qt_scales": rng.random((16, 2)).astype(np.float32) * 0.01}
-
-
-def fused_inputs(batch: int, seq: int, seed: int = 4) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    mask = rng.random((seq, seq)) < 0.7
-    mask[:, 0] = True  # every query attends somewhere, or its softmax is nan by definition
-    out = {"x": rng.standard_normal((batch, 6, seq)).astype(np.float32), "mask": mask,
-           "ang": rng.uniform(-4, 4, (seq, 3)).astype(np.float32)}
-    for n, d in (("q", 4), ("k", 4), ("v", 3)):
-        out[n] = rng.standard_normal((batch, 2, seq, d)).astype(np.float32)
-    for n, d in (("past_k", 4), ("past_v", 3)):
-        out[n] = rng.standard_normal((batch, 2, 3, d)).astype(np.float32)
-    return out
 
 
 def assert_matches(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], *, tol: float = 1e-5) -> None:

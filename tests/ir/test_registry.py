@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pseudoformer.ir import DType, Graph, Node, Op, TensorType
+from pseudoformer.ir import DType, Node, Op, TensorType
+from pseudoformer.ir.examples import every_example, example
 from pseudoformer.ir.interpreter import run
 from pseudoformer.ir.ops import OPS, REQUIRED, Attr, IRTypeError, OpDef, attr_problem, op_def
 from pseudoformer.ir.ops.registry import ATTR_KINDS, register
@@ -15,6 +16,7 @@ from pseudoformer.passes.layout import RULES
 F32 = DType.float32
 LAYOUTS = set(RULES)
 PRECISIONS = {"anchor", "follower", "half"}
+SIZES = [(1, 1), (2, 5), (3, 8)]  # (batch, seq)
 
 
 def test_every_op_is_defined_once_with_its_rules() -> None:
@@ -26,6 +28,7 @@ def test_every_op_is_defined_once_with_its_rules() -> None:
         assert all(a.kind in ATTR_KINDS for a in d.attrs), op
         assert len({a.name for a in d.attrs}) == len(d.attrs), op
         assert d.vjp is None  # the slot the training algorithms will fill
+        assert d.example is not None, f"{op.value}: no example (OpDef.example)"
         if d.inline is not None:
             assert d.attr(d.inline) is not None
 
@@ -52,75 +55,37 @@ def test_typing_rules_and_arity_are_checked_when_a_node_is_made() -> None:
         Node(Op.EXP, (Node(Op.CAST, (x,), {"dtype": DType.int64}),))
 
 
-@pytest.mark.parametrize("op", [op for op, d in OPS.items() if d.decompose is not None])
+@pytest.mark.parametrize("op", list(OPS), ids=lambda op: op.value)
+def test_each_example_uses_its_op_and_types_and_runs_at_every_size(op: Op) -> None:
+    """The example is what every stage's tests run the op on (ir/examples.py); it must be a graph the
+    verifier accepts, with finite results whatever the batch and sequence length."""
+    ex = example(op)
+    verify(ex.graph)
+    assert op in {n.op for n in ex.graph.nodes()}
+    for batch, seq in SIZES:
+        got = run(ex.graph, ex.feeds(batch, seq), ex.params)
+        assert all(np.isfinite(v).all() for v in got.values() if v.dtype.kind == "f"), op.value
+
+
+@pytest.mark.parametrize("op", [op for op, d in OPS.items() if d.decompose is not None], ids=lambda op: op.value)
 def test_each_decomposition_computes_what_its_op_computes(op: Op) -> None:
     """The formula a backend lowers instead of the op (passes/decompose.py) agrees with the op's impl."""
     from pseudoformer.passes.decompose import decompose
 
-    graph, feed = _one_op_graph(op)
-    lowered, changed = decompose(graph, accepts=lambda n: n.op is not op)
+    ex = example(op)
+    lowered, changed = decompose(ex.graph, accepts=lambda n: n.op is not op)
     verify(lowered)
     assert changed and op not in {n.op for n in lowered.nodes()}
-    want, got = run(graph, feed, {}), run(lowered, feed, {})
-    for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6, err_msg=name)
+    for batch, seq in SIZES:
+        feed = ex.feeds(batch, seq)
+        want, got = run(ex.graph, feed, ex.params), run(lowered, feed, ex.params)
+        for name in want:
+            np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-6, err_msg=name)
 
 
-def _one_op_graph(op: Op) -> tuple[Graph, dict[str, np.ndarray]]:
-    rng = np.random.default_rng(0)
-
-    def inp(name: str, *shape: int | str, dtype: DType = F32) -> Node:
-        return Node(Op.INPUT, (), {"name": name, "type": TensorType(dtype, tuple(shape))})
-
-    x = inp("x", 2, 5, 6)
-    feed = {"x": rng.standard_normal((2, 5, 6)).astype(np.float32)}
-    if op is Op.GELU:
-        outs = [Node(op, (x,), {"approximate": a}) for a in ("none", "tanh")]
-    elif op is Op.MOD:  # negative dividends and divisors: the remainder takes the divisor's sign
-        outs = [Node(op, (x, Node(Op.CONST, (), {"value": c, "dtype": F32}))) for c in (0.75, -0.5, 3.0)]
-    elif op in (Op.LAYER_NORM, Op.RMS_NORM):
-        vectors = [inp("g", 5)] + ([inp("b", 5)] if op is Op.LAYER_NORM else [])
-        feed |= {v.attrs["name"]: rng.standard_normal(5).astype(np.float32) for v in vectors}
-        y = Node(op, (x, *vectors), {"axis": 1, "eps": 1e-5})  # over a middle axis
-        return Graph([x, *vectors], [("y", y)]), feed
-    elif op is Op.ATTENTION:
-        q, k = inp("q", 2, 4, "s", 3), inp("k", 2, 2, "s", 3)
-        feed = {"q": rng.standard_normal((2, 4, 5, 3)).astype(np.float32),
-                "k": rng.standard_normal((2, 2, 5, 3)).astype(np.float32)}
-        outs = [Node(op, (q, k, k), {"scale": 0.5, "causal": True})]  # grouped, causal
-        return Graph([q, k], [("y", outs[0])]), feed
-    elif op is Op.CACHED_ATTENTION:
-        q, k, pk = inp("q", 2, 2, "s", 3), inp("k", 2, 2, "s", 3), inp("pk", 2, 2, "p", 3)
-        feed = {"q": rng.standard_normal((2, 2, 4, 3)).astype(np.float32),
-                "k": rng.standard_normal((2, 2, 4, 3)).astype(np.float32),
-                "pk": rng.standard_normal((2, 2, 3, 3)).astype(np.float32)}
-        r = Node(op, (q, k, k, pk, pk), {"scale": 0.5, "causal": True})
-        outs = [Node(Op.GET, (r,), {"index": i}) for i in range(3)]
-        return Graph([q, k, pk], [(f"y{i}", o) for i, o in enumerate(outs)]), feed
-    elif op is Op.SILU:
-        outs = [Node(op, (x,))]
-    elif op is Op.SWIGLU:
-        outs = [Node(op, (x,), {"axis": a}) for a in (2, -1)]
-    elif op is Op.ROTARY:  # along a middle axis, and packed: 2 heads of 4 along the last
-        x4, a, p = inp("x4", 2, 4, 6), inp("a", 2, 1, 6), inp("p", 2, 5, 2)
-        x8 = inp("x8", 2, 5, 8)
-        feed = {n.attrs["name"]: rng.standard_normal(n.type.shape).astype(np.float32) for n in (x4, a, p, x8)}
-        outs = [Node(op, (x4, Node(Op.COS, (a,)), Node(Op.SIN, (a,))), {"axis": 1}),
-                Node(op, (x8, Node(Op.COS, (p,)), Node(Op.SIN, (p,))), {"axis": -1, "heads": 2})]
-        return Graph([x4, a, p, x8], [(f"y{i}", o) for i, o in enumerate(outs)]), feed
-    elif op is Op.MATMUL_NBITS:  # 4 bits with zero points and a bias; K = 6 padded to a block of 16
-        u8 = DType.uint8
-        w, sc, zp, b = inp("w", 5, 1, 8, dtype=u8), inp("sc", 5, 1), inp("zp", 5, 1, dtype=u8), inp("b", 5)
-        feed |= {"w": rng.integers(0, 256, (5, 1, 8), dtype=np.uint8), "sc": rng.random((5, 1), dtype=np.float32),
-                 "zp": rng.integers(0, 256, (5, 1), dtype=np.uint8), "b": rng.standard_normal(5).astype(np.float32)}
-        y = Node(op, (x, w, sc, zp, b), {"bits": 4, "block_size": 16, "K": 6, "accuracy_level": 0})
-        return Graph([x, w, sc, zp, b], [("y", y)]), feed
-    elif op is Op.GATHER_NBITS:  # rows of an 8-bit symmetric table, K = 20 in two blocks of 16
-        t, sc, i = inp("t", 16, 2, 16, dtype=DType.uint8), inp("sc", 16, 2), inp("i", 2, 3, dtype=DType.int64)
-        feed = {"t": rng.integers(0, 256, (16, 2, 16), dtype=np.uint8), "sc": rng.random((16, 2), dtype=np.float32),
-                "i": rng.integers(0, 16, (2, 3))}
-        y = Node(op, (t, i, sc), {"bits": 8, "block_size": 16, "K": 20})
-        return Graph([t, sc, i], [("y", y)]), feed
-    else:
-        raise AssertionError(f"no test graph for {op.value}")
-    return Graph([x], [(f"y{i}", o) for i, o in enumerate(outs)]), feed
+def test_every_example_fits_in_one_graph() -> None:
+    """The backends whose compiles are slow lower all examples at once."""
+    ex = every_example()
+    verify(ex.graph)
+    assert {n.op for n in ex.graph.nodes()} == set(Op)
+    assert len({n.attrs["name"] for n in ex.graph.inputs}) == len(ex.graph.inputs)

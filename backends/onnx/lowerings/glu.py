@@ -23,5 +23,6 @@ def _swiglu(e: Emitter, n: Node) -> str:
     h = n.src[0]
     axis = n.attrs["axis"] % h.type.rank
     gate, up = f"{e.out}.gate", f"{e.out}.up"
-    e.emit_multi("Split", [e.value(h)], [gate, up], axis=axis, num_outputs=2)
+    half = int(h.shape[axis]) // 2  # known and even (the typing rule); sizes, not num_outputs, which is opset 18's
+    e.emit_multi("Split", [e.value(h), e.ints([half, half])], [gate, up], axis=axis)
     return e.emit("Mul", [_silu(e, gate), up], out=e.out)

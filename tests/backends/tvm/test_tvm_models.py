@@ -1,4 +1,5 @@
-"""Every model in models/ (and hand-built graphs with every IR op) compiled once by TVM, run at several sizes.
+"""Every model in models/, hand-built graphs and every IR op's example, each compiled once by TVM and run at
+several sizes.
 
 The numpy interpreter is the oracle: one compiled module per entry and level must agree with it to
 1e-4 at every batch and sequence length, which is what its symbolic dims promise.
@@ -12,16 +13,12 @@ import numpy as np
 import pytest
 from tvm_util import BACKENDS  # noqa: F401  (skips this module without TVM, and finds the cases)
 
-from onnx_cases import (  # isort: skip
-    F32, SIZES, block, block_inputs, block_params, fused, fused_inputs, fused_params, ops_used, structure,
-    structure_inputs, inp, op, param,
-)
+from onnx_cases import SIZES, block, block_inputs, block_params, structure, structure_inputs  # isort: skip
 from test_onnx_models import CASES, _louder  # isort: skip
 
 from pseudoformer.backends.tvm import compile_graph
 from pseudoformer.ir import interpreter
-from pseudoformer.ir.graph import Graph
-from pseudoformer.ir.ops import Op
+from pseudoformer.ir.examples import every_example
 from pseudoformer.model import load
 from pseudoformer.optimize import optimize
 
@@ -63,27 +60,12 @@ def test_every_size_from_one_module_matches_the_interpreter(compiled: tuple) -> 
         _assert_close(tvm_model.run(feeds), want, f"at {size}")
 
 
-def rms() -> Graph:
-    """RMS_NORM (T5, LLaMA) over the features, both as the paper lays them out and row-major."""
-    x = inp("x", F32, "batch", 6, "seq")
-    over_features = op(Op.RMS_NORM, x, param("g", 6), axis=1, eps=1e-6)
-    row_major = op(Op.RMS_NORM, op(Op.TRANSPOSE, x, perm=(0, 2, 1)), param("g", 6), axis=-1, eps=1e-5)
-    return Graph([x], [("cols", over_features), ("rows", row_major)], {"entry": "RMSNorm"})
-
-
-def rms_params() -> dict[str, np.ndarray]:
-    return {"g": np.random.default_rng(5).standard_normal(6).astype(np.float32)}
-
-
-def rms_inputs(batch: int, seq: int) -> dict[str, np.ndarray]:
-    return {"x": np.random.default_rng(6).standard_normal((batch, 6, seq)).astype(np.float32)}
-
-
+EXAMPLES = every_example()
 GRAPHS = {
     "block": (block, block_params, block_inputs),
     "structure": (structure, lambda: {}, structure_inputs),
-    "fused": (fused, fused_params, fused_inputs),
-    "rms": (rms, rms_params, rms_inputs),  # onnx_cases' graphs predate RMS_NORM
+    # every op, on its own example (OpDef.example): a new op is tested here without an edit
+    "examples": (lambda: EXAMPLES.graph, lambda: EXAMPLES.params, lambda b, s: EXAMPLES.feeds(b, s)),
 }
 
 
@@ -95,7 +77,3 @@ def test_hand_built_graphs_match_the_interpreter(name: str) -> None:
     for batch, seq in SIZES:
         feeds = inputs(batch, seq)
         _assert_close(tvm_model.run(feeds), interpreter.run(graph, feeds, weights), f"at {(batch, seq)}")
-
-
-def test_the_hand_built_graphs_use_every_op() -> None:
-    assert ops_used(*(make() for make, _, _ in GRAPHS.values())) == set(Op)
