@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import shutil
 import subprocess
 import sys
@@ -69,3 +71,32 @@ def test_every_module_of_the_source_folders_is_in_the_wheel(wheel: zipfile.ZipFi
                for f in (ROOT / folder).rglob("*.py")]
     missing = [m for m in missing if m not in names]
     assert not missing, missing
+
+
+def test_an_installed_wheel_registers_every_op_and_lowering(wheel: zipfile.ZipFile, tmp_path: Path) -> None:
+    """Op families and lowerings are found by listing their packages (pseudoformer/submodules.py), not by a
+    hand-kept import list: installed from the wheel (not editable), every one must still register."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target),
+                    wheel.filename], check=True, capture_output=True)
+    with_tvm = importlib.util.find_spec("tvm") is not None  # TVM is optional (pseudoformer[tvm])
+    probe = (
+        "import pathlib, pseudoformer.ir.ops as ops\n"
+        "from pseudoformer.backends.onnx.lowerings import LOWERINGS as onnx\n"
+        f"assert pathlib.Path(ops.__file__).is_relative_to({str(target)!r}), ops.__file__\n"
+        "print(len(ops.OPS), len(ops.Op), len(onnx))\n"
+    )
+    if with_tvm:
+        probe += "from pseudoformer.backends.tvm.lowerings import LOWERINGS as tvm\nprint(len(tvm))\n"
+    # The installed copy comes first on the path, ahead of the editable install of the source tree.
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True, env=env, cwd=tmp_path)
+    from pseudoformer.backends.onnx.lowerings import LOWERINGS as onnx_here
+    from pseudoformer.ir.ops import Op
+
+    want = [len(Op), len(Op), len(onnx_here)]
+    if with_tvm:
+        from pseudoformer.backends.tvm.lowerings import LOWERINGS as tvm_here
+
+        want.append(len(tvm_here))
+    assert out.stdout.split() == [str(n) for n in want]
