@@ -93,7 +93,7 @@ class Builder:
 
     def node(self, op: Op, *src: Node, type: Any = None, **attrs: Any) -> Node:
         if op in (Op.INPUT, Op.PARAM):
-            attrs["type"] = type  # leaves carry their type as an attribute (ir/ops.py)
+            attrs["type"] = type  # leaves carry their type as an attribute (ir/ops/leaves.py)
         self.nodes += 1
         if self.nodes > self.max_nodes:
             raise NodeLimit()

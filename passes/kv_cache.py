@@ -6,7 +6,7 @@ only through the keys and values of each causal attention, so
 
     attention(Q_new, K_all, V_all) with K_all = [K_past, K_new], V_all = [V_past, V_new]
 
-gives the same columns as the full run (causal is bottom-right aligned, ir/ops.py). The step graph
+gives the same columns as the full run (causal is bottom-right aligned, ir/ops/attention.py). The step graph
 takes the new tokens and K_past, V_past per attention, and returns the outputs for the new positions
 and K_all, V_all (the next step's past). Positions enter through `dim(x)` only (learned position
 tables sliced to ℓ, sinusoid arguments from arange): those become past + new.
