@@ -175,7 +175,3 @@ def check_against_oracle(
     for feed in inputs:
         assert_matches(runner.run(feed), interpreter.run(graph, feed, params))
     return model
-
-
-def ops_used(*graphs: Graph) -> set[Op]:
-    return {n.op for g in graphs for n in g.nodes()}
