@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
 from lark import Tree
 
 from pseudoformer.errors import AlgError, Diagnostics, Pos
-from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Module, Stmt, Type, Use
-from pseudoformer.frontend.errors import AlgSyntaxError, BadTypeError, LayoutError, TrainingError
+from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Module, Stmt, Type, Use, is_training
+from pseudoformer.frontend.errors import AlgSyntaxError, BadTypeError, LayoutError
 from pseudoformer.frontend.layout import Kind, Line, split_lines
 from pseudoformer.frontend.parser import parse_line
 
@@ -40,6 +38,8 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
         if current is not None:
             current.body = _blocks(body_lines, fail)
             body_lines.clear()
+            if is_training(current):
+                return  # its data and θ need no types: frontend/training.py checks its lines
             for d in current.inputs:
                 if d.kind != "typed":  # the elaborator builds an input from its type, so it must have one
                     fail(BadTypeError(f"the input {d.name} needs a type, as in {d.name} ∈ ℝ^{{d_e × ℓ}} or "
@@ -47,23 +47,7 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
             for d in _bare(current.params):  # likewise a parameter: its type is its shape
                 fail(BadTypeError(f"the parameter {d.name} needs a type, as in {d.name} ∈ ℝ^{{d_e × d_e}}", d.pos))
 
-    training, inside_training = _training_algorithms(lines)
     for line in lines:
-        if line.kind is Kind.HEADER and line.pos.line in training:
-            # One message for the whole algorithm: its other lines (P(θ) ← …, loss(θ) = …, a set
-            # T̃ = {t ∈ [ℓ] : …}) are the training notation the compiler does not read yet.
-            close_algorithm()
-            current, broken_header = None, True
-            at = training[line.pos.line]
-            err = TrainingError("training algorithms are not supported yet: this one takes a gradient step (∇), "
-                                "as the paper's Algorithms 11–13 do; pseudoformer compiles the forward pass and "
-                                "inference (Algorithms 1–10, 14, 15)", at, src_lines[at.line - 1])
-            for key in _header_names(line.text):
-                module.training[key] = err
-            module.training.setdefault(f"line {line.pos.line}", err)
-            continue
-        if line.pos.line in inside_training:
-            continue
         try:
             tree = parse_line(line, path)
         except AlgError as e:
@@ -141,41 +125,6 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
                 body_lines[-1] = (line, Tree("remarked", [tree, stmt_remark]))
     close_algorithm()
     return module, diags
-
-
-_NABLA = re.compile(r"∇|\\nabla\b|(?<![\w'′])nabla(?![\w'′])")
-
-
-_HEADER_NAME = re.compile(r"(?:←|<-|\\gets|\\leftarrow)\s*([^\s(]+)\s*\(")
-_HEADER_LABEL = re.compile(r"Algorithm\s+(\d+)")
-
-
-def _header_names(text: str) -> list[str]:
-    """The names a header that was not parsed can be called by: `EDTraining`, `11`, `Algorithm 11`."""
-    out = [m.group(1)] if (m := _HEADER_NAME.search(text)) else []
-    if m := _HEADER_LABEL.search(text):
-        out += [m.group(1), f"Algorithm {m.group(1)}"]
-    return out
-
-
-def _training_algorithms(lines: list[Line]) -> tuple[dict[int, Pos], set[int]]:
-    """The algorithms whose body takes a gradient (∇, \\nabla, nabla): their header lines, each with
-    the place of its first ∇, and the numbers of the lines below those headers."""
-    groups: list[tuple[Line, list[Line]]] = []
-    for line in lines:
-        if line.kind is Kind.HEADER:
-            groups.append((line, []))
-        elif groups:
-            groups[-1][1].append(line)
-    headers: dict[int, Pos] = {}
-    inside: set[int] = set()
-    for header, rest in groups:
-        for line in rest:
-            if line.kind is Kind.BODY and (m := _NABLA.search(line.text)):
-                headers[header.pos.line] = Pos(line.pos.file, line.pos.line, line.pos.col + m.start())
-                inside |= {x.pos.line for x in rest}
-                break
-    return headers, inside
 
 
 def _bare(decls: list[Decl]) -> list[Decl]:
@@ -261,6 +210,12 @@ def _decl(d: Tree) -> Decl:
         return Decl("group", str(names[0]), pos)
     if d.data == "derived_decl":
         return Decl("derived", str(names[0]), pos, value=next(c for c in ch if isinstance(c, Expr)))
+    if d.data == "dataset_decl":
+        # {x_n}_{n=1}^{N_data}: the members (x_n, or z_n and x_n), the index n and the count N_data.
+        var, count = names[-2], names[-1]
+        members = [Decl("bare", str(t), _token_pos(t)) for t in names[:-2]]
+        return Decl("dataset", str(names[0]), pos, var=str(var), members=members,
+                    range=Type("index", (Expr("name", (), _token_pos(count), str(count)),), pos=_token_pos(count)))
     if d.data == "family_decl":
         var = names[0]
         fam = Decl("family", str(var), _token_pos(var), var=str(var), range=types[0])
@@ -310,6 +265,9 @@ def _stmt(tree: Tree | Expr, line: Line) -> Stmt:
             body = Stmt("for_map", pos, line.number, name=str(var), bounds=(bound,), body=[body])
         return body
     if k == "for_range":
+        if len(exprs) == 2:  # `for t = 1, …, ℓ do` counts by one, as `for t = 1, 2, …, ℓ do` does
+            first = exprs[0]
+            exprs = [first, Expr("add", (first, Expr("number", (1,), first.pos, "1")), first.pos), exprs[1]]
         return Stmt("for_range", pos, line.number, name=str(names[0]), bounds=(exprs[0], exprs[1], exprs[2]))
     if k == "forall":
         nl = _sub(ch, "name_list")
@@ -321,6 +279,11 @@ def _stmt(tree: Tree | Expr, line: Line) -> Stmt:
         return Stmt("end", pos, line.number)
     if k == "while_":
         return Stmt("while", pos, line.number, value=exprs[0])
+    if k == "random_choice":
+        # x̃[t] ← a or b randomly with probability p or q: value is choice(a, b, p, q).
+        target = next(c for c in ch if isinstance(c, Tree))
+        return Stmt("random", pos, line.number, target=target, value=Expr("choice", tuple(exprs), pos),
+                    remark=remark)
     if k == "sample":
         token, dist = names[0], names[1]
         return Stmt("sample", pos, line.number, target=Expr("name", (), _token_pos(token), str(token)),

@@ -16,7 +16,9 @@ from pseudoformer.errors import Pos
 @dataclass(frozen=True)
 class Expr:
     """op is one of: name number inf neg add sub div matmul hadamard juxt power transpose sqrt
-    index call column_list row_stack iverson sum compare not and or all range ellipsis bind."""
+    index call column_list row_stack iverson sum compare not and or all range ellipsis bind; and in
+    training algorithms only: grad (∇loss(θ)), set ({t ∈ [ℓ] : cond}: var, bound, cond), sum_over_set
+    (Σ_{t ∈ T̃} body: var, the set's name, body), choice (a or b randomly with probability p or q)."""
 
     op: str
     args: tuple[Any, ...]
@@ -44,7 +46,8 @@ class Type:
 @dataclass
 class Decl:
     """kind: typed (name ∈ type), bare (a hyperparameter without type: ℕ), derived (name = dims),
-    group (name consisting of members), alg_group (name : Algorithm), family (for v ∈ [n]: members)."""
+    group (name consisting of members), alg_group (name : Algorithm), family (for v ∈ [n]: members),
+    dataset ({x_n}_{n=1}^{N_data} or {(z_n, x_n)}_{n=1}^{N_data}: members x_n…, var n, range [N_data])."""
 
     kind: str
     name: str
@@ -59,10 +62,12 @@ class Decl:
 
 @dataclass
 class Stmt:
-    """kind: assign, return, for_in, for_map, for_range, forall, if, end, while, sample.
+    """kind: assign, return, for_in, for_map, for_range, forall, if, end, while, sample, random.
 
     sample (`sample a token y from q ∝ p^{1/τ}`): target is the token's name y, name the
-    distribution's q, value the expression after ∝. while: value is the condition."""
+    distribution's q, value the expression after ∝. while: value is the condition. random (Algorithm 12's
+    `x̃[t] ← a or b randomly with probability p or q`): value is choice(a, b, p, q). An assignment's
+    target is a `target` tree, or `fn_target` for a function of the parameters (P(θ) ← …, loss(θ) = …)."""
 
     kind: str
     pos: Pos
@@ -90,6 +95,9 @@ class Algorithm:
     hyper: list[Decl] = field(default_factory=list)
     body: list[Stmt] = field(default_factory=list)
     module: Module | None = None
+    # Sequence inputs (V*) of one length, which the graph gives one dimension: a training loss's masked
+    # copy x̃_n and its example x_n (frontend/training_loss.py). Others each have a length of their own.
+    same_length: tuple[str, ...] = ()
 
 
 @dataclass
@@ -107,9 +115,6 @@ class Module:
     # In definition order. The paper has two algorithms named Attention (3 and 4); such overloads
     # are told apart by their number of arguments.
     algorithms: list[Algorithm] = field(default_factory=list)
-    # Training algorithms (a gradient step, Algorithms 11–13) are not compiled yet: each is kept as the
-    # one diagnostic it gets, under the names `--entry` may call it by (its name, label, "Algorithm N").
-    training: dict[str, Any] = field(default_factory=dict)
 
     def add(self, alg: Algorithm) -> None:
         self.algorithms.append(alg)
@@ -131,6 +136,21 @@ def _statements(stmts: list[Stmt]) -> Iterator[Stmt]:
 def is_inference(alg: Algorithm) -> bool:
     """An algorithm that samples is an inference algorithm: generation runs it, not a backend."""
     return any(s.kind == "sample" for s in _statements(alg.body))
+
+
+def _exprs(x: Any) -> Iterator[Expr]:
+    if isinstance(x, Expr):
+        yield x
+        yield from _exprs(x.args)
+    elif isinstance(x, (tuple, list)):
+        for y in x:
+            yield from _exprs(y)
+
+
+def is_training(alg: Algorithm) -> bool:
+    """An algorithm that takes a gradient (θ ← θ − η · ∇loss(θ), Algorithms 11–13) is a training
+    algorithm: frontend/training.py reduces it to its loss graph and a TrainingPlan."""
+    return any(e.op == "grad" for s in _statements(alg.body) for e in _exprs((s.target, s.value)))
 
 
 def callees(alg: Algorithm) -> set[str]:

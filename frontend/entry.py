@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from pseudoformer.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
-from pseudoformer.frontend.ast import Algorithm, Decl, is_inference
+from pseudoformer.frontend.ast import Algorithm, Decl, is_inference, is_training
 from pseudoformer.frontend.calls import input_decl
 from pseudoformer.frontend.errors import BadTypeError, HyperparameterError, LimitError, UnknownNameError
 from pseudoformer.frontend.frame import Frame, Weights
@@ -21,6 +21,7 @@ from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.sizes import Size
 from pseudoformer.frontend.statements import run_body
 from pseudoformer.frontend.tensor_ops import ShapeMismatch, show
+from pseudoformer.frontend.training import finish_loss_graph, reduce_training, training_hyperparameters
 from pseudoformer.frontend.values import Builder, MaskDef, NodeLimit, SizeVal, Val
 from pseudoformer.ir import DType, Graph, Op, TensorType
 from pseudoformer.limits import MAX_NODES
@@ -28,18 +29,15 @@ from pseudoformer.limits import MAX_NODES
 
 def find_entry(prog: Program, entry: str | None) -> Algorithm:
     algs = prog.entries()
-    training = prog.root.training
-    if entry is not None and entry in training:
-        raise CompileError([training[entry]])
-    if not algs and training:
-        raise CompileError(list({id(e): e for e in training.values()}.values()))
     if not algs:  # a mistake in the file as a whole: reported at its start
         raise CompileError([UnknownNameError(f"{prog.root.path} defines no algorithm",
                                              Pos(prog.root.path, 1, 1), prog.root.line(1) or None)])
     if entry is None:
         # An inference algorithm (Algorithm 14) is a loop around a model, not a graph: the default
         # entry is the model beside it, whichever order the file defines them in.
-        models = [a for a in algs if not is_inference(a)]
+        # A training algorithm's graph is its loss graph: the entry when the file defines no model.
+        models = [a for a in algs if not is_inference(a) and not is_training(a)] or \
+            [a for a in algs if is_training(a)]
         if not models:
             names = ", ".join(a.name for a in algs)
             raise CompileError([UsageError(f"{prog.root.path} defines only inference algorithms ({names}); run "
@@ -79,7 +77,19 @@ def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str
     foreseeable: after the first iteration of a block loop that would unroll past it.
     """
     alg = find_entry(prog, entry)
-    config = dict(hyperparameters or {})
+    plan = None
+    if is_training(alg):
+        # Algorithms 11–13: the graph is that of the loss (lines ℓ, P and loss), elaborated as any algorithm.
+        plan, alg = reduce_training(prog, alg)
+        optional = set(optional) | training_hyperparameters(prog)
+    graph = _elaborate(prog, alg, dict(hyperparameters or {}), symbolic, optional, max_nodes)
+    if plan is not None:
+        finish_loss_graph(graph, plan, alg)
+    return graph
+
+
+def _elaborate(prog: Program, alg: Algorithm, config: dict[str, Any], symbolic: bool,
+               optional: set[str] | frozenset[str], max_nodes: int) -> Graph:
     try:
         f = Frame(alg=alg, prog=prog, b=Builder(max_nodes), weights=Weights(), config=config, symbolic=symbolic,
                   scope=alg.name, runtime_dims=True)
@@ -145,13 +155,16 @@ def _bind_hyper(f: Frame, diags: Diagnostics) -> None:
 def _make_inputs(f: Frame) -> list[Any]:
     inputs = []
     seqs = [a for a in f.alg.data_args if (d := input_decl(f.alg, a)) is not None and d.type.star]
+    shared = [a for a in seqs if a in f.alg.same_length]  # one length, one dimension (named after the first)
+    several_seqs = len(seqs) - max(len(shared) - 1, 0) > 1
     for arg in f.alg.data_args:
         d = input_decl(f.alg, arg)
         if d is None:
             raise f.error(BadTypeError, f"{f.alg.name} declares no Input {arg}", f.alg.pos)
         # A family input (e_t for t ∈ [T]) is named as the signature writes it: e_{1:T} → e_1_T.
         name = parse_name(arg if d.var else d.name).ascii()
-        node, val = _input(f, d, name, len(seqs) > 1)
+        seq_of = parse_name(shared[0]).ascii() if arg in shared else name
+        node, val = _input(f, d, name, several_seqs, seq_of)
         inputs.append(node)
         key = parse_name(d.name).key(frozenset([d.var]) if d.var else frozenset())
         f.vars[key] = val
@@ -189,12 +202,12 @@ def _register(f: Frame, node: Any, dims: list[Size], batched: bool) -> None:
             f.b.run_dims[str(s)] = f.b.node(Op.DIM, node, axis=i + int(batched))
 
 
-def _input(f: Frame, d: Decl, name: str, several_seqs: bool) -> tuple[Any, Any]:
+def _input(f: Frame, d: Decl, name: str, several_seqs: bool, seq_of: str) -> tuple[Any, Any]:
     t = d.type
     if t.kind in ("vocab", "index"):
         kind = "token" if t.kind == "vocab" else "index"
         if t.star:
-            seq = Size.of(f"seq_{name}" if several_seqs else "seq")
+            seq = Size.of(f"seq_{seq_of}" if several_seqs else "seq")
             node = f.b.node(Op.INPUT, name=name, type=TensorType(DType.int64, ("batch", seq.dim())))
             _register(f, node, [seq], batched=True)
             return node, Val(node, kind, (seq,), (), True)

@@ -125,7 +125,15 @@ class _ToAst(Transformer):
     div = _bin("div")
     matmul = _bin("matmul")
     hadamard = _bin("hadamard")
-    juxt = _bin("juxt")
+
+    @v_args(meta=True)
+    def juxt(self, meta: object, ch: list) -> Expr:
+        left, right = (c for c in ch if isinstance(c, Expr))
+        if left.op == "name" and left.text in ("log", "\\log"):
+            # `log P[x[t+1], t]`, as the paper writes the loss of Algorithms 11–13: log of the operand.
+            return Expr("call", ((right,), ()), left.pos, "log")
+        return Expr("juxt", (left, right), self.p(meta))
+
     neg = _bin("neg")
     sqrt = _bin("sqrt")
     transpose = _bin("transpose")
@@ -203,7 +211,18 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def sum(self, meta: object, ch: list) -> Expr:
         bounds, body = ch[-2], ch[-1]
+        if isinstance(bounds, Tree):  # Σ_{t ∈ T̃}: over the members of a set (Algorithm 12's loss)
+            var, members = (c for c in bounds.children if isinstance(c, Tok) and c.type == "NAME")
+            return Expr("sum_over_set", (str(var), Expr("name", (), members.pos, str(members)), body),
+                        self.p(meta))
         return Expr("sum", (*bounds, body), self.p(meta))
+
+    @v_args(meta=True)
+    def set_builder(self, meta: object, ch: list) -> Expr:
+        """{t ∈ [ℓ] : x̃[t] = mask_token}: (the variable, the range's bound, the condition)."""
+        var = next(c for c in ch if isinstance(c, Tok) and c.type == "NAME")
+        bound, cond = (c for c in ch if isinstance(c, Expr))
+        return Expr("set", (str(var), bound, cond), self.p(meta))
 
     def sum_bounds(self, ch: list) -> tuple:
         toks = [c for c in ch if isinstance(c, Tok) and c.type == "NAME"]

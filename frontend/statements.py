@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from lark import Tree
+
 from pseudoformer.errors import AlgError
 from pseudoformer.frontend.ast import Expr, Stmt
 from pseudoformer.frontend.errors import BadTypeError, LimitError, ShapeError
@@ -92,6 +94,11 @@ def _unroll(f: Frame, s: Stmt, count: int) -> None:
 
 def _exec(f: Frame, s: Stmt) -> None:
     k = s.kind
+    if k == "assign" and isinstance(s.target, Tree) and s.target.data == "fn_target":
+        fn, arg = s.target.children
+        raise f.error(BadTypeError, f"{fn}({arg}) ← … defines {fn} as a function of the parameters {arg}, which only "
+                      "a training algorithm (Algorithms 11–13, with θ ← θ − η · ∇loss(θ)) may do; a model assigns "
+                      f"values: {fn} ← …", s.pos)
     if k == "assign":
         _ranges_from_target(f, s)  # ∀t_z, t_x : S[t_z, t_x] ← b(t_z, t_x) − S[t_z, t_x]: the ranges are S's
         value = ev(f, s.value)
@@ -145,6 +152,9 @@ def _exec(f: Frame, s: Stmt) -> None:
     elif k in ("while", "sample"):  # only in inference algorithms, which are never elaborated
         raise f.error(BadTypeError, f"`{k}` belongs to inference algorithms (Algorithms 14 and 15), which "
                       "sample tokens; a model's body is one graph and cannot have it", s.pos)
+    elif k == "random":  # only in training algorithms, whose masking the host does
+        raise f.error(BadTypeError, "`… randomly with probability …` belongs to training algorithms (Algorithm "
+                      "12 masks its examples on the host); a model's body is one graph and cannot draw", s.pos)
     else:
         raise f.error(BadTypeError, f"unexpected {k}", s.pos)
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from pseudoformer.config import Config, resolve
 from pseudoformer.errors import AlgError, CompileError, UsageError
-from pseudoformer.frontend.ast import Algorithm, callees
+from pseudoformer.frontend.ast import Algorithm, callees, is_training
 from pseudoformer.frontend.entry import elaborate, find_entry
 from pseudoformer.frontend.generation_plan import GenerationPlan
 from pseudoformer.frontend.inference import (
@@ -25,6 +25,8 @@ from pseudoformer.frontend.inference import (
     plan_inference,
 )
 from pseudoformer.frontend.modules import load_program
+from pseudoformer.frontend.training import describe_training, plan_training, training_hyperparameters
+from pseudoformer.frontend.training_plan import TrainingPlan
 from pseudoformer.inputs import check_inputs, token_bounds
 from pseudoformer.ir import Graph
 from pseudoformer.limits import MAX_NODES
@@ -65,6 +67,9 @@ class Model:
     config: Config
     weights_source: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # A training algorithm's plan (Algorithms 11–13; frontend/training_plan.py): then `graph` is its loss
+    # graph, the loss of each example, float32 [batch]. None for a model.
+    training: TrainingPlan | None = None
 
     @property
     def entry(self) -> str:
@@ -120,7 +125,7 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
     cfg = resolve(src, config, defines, hf)
     prog = load_program(src, include=include)
     # τ and ℓ_gen of the file's DInference may be set beside its model's sizes: not unknown to the model.
-    cfg.optional |= inference_hyperparameters(prog)
+    cfg.optional |= inference_hyperparameters(prog) | training_hyperparameters(prog)
     try:
         graph = elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional, max_nodes=max_nodes)
     except CompileError as e:
@@ -143,14 +148,17 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
             check_finite(params, wpath)
     else:
         params = random_weights(expected, seed=seed)
-    return Model(graph, params, src, cfg, str(wpath) if wpath else None, meta={"seed": seed})
+    alg = find_entry(prog, entry or cfg.entry)
+    plan = plan_training(prog, alg) if is_training(alg) else None
+    return Model(graph, params, src, cfg, str(wpath) if wpath else None, meta={"seed": seed}, training=plan)
 
 
 def _elaborates(prog: Any, src: Path, entry: str | None, config: str | Path | None,
                 defines: list[str] | None) -> bool:
     cfg = resolve(src, config, defines)
     try:
-        elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional | inference_hyperparameters(prog))
+        elaborate(prog, entry or cfg.entry, cfg.hyperparameters,
+                  optional=cfg.optional | inference_hyperparameters(prog) | training_hyperparameters(prog))
     except CompileError:
         return False
     return True
@@ -158,10 +166,12 @@ def _elaborates(prog: Any, src: Path, entry: str | None, config: str | Path | No
 
 @dataclass
 class CheckReport:
-    """What `check` found: the algorithms checked, and the plan of each inference algorithm among them."""
+    """What `check` found: the algorithms checked, and the plan of each inference and training algorithm
+    among them."""
 
     checked: list[str]
     plans: list[GenerationPlan] = field(default_factory=list)
+    training: list[TrainingPlan] = field(default_factory=list)
     summaries: list[str] = field(default_factory=list)  # one line per plan, as `pseudoformer check` prints it
 
 
@@ -209,9 +219,9 @@ def check_report(path: str | Path, *, entry: str | None = None, config: str | Pa
     cfg = resolve(src, config, defines)
     prog = load_program(src, include=include)
     algs = prog.entries()
-    if not algs or entry is not None and entry in prog.root.training:
-        find_entry(prog, entry)  # the file's own mistake: it defines nothing (or only training algorithms)
-    errors: list[AlgError] = [] if entry is not None else list({id(e): e for e in prog.root.training.values()}.values())
+    if not algs:
+        find_entry(prog, entry)  # the file's own mistake: it defines nothing
+    errors: list[AlgError] = []
     report = CheckReport([])
     modes = _check_modes(algs, entry or cfg.entry, cfg.hyperparameters)
     for a in algs:
@@ -228,7 +238,12 @@ def check_report(path: str | Path, *, entry: str | None = None, config: str | Pa
                 report.plans.append(plan)
                 report.summaries.append(describe_plan(prog, plan, cfg.hyperparameters))
             else:
+                # A training algorithm elaborates its loss graph; its plan is checked on the way.
                 elaborate(prog, ident, dict(values), symbolic=symbolic, optional=set(values), max_nodes=max_nodes)
+                if is_training(a):
+                    tplan = plan_training(prog, a)
+                    report.training.append(tplan)
+                    report.summaries.append(describe_training(prog, tplan, cfg.hyperparameters))
             report.checked.append(ident)
         except CompileError as e:
             errors.extend(e.errors)

@@ -40,7 +40,7 @@ def ev(f: Frame, e: Expr) -> Any:
     try:
         handler = HANDLERS.get(e.op)
         if handler is None:
-            raise f.error(BadTypeError, f"{e.op} cannot be used here", e.pos)
+            raise f.error(BadTypeError, _TRAINING_ONLY.get(e.op, f"{e.op} cannot be used here"), e.pos)
         return handler(f, e)
     except ShapeMismatch as m:
         raise f.shape_error(m, e.pos) from None
@@ -48,6 +48,16 @@ def ev(f: Frame, e: Expr) -> Any:
         # A combination of operands the frontend's own shape rules let through and the IR's typing
         # rejects: still the source's mistake, at the expression that made it.
         raise f.error(ShapeError, f"{describe(e)}: the operands do not fit ({m})", e.pos) from None
+
+
+# The notation of Algorithms 11–13 that frontend/training.py reads and a model cannot use.
+_TRAINING_ONLY = {
+    "set": "a set {t ∈ [ℓ] : …} belongs to training algorithms (Algorithm 12's masked positions T̃); in a model, "
+           "write a mask as an Iverson bracket [[…]]",
+    "sum_over_set": "a sum over a set, Σ_{t ∈ T̃}, belongs to training algorithms (Algorithm 12's loss); in a model, "
+                    "sum over a range, Σ_{t=1}^{ℓ}, times an Iverson bracket",
+    "grad": "∇ belongs to training algorithms (θ ← θ − η · ∇loss(θ))",
+}
 
 
 def ev_val(f: Frame, e: Expr) -> Val:
