@@ -129,9 +129,10 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def juxt(self, meta: object, ch: list) -> Expr:
         left, right = (c for c in ch if isinstance(c, Expr))
-        if left.op == "name" and left.text in ("log", "\\log"):
-            # `log P[x[t+1], t]`, as the paper writes the loss of Algorithms 11–13: log of the operand.
-            return Expr("call", ((right,), ()), left.pos, "log")
+        if _ends_in_log(left):
+            # `log P[x[t+1], t]`, as the paper writes the loss of Algorithms 11–13: the log of the operand
+            # that follows, also after a sign or a factor (−log P[…], 2 log P[…], a · log P[…]).
+            return _apply_log(left, right)
         return Expr("juxt", (left, right), self.p(meta))
 
     neg = _bin("neg")
@@ -297,6 +298,26 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def for_(self, meta: object, ch: list) -> Tok:
         return Tok("for", "FOR", self.p(meta))
+
+
+# Operators whose last operand ends the term, so that `log` written there takes what follows it.
+_RIGHT_OPERAND = ("neg", "juxt", "matmul", "hadamard", "div", "mod")
+
+
+def _is_log(e: Expr) -> bool:
+    return e.op == "name" and e.text in ("log", "\\log")
+
+
+def _ends_in_log(e: Expr) -> bool:
+    while e.op in _RIGHT_OPERAND:
+        e = e.args[-1]
+    return _is_log(e)
+
+
+def _apply_log(e: Expr, operand: Expr) -> Expr:
+    if _is_log(e):
+        return Expr("call", ((operand,), ()), e.pos, "log")
+    return Expr(e.op, (*e.args[:-1], _apply_log(e.args[-1], operand)), e.pos, e.text)
 
 
 _REL = {"≤": "<=", "\\leq": "<=", "\\le": "<=", "<=": "<=", "≥": ">=", "\\geq": ">=", "\\ge": ">=",

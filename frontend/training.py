@@ -34,6 +34,7 @@ from lark import Tree
 from pseudoformer.errors import AlgError, CompileError, Pos
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt, is_inference, is_training
 from pseudoformer.frontend.errors import HyperparameterError, TrainingError, UnknownNameError
+from pseudoformer.frontend.expressions.builtin_calls import BUILTINS
 from pseudoformer.frontend.modules import Program
 from pseudoformer.frontend.names import did_you_mean, parse_name, unicode_name
 from pseudoformer.frontend.training_loss import loss_algorithm
@@ -250,9 +251,11 @@ class _Check:
         return None
 
     def _is_builtin_of_loss(self, v: Expr) -> bool:
-        """softmax(Model(…)) is the model's line; log(…) or Σ … is a loss."""
-        return not (v.text == "softmax" and len(v.args[0]) == 1 and v.args[0][0].op == "call") and \
-            not self.prog.lookup(self.alg.module, v.text)
+        """P(θ) ← Model(…) or softmax(Model(…)) is the model's line (an unknown Model too, to say so there);
+        loss(θ) = log(…), −Σ … is a loss."""
+        if v.text == "softmax" and len(v.args[0]) == 1 and v.args[0][0].op == "call":
+            return False
+        return v.text in BUILTINS and not self.prog.lookup(self.alg.module, v.text)
 
     def _length(self, s: Stmt) -> None:
         args = s.value.args[0]
