@@ -51,5 +51,5 @@ class LimitError(AlgError):
 
 
 class TrainingError(AlgError):
-    """A training algorithm (the paper's Algorithms 11–13: a gradient step θ ← θ − η·∇loss(θ)), which
-    the compiler cannot run yet."""
+    """A training algorithm (the paper's Algorithms 11–13: a gradient step θ ← θ − η·∇loss(θ)) whose
+    lines are not the shape training runs (frontend/training.py)."""

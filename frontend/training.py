@@ -298,8 +298,8 @@ class _Check:
         ok_q = q.op == "sub" and q.args[0].op == "number" and q.args[0].args[0] == 1 and \
             q.args[1].op == "name" and p.op == "name" and key(q.args[1].text) == key(p.text)
         if not ok_q:
-            self.error(f"the probabilities of the two choices add up to one: … with probability {p.text or 'p_mask'} "
-                       f"or 1 − {p.text or 'p_mask'}", q.pos)
+            self.error(f"the second choice's probability is 1 − {p.text or 'p_mask'}: the probabilities of the two "
+                       "choices add up to one", q.pos)
 
     def _token(self, e: Expr) -> str | int | None:
         if e.op == "number" and isinstance(e.args[0], int):

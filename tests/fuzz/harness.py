@@ -1,4 +1,4 @@
-"""Running mutants of the model files through `pseudoformer check`, in parallel, and judging each outcome.
+"""Running mutants of the model and training files through `pseudoformer check`, in parallel, and judging each outcome.
 
 Every mutant runs in-process (`pseudoformer.cli.main`), in worker processes that each hold their
 own copy of models/ (the mutant replaces its file there, so `use` lines and the .toml beside it are
@@ -29,7 +29,11 @@ from pathlib import Path
 from tests.fuzz.mutations import mutate_config, mutate_source
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
-FILES = sorted(str(p.relative_to(MODELS)) for p in MODELS.rglob("*.alg"))
+# The training algorithms (Algorithms 11–13, over the paper's models and GPT-2, Llama, BERT, BART), copied
+# under training/ beside the models: their `use` lines reach the installed models as from the tests.
+TRAINING = Path(__file__).resolve().parents[1] / "frontend" / "training"
+FILES = sorted(str(p.relative_to(MODELS)) for p in MODELS.rglob("*.alg")) + \
+    sorted(f"training/{p.name}" for p in TRAINING.glob("*.alg"))
 MAX_SECONDS = 5.0  # issue 16's target for the long run (__main__), on an idle machine; not asserted in tests
 HANG_SECONDS = 60  # a mutant still running then is stopped, and fails as a hang
 MEMORY_CAP = 4 << 30  # bytes of address space per worker
@@ -67,6 +71,7 @@ def copy_models(dest: Path) -> Path:
     """models/ with every config at one layer and two heads: the same paths for a fraction of the time."""
     root = dest / "models"
     shutil.copytree(MODELS, root, ignore=shutil.ignore_patterns("__pycache__", "*.py"))
+    shutil.copytree(TRAINING, root / "training")
     for toml in root.rglob("*.toml"):
         text = re.sub(r"(?m)^(L|L_enc|L_dec) = \d+$", r"\1 = 1", toml.read_text(encoding="utf-8"))
         toml.write_text(re.sub(r"(?m)^H = \d+$", "H = 2", text), encoding="utf-8")

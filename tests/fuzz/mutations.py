@@ -15,6 +15,7 @@ from functools import cache
 from pathlib import Path
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
+TRAINING = Path(__file__).resolve().parents[1] / "frontend" / "training"
 
 # A token of the notation: a name with its scripts, a number, or one symbol.
 TOKEN = re.compile(r"[^\W\d]\w*(?:[_^]\{[^{}\s]*\}|[_^]\w)*'*|\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|\\[A-Za-z]+|\S")
@@ -24,7 +25,8 @@ NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 NUMBERS = ["0", "-1", "−1", "−0", "0.5", "1e308", "1e-320", "1e99999", "NaN", "nan", "inf", "∞", "2147483648",
            "18446744073709551616", "9" * 40, "9" * 100, "9" * 101, "9" * 5000, "1" + "0" * 30, "00000000007"]
 KEYWORDS = ["for", "do", "end", "return", "if", "then", "while", "Algorithm", "Input", "Output", "use", "from",
-            "length", "softmax", "exp", "max", "sample", "consisting", "of", "in", "∈", "ℕ", "ℝ", "V"]
+            "length", "softmax", "exp", "max", "sample", "consisting", "of", "in", "∈", "ℕ", "ℝ", "V",
+            "∇", "log", "randomly", "or", "{", "}", "θ"]
 LOOKALIKES = {
     "a": "а", "e": "е", "o": "о", "p": "р", "c": "с", "x": "х", "y": "у", "W": "Ԝ", "X": "Χ", "l": "ӏ",
     "−": "-", "-": "−", "←": "⟵", "ᵀ": "ᵗ", "∈": "ε", "ℝ": "R", "×": "x", "√": "✓", "Σ": "∑", ":": "∶",
@@ -149,7 +151,8 @@ def line_edit(text: str, rng: random.Random) -> Edit:
 
 @cache
 def _donor_lines() -> list[str]:
-    return [line for p in sorted(MODELS.rglob("*.alg")) for line in p.read_text(encoding="utf-8").splitlines()
+    files = sorted(MODELS.rglob("*.alg")) + sorted(TRAINING.glob("*.alg"))
+    return [line for p in files for line in p.read_text(encoding="utf-8").splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
 
 

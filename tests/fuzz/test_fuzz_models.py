@@ -1,4 +1,5 @@
-"""Seeded, grammar-aware fuzzing of every file in models/ (mutations.py): every mutant must end as a
+"""Seeded, grammar-aware fuzzing of every file in models/ and of the training algorithms in
+tests/frontend/training/ (mutations.py): every mutant must end as a
 success or one clean diagnostic, never an internal error or a hang (harness.HANG_SECONDS stops one).
 How long a mutant takes is not asserted here, where other jobs load the machine; the long run,
 `python -m tests.fuzz --mutants 10000`, reports the slowest against issue 16's 5 s target.
@@ -16,6 +17,7 @@ MUTANTS = 3000
 def test_mutants_of_every_model_are_a_success_or_a_clean_diagnostic() -> None:
     outcomes = run_mutants(MUTANTS)
     assert {o.file for o in outcomes} == set(FILES) and len(FILES) >= 11
+    assert sum(f.startswith("training/") for f in FILES) >= 7  # Algorithms 11–13, over the real models too
     bad = [o for o in outcomes if o.problem]
     assert not bad, f"{len(bad)} of {len(outcomes)} mutants went wrong:\n" + "\n".join(map(str, bad[:25]))
     # Mutants that tested nothing would pass too: most must be refused, and some still check.
