@@ -21,7 +21,8 @@ from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.sizes import Size
 from pseudoformer.frontend.statements import run_body
 from pseudoformer.frontend.tensor_ops import ShapeMismatch, show
-from pseudoformer.frontend.training import finish_loss_graph, reduce_training, training_hyperparameters
+from pseudoformer.frontend.training import reduce_training, training_hyperparameters
+from pseudoformer.frontend.training_loss import finish_loss_graph
 from pseudoformer.frontend.values import Builder, MaskDef, NodeLimit, SizeVal, Val
 from pseudoformer.ir import DType, Graph, Op, TensorType
 from pseudoformer.limits import MAX_NODES

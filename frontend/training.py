@@ -26,8 +26,7 @@ CompileError.
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from typing import Any, Literal
 
 from lark import Tree
 
@@ -35,19 +34,15 @@ from pseudoformer.errors import AlgError, CompileError, Pos
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt, is_inference, is_training
 from pseudoformer.frontend.errors import HyperparameterError, TrainingError, UnknownNameError
 from pseudoformer.frontend.expressions.builtin_calls import BUILTINS
+from pseudoformer.frontend.inference import key
 from pseudoformer.frontend.modules import Program
-from pseudoformer.frontend.names import did_you_mean, parse_name, unicode_name
+from pseudoformer.frontend.names import did_you_mean, parse_name
 from pseudoformer.frontend.training_loss import loss_algorithm
+from pseudoformer.frontend.training_masking import check_mask_loop, check_set
 from pseudoformer.frontend.training_plan import MaskingPlan, TrainingPlan
-from pseudoformer.ir import Graph
 
 _SHAPE = ("each example's step is ℓ ← length(x_n), P(θ) ← Model(x_n | θ), loss(θ) = −Σ_{t=1}^{ℓ−1} log "
           "P(θ)[x_n[t+1], t] and θ ← θ − η · ∇loss(θ)")
-
-
-def key(text: str) -> str:
-    """Names compare in their Unicode form, whatever the spelling (\\theta, theta, θ)."""
-    return parse_name(text).key()
 
 
 def training_algorithms(prog: Program) -> list[Algorithm]:
@@ -91,6 +86,14 @@ class _Check:
         self.lines: dict[str, Stmt] = {}  # role → the line: length, mask_loop, set, model, loss, update
         self.masked: str | None = None  # x̃_n as written
         self.funcs: dict[str, str] = {}  # P, loss (keys) → what they are ("model", "loss")
+        # What the lines say, once read (None where a line is missing or wrong, and reported).
+        self.mask_token: str | int | None = None
+        self.p_mask: str | None = None
+        self.set_name: str | None = None  # T̃ as written
+        self.model: Algorithm | None = None
+        self.model_output: Literal["probabilities", "logits"] = "probabilities"
+        self.loss_name = "loss"  # the function the loss line defines, as written
+        self.eta: str | None = None
 
     def error(self, msg: str, pos: Pos, cls: type[AlgError] = TrainingError, notes: tuple[str, ...] = ()) -> None:
         mod = self.alg.module
@@ -228,7 +231,7 @@ class _Check:
 
     def _role(self, s: Stmt) -> str | None:
         if s.kind == "for_range":
-            self._mask_loop(s)
+            check_mask_loop(self, s)
             return "mask_loop"
         if s.kind == "assign" and isinstance(s.target, Tree) and s.target.data == "fn_target":
             fn = str(s.target.children[0])
@@ -243,7 +246,7 @@ class _Check:
                 self._length(s)
                 return "length"
             if v.op == "set":
-                self._set(s)
+                check_set(self, s)
                 return "set"
             if _has(v, "grad"):
                 return "update"
@@ -260,79 +263,10 @@ class _Check:
     def _length(self, s: Stmt) -> None:
         args = s.value.args[0]
         if len(args) != 1 or args[0].op != "name" or key(args[0].text) not in self.members:
-            self.error(f"ℓ is the length of an example: ℓ ← length({self._member_text()})", s.value.pos)
+            self.error(f"ℓ is the length of an example: ℓ ← length({self.member_text()})", s.value.pos)
 
-    def _member_text(self) -> str:
+    def member_text(self) -> str:
         return self.dataset.members[-1].name if self.dataset is not None else "x_n"
-
-    def _mask_loop(self, s: Stmt) -> None:
-        """for t = 1, …, ℓ do  x̃_n[t] ← mask_token or x_n[t] randomly with probability p_mask or 1 − p_mask  end"""
-        inner = [b for b in s.body if b.kind == "random"]
-        for b in s.body:
-            if b is not (inner[0] if inner else None):
-                self.error("the masking loop has one line: x̃_n[t] ← mask_token or x_n[t] randomly with "
-                           "probability p_mask or 1 − p_mask", b.pos)
-        if not inner:
-            self.error("a loop inside the step masks the example: for t = 1, …, ℓ do x̃_n[t] ← mask_token or "
-                       "x_n[t] randomly with probability p_mask or 1 − p_mask end", s.pos)
-            return
-        r = inner[0]
-        t = s.name or "t"
-        tgt = r.target
-        items = tgt.children[1] if len(tgt.children) > 1 else None
-        if tgt.data != "target" or items is None or len(items) != 1 or items[0].op != "name" or \
-                key(items[0].text) != key(t):
-            self.error(f"the masking line sets one position of the masked copy: x̃_n[{t}] ← …", r.pos)
-        else:
-            self.masked = str(tgt.children[0])
-            if key(self.masked) in self.members:
-                self.error(f"the masked copy needs a name of its own (x̃_n), not {self.masked}, which is the "
-                           "example the loss scores", r.pos)
-        token, keep, p, q = r.value.args
-        self.mask_token = self._token(token)
-        if keep.op != "index" or keep.args[0].op != "name" or key(keep.args[0].text) not in self.members or \
-                len(keep.args[1]) != 1 or keep.args[1][0].op != "name" or key(keep.args[1][0].text) != key(t):
-            self.error(f"the other choice keeps the example's token: {self._member_text()}[{t}]", keep.pos)
-        d = self.hyper_decl(p, "the masking probability", "p_mask ∈ (0, 1)")
-        self.p_mask = parse_name(d.name).ascii() if d is not None else None
-        ok_q = q.op == "sub" and q.args[0].op == "number" and q.args[0].args[0] == 1 and \
-            q.args[1].op == "name" and p.op == "name" and key(q.args[1].text) == key(p.text)
-        if not ok_q:
-            self.error(f"the second choice's probability is 1 − {p.text or 'p_mask'}: the probabilities of the two "
-                       "choices add up to one", q.pos)
-
-    def _token(self, e: Expr) -> str | int | None:
-        if e.op == "number" and isinstance(e.args[0], int):
-            return e.args[0]
-        if e.op == "name":
-            return parse_name(e.text).ascii()
-        self.error("the mask token is a token id: a name the config sets (mask_token) or a number", e.pos)
-        return None
-
-    def _set(self, s: Stmt) -> None:
-        """T̃ ← {t ∈ [ℓ] : x̃_n[t] = mask_token}: the masked positions."""
-        var, _bound, cond = s.value.args
-        tgt = s.target
-        if tgt.data != "target" or len(tgt.children) != 1:
-            self.error("the set of masked positions is named: T̃ ← {t ∈ [ℓ] : x̃_n[t] = mask_token}", s.pos)
-            return
-        self.set_name = str(tgt.children[0])
-        ok = cond.op == "compare" and cond.args[1] == ("==",) and len(cond.args[0]) == 2
-        if ok:
-            lhs, rhs = cond.args[0]
-            ok = lhs.op == "index" and lhs.args[0].op == "name" and self.masked is not None and \
-                key(lhs.args[0].text) == key(self.masked) and len(lhs.args[1]) == 1 and \
-                lhs.args[1][0].op == "name" and key(lhs.args[1][0].text) == key(var) and \
-                rhs.op in ("name", "number") and self._same_token(rhs)
-        if not ok:
-            masked = self.masked or "x̃_n"
-            self.error(f"T̃ is the set of masked positions: {{{var} ∈ [ℓ] : {masked}[{var}] = mask_token}}, with "
-                       "the token and the copy of the masking line", cond.pos)
-
-    def _same_token(self, e: Expr) -> bool:
-        want = getattr(self, "mask_token", None)
-        got = e.args[0] if e.op == "number" else parse_name(e.text).ascii()
-        return want is not None and got == want
 
     def _model(self, s: Stmt) -> None:
         """P(θ) ← Model(x_n | θ), P(θ) ← softmax(Model(x_n | θ)), EDTraining: Model(z_n, x_n | θ)."""
@@ -369,7 +303,7 @@ class _Check:
                 key(binds[0].args[0].text) != key(theta):
             self.error(f"the model takes the parameters being trained after `|`, and nothing else: "
                        f"{model.name}(… | {theta})", call.pos)
-        self.model, self.model_call = model, call
+        self.model = model
         out = next(iter(model.output_decls), None)
         kind = out.type.kind if out is not None and out.type is not None else None
         self.model_output = "logits" if wrapped else "probabilities"
@@ -415,7 +349,7 @@ class _Check:
             self.error(f"the step size {d.name} is a real number: declare {d.name} ∈ (0, ∞)", d.pos,
                        HyperparameterError)
         g = grad.args[0]
-        loss = getattr(self, "loss_name", "loss")
+        loss = self.loss_name
         if g.op != "call" or key(g.text) != key(loss) or len(g.args[0]) != 1 or g.args[0][0].op != "name" or \
                 key(g.args[0][0].text) != key(theta) or g.args[1]:
             self.error(f"the gradient is that of the loss defined above, at the parameters: ∇{loss}({theta})", g.pos)
@@ -428,8 +362,7 @@ class _Check:
 
     # ------------------------------------------------------------------ the plan
     def _plan(self, epochs: str) -> tuple[TrainingPlan, Algorithm] | None:
-        model = getattr(self, "model", None)
-        eta = getattr(self, "eta", None)
+        model, eta = self.model, self.eta
         if model is None or eta is None or self.theta is None or self.dataset is None:
             return None
         ds = self.dataset
@@ -441,6 +374,7 @@ class _Check:
         masking = None
         loss_alg = loss_algorithm(self, model)
         if self.masked is not None:
+            assert self.p_mask is not None and self.mask_token is not None and self.set_name is not None
             masking = MaskingPlan(probability=self.p_mask, mask_token=self.mask_token,
                                   masked_input=api(self.masked), target_input=api(ds.members[-1].name),
                                   positions_input=api(self.set_name))
@@ -451,34 +385,6 @@ class _Check:
             loss="masked" if masking else "next_token", masking=masking, optimizer="sgd", learning_rate=eta,
             epochs=epochs, data_count=parse_name(ds.range.dims[0].text).ascii(), pos=self.alg.pos)
         return plan, loss_alg
-
-
-def finish_loss_graph(graph: Graph, plan: TrainingPlan, loss_alg: Algorithm) -> None:
-    """Name the loss graph's interface as the plan does, and check that the loss is one number per example.
-
-    Its parameters take the model's own names (θ.W_e → W_e): θ is all of the model's parameters, so the
-    model's checkpoints and initialisations fit the loss graph as they fit the model's graph. Its inputs
-    drop the example index (x_n → x)."""
-    loss_line = loss_alg.body[-1]
-    (_, out), = graph.outputs
-    if out.type.rank != 1:
-        shape = " × ".join(str(d) for d in out.type.shape[1:])
-        raise CompileError([TrainingError(f"the loss is one number per example, and this one is ℝ^{{{shape}}}; sum "
-                                          "it over the positions, as −Σ_{t=1}^{ℓ−1} log P(θ)[x_n[t+1], t] does",
-                                          loss_line.value.pos, _line(loss_alg, loss_line.pos))])
-    prefix = f"{plan.theta}."
-    for p in graph.params():
-        name = p.attrs["name"]
-        if name.startswith(prefix):
-            p.attrs["name"] = name[len(prefix):]
-    for node, name in zip(graph.inputs, plan.loss_inputs, strict=True):
-        node.attrs["name"] = name
-    graph.meta["training"] = plan.algorithm
-
-
-def _line(alg: Algorithm, pos: Pos) -> str | None:
-    mod = alg.module
-    return mod.line(pos.line) if mod is not None and pos.file == mod.path else None
 
 
 _ROLE_TEXT = {"length": "ℓ ← length(x_n)", "mask_loop": "the masking loop (for t = 1, …, ℓ do)",
@@ -500,28 +406,5 @@ def _has(x: Any, op: str) -> bool:
     return False
 
 
-def describe_training(prog: Program, plan: TrainingPlan, hyper: dict[str, int | float] | None = None) -> str:
-    """One line: `DTraining: trains DTransformer (probabilities) on x, next-token loss, SGD with η = eta
-    for N_epochs epochs`."""
-    alg = next((a for a in prog.entries() if a.name == plan.algorithm), None)
-    shown = {parse_name(d.name).ascii(): re.sub(r"_\{(\w+)\}", r"_\1", unicode_name(d.name))
-             for d in (alg.hyper if alg else [])}
-    values = hyper or {}
-
-    def h(ascii_name: str) -> str:
-        own = shown.get(ascii_name, ascii_name)
-        text = own if own == ascii_name else f"{own} = {ascii_name}"
-        return f"{text} = {values[ascii_name]}" if ascii_name in values else text
-
-    out = f"{plan.algorithm}: trains {plan.model} ({plan.model_output}) on {', '.join(plan.data)}, "
-    if plan.masking is not None:
-        m = plan.masking
-        token = m.mask_token if isinstance(m.mask_token, int) else h(m.mask_token)
-        out += f"masked loss ({token} with probability {h(m.probability)})"
-    else:
-        out += "next-token loss"
-    return out + f", SGD with {h(plan.learning_rate)} for {h(plan.epochs)} epochs"
-
-
-__all__ = ["describe_training", "finish_loss_graph", "plan_training", "reduce_training", "training_algorithms",
+__all__ = ["plan_training", "reduce_training", "training_algorithms",
            "training_hyperparameters"]

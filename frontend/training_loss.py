@@ -24,8 +24,12 @@ from typing import Any
 
 from lark import Tree
 
+from pseudoformer.errors import CompileError, Pos
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt, Type
+from pseudoformer.frontend.errors import TrainingError
 from pseudoformer.frontend.names import parse_name
+from pseudoformer.frontend.training_plan import TrainingPlan
+from pseudoformer.ir import Graph
 
 
 def loss_algorithm(check: Any, model: Algorithm) -> Algorithm:
@@ -108,3 +112,31 @@ def _rewrite(x: Any, fn: Callable[[Expr], Expr]) -> Any:
     if isinstance(x, tuple):
         return tuple(_rewrite(y, fn) for y in x)
     return x
+
+
+def finish_loss_graph(graph: Graph, plan: TrainingPlan, loss_alg: Algorithm) -> None:
+    """Name the loss graph's interface as the plan does, and check that the loss is one number per example.
+
+    Its parameters take the model's own names (θ.W_e → W_e): θ is all of the model's parameters, so the
+    model's checkpoints and initialisations fit the loss graph as they fit the model's graph. Its inputs
+    drop the example index (x_n → x)."""
+    loss_line = loss_alg.body[-1]
+    (_, out), = graph.outputs
+    if out.type.rank != 1:
+        shape = " × ".join(str(d) for d in out.type.shape[1:])
+        raise CompileError([TrainingError(f"the loss is one number per example, and this one is ℝ^{{{shape}}}; sum "
+                                          "it over the positions, as −Σ_{t=1}^{ℓ−1} log P(θ)[x_n[t+1], t] does",
+                                          loss_line.value.pos, _line(loss_alg, loss_line.pos))])
+    prefix = f"{plan.theta}."
+    for p in graph.params():
+        name = p.attrs["name"]
+        if name.startswith(prefix):
+            p.attrs["name"] = name[len(prefix):]
+    for node, name in zip(graph.inputs, plan.loss_inputs, strict=True):
+        node.attrs["name"] = name
+    graph.meta["training"] = plan.algorithm
+
+
+def _line(alg: Algorithm, pos: Pos) -> str | None:
+    mod = alg.module
+    return mod.line(pos.line) if mod is not None and pos.file == mod.path else None

@@ -25,8 +25,8 @@ from pseudoformer.frontend.inference import (
     plan_inference,
 )
 from pseudoformer.frontend.modules import load_program
-from pseudoformer.frontend.training import describe_training, plan_training, training_hyperparameters
-from pseudoformer.frontend.training_plan import TrainingPlan
+from pseudoformer.frontend.training import plan_training, training_hyperparameters
+from pseudoformer.frontend.training_plan import TrainingPlan, describe_training
 from pseudoformer.inputs import check_inputs, token_bounds
 from pseudoformer.ir import Graph
 from pseudoformer.limits import MAX_NODES

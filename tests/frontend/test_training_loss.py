@@ -92,3 +92,20 @@ def test_the_bert_loss_is_the_cross_entropy_at_the_masked_positions() -> None:
     # The positions left unmasked do not count: scoring every position gives another number.
     everything = loss.run(**{**feed, plan.masking.positions_input: np.ones_like(masked)})["loss"]
     assert np.all(everything > got + 1.0)
+
+
+def test_an_hf_checkpoint_loads_onto_the_loss_graph_and_gives_hfs_loss(tmp_path: Path) -> None:
+    """The loss graph's parameters carry GPT-2's own names, so `--weights DIR` of a HF GPT-2 checkpoint
+    fills them (no parameter group in the way), and the loss is HF's: its labels loss is the mean over
+    the ℓ − 1 predicted tokens of the batch, ours the sum per example."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(n_layer=2, n_head=2, n_embd=16, vocab_size=50, n_positions=16,
+                                    bos_token_id=0, eos_token_id=0)).eval()
+    hf.save_pretrained(tmp_path)
+    loss = load(HERE / "dtraining_gpt2.alg", weights=tmp_path)
+    x = np.random.default_rng(5).integers(0, 50, (2, 8))
+    with torch.no_grad():
+        want = hf(torch.from_numpy(x), labels=torch.from_numpy(x)).loss.item()
+    np.testing.assert_allclose(loss.run(x=x)["loss"].sum() / (2 * 7), want, rtol=1e-5)
