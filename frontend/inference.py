@@ -19,6 +19,7 @@ Every line that departs from it is reported where it is, all in one CompileError
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from pseudoformer.errors import AlgError, CompileError, Pos
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt, is_inference
@@ -244,9 +245,10 @@ def _target_name(s: Stmt) -> str | None:
     return str(t.children[0])
 
 
-def describe_plan(prog: Program, plan: GenerationPlan, hyper: dict[str, int | float] | None = None) -> str:
-    """One line: `DInference: samples from GPT2 (logits), τ = tau, ℓ_gen = ell_gen new tokens`."""
-    alg = next((a for a in prog.entries() if a.name == plan.algorithm), None)
+def hyper_shown(prog: Program, algorithm: str, hyper: dict[str, int | float] | None) -> Callable[[str], str]:
+    """How a plan's one-line description shows the hyperparameter of a config key: `τ = tau`, with its
+    value where the config gives one (`τ = tau = 1.0`)."""
+    alg = next((a for a in prog.entries() if a.name == algorithm), None)
     # As the paper prints them, whichever spelling the file uses: \ell_{gen} shows as ℓ_gen.
     shown = {parse_name(d.name).ascii(): re.sub(r"_\{(\w+)\}", r"_\1", unicode_name(d.name))
              for d in (alg.hyper if alg else [])}
@@ -257,6 +259,12 @@ def describe_plan(prog: Program, plan: GenerationPlan, hyper: dict[str, int | fl
         text = own if own == ascii_name else f"{own} = {ascii_name}"
         return f"{text} = {values[ascii_name]}" if ascii_name in values else text
 
+    return h
+
+
+def describe_plan(prog: Program, plan: GenerationPlan, hyper: dict[str, int | float] | None = None) -> str:
+    """One line: `DInference: samples from GPT2 (logits), τ = tau, ℓ_gen = ell_gen new tokens`."""
+    h = hyper_shown(prog, plan.algorithm, hyper)
     out = f"{plan.algorithm}: samples from {plan.model} ({plan.model_output})"
     if plan.encoder_input:
         out += f" given {plan.encoder_input}"

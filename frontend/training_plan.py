@@ -14,13 +14,12 @@ masked positions float32 [batch, ℓ] (1 where x̃[t] is the mask token, 0 elsew
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from pseudoformer.errors import Pos
+from pseudoformer.frontend.inference import hyper_shown
 from pseudoformer.frontend.modules import Program
-from pseudoformer.frontend.names import parse_name, unicode_name
 
 
 @dataclass(frozen=True)
@@ -75,16 +74,7 @@ class TrainingPlan:
 def describe_training(prog: Program, plan: TrainingPlan, hyper: dict[str, int | float] | None = None) -> str:
     """One line: `DTraining: trains DTransformer (probabilities) on x, next-token loss, SGD with η = eta
     for N_epochs epochs`."""
-    alg = next((a for a in prog.entries() if a.name == plan.algorithm), None)
-    shown = {parse_name(d.name).ascii(): re.sub(r"_\{(\w+)\}", r"_\1", unicode_name(d.name))
-             for d in (alg.hyper if alg else [])}
-    values = hyper or {}
-
-    def h(ascii_name: str) -> str:
-        own = shown.get(ascii_name, ascii_name)
-        text = own if own == ascii_name else f"{own} = {ascii_name}"
-        return f"{text} = {values[ascii_name]}" if ascii_name in values else text
-
+    h = hyper_shown(prog, plan.algorithm, hyper)
     out = f"{plan.algorithm}: trains {plan.model} ({plan.model_output}) on {', '.join(plan.data)}, "
     if plan.masking is not None:
         m = plan.masking
