@@ -21,7 +21,7 @@ __all__ = ["LEVELS", "PIPELINES", "Pass", "PassContext", "named_pipeline", "pass
 
 
 def _registry() -> dict[str, Pass]:
-    from pseudoformer.passes import backend_prep, generation_passes, quantize
+    from pseudoformer.passes import backend_prep, contrib_ops, generation_passes, quantize
     from pseudoformer.passes.cse import cse
     from pseudoformer.passes.fusions import fuse_attention, fuse_gelu, fuse_norms, fuse_rotary, fuse_swiglu
     from pseudoformer.passes.head_batching import batch_heads
@@ -44,6 +44,7 @@ def _registry() -> dict[str, Pass]:
         Pass("layout", plain(to_row_major),
              "the paper's features × positions → row-major [batch, positions, features], X·Wᵀ matmuls"),
         *backend_prep.PASSES,
+        *contrib_ops.PASSES,
         *quantize.PASSES,
         *generation_passes.PASSES,
     ]
@@ -63,6 +64,8 @@ LEVELS: dict[int, list[str]] = {
 PIPELINES: dict[str, list[str]] = {
     # ONNX opset ≥ 23 (the Attention op); before, only the decompositions and precision apply
     "onnx": ["cache_fusion", "packed_heads", "decompose", "float16"],
+    # onnxruntime's com.microsoft kernels (--contrib-ops), after "onnx": each fused op is one ONNX node
+    "onnx-contrib": ["group_query_attention_fusion", "skip_norm_fusion"],
     "tvm": ["decompose", "float16", "fold_constants"],
     "padding": ["padding_mask"],
     # weight quantization (--quantize), on the -O2 graph before generation derives its decoder from it

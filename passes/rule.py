@@ -3,6 +3,10 @@
 As in onnxscript's rewriter, a rule lives in its own module (passes/rules/), opens with the formula it
 matches, and says why it refused when the check fails — `pseudoformer inspect --refusals` shows those
 reasons. A rule sees each node with its operands already rewritten and the graph's use counts.
+
+A rewrite returns the node's replacement, or (replacement, {id(node): replacement}) when the fused op
+also stands for nodes the walk reaches later (a skip norm, matched at the residual sum, is also the norm
+that reads it): those are replaced when they come, whatever their operands have become.
 """
 
 from __future__ import annotations
@@ -36,14 +40,17 @@ class Rule:
     name: str
     # match(node, src, ctx) → a match object or None; check(match, ctx) → None or why not; rewrite → new node
     match: Callable[[Node, tuple[Node, ...], Context], Any]
-    rewrite: Callable[[Any, Node], Node]
+    rewrite: Callable[[Any, Node], Node | tuple[Node, dict[int, Node]]]
     check: Callable[[Any, Context], str | None] = lambda m, ctx: None
 
 
 def apply_rules(graph: Graph, rules: list[Rule], refusals: list | None = None) -> tuple[Graph, bool]:
     ctx = Context(graph.consumers())
+    later: dict[int, Node] = {}  # id(input-graph node) → what an earlier rewrite replaced it with
 
     def visit(n: Node, src: tuple[Node, ...]) -> Node | None:
+        if id(n) in later:
+            return later.pop(id(n))
         for r in rules:
             m = r.match(n, src, ctx)
             if m is None:
@@ -52,7 +59,11 @@ def apply_rules(graph: Graph, rules: list[Rule], refusals: list | None = None) -
             if why is not None:
                 ctx.refusals.append((r.name, why, n.span))
                 continue
-            return r.rewrite(m, n)
+            out = r.rewrite(m, n)
+            if isinstance(out, tuple):
+                out, also = out
+                later.update(also)
+            return out
         return None
 
     out = rebuild(graph, visit, ctx.origins)

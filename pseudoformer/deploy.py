@@ -160,29 +160,24 @@ NO_TVM_QUANTIZATION = ("--quantize is not supported on the tvm backend yet (it h
 def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,
           padding_mask: bool = False, whole: bool = True, functions: bool = False,
           quantize: QuantizeOptions | None = None, contrib_ops: bool = False) -> Any:
-    """The optimised model as an onnx.ModelProto; with whole=False as a LoweredModel (graph + arrays)."""
+    """The optimised model as an onnx.ModelProto; with whole=False as a LoweredModel (graph + arrays).
+    One pipeline of passes (backends/pipeline.py) takes the model's graph to the one lowered."""
     from pseudoformer.backends.onnx import BackendError
-    from pseudoformer.backends.onnx.lower import lower_model
-    from pseudoformer.optimize import optimize
-    from pseudoformer.passes.manager import named_pipeline, run_passes
+    from pseudoformer.backends.onnx.compile import lower_model
+    from pseudoformer.backends.options import CompileOptions
+    from pseudoformer.optimize import check_level, debugging
     from pseudoformer.passes.padding_mask import PaddingMaskError
 
+    check_level(opt_level)
     metadata = model_metadata(model, opt_level)
-    graph = optimize(model.graph, opt_level)
-    if padding_mask:
-        try:
-            graph = run_passes(graph, named_pipeline("padding"))
-        except PaddingMaskError as e:
-            raise UsageError(f"--padding-mask: {e}") from None
-    weights = model.weights
     if quantize is not None:
-        from pseudoformer.quantization import quantize_model_graph
-
-        graph, weights = quantize_model_graph(graph, weights, quantize)
         metadata["quantization"] = quantize.describe()
+    options = CompileOptions(opt_level=opt_level, padding_mask=padding_mask, quantize=quantize, dtype=dtype,
+                             contrib_ops=contrib_ops, opset=opset, functions=functions, metadata=metadata)
     try:
-        lowered = lower_model(graph, weights, dtype=dtype, opset=opset, metadata=metadata, functions=functions,
-                              contrib_ops=contrib_ops)
+        lowered = lower_model(model.graph, model.weights, options, verify=debugging())
+    except PaddingMaskError as e:
+        raise UsageError(f"--padding-mask: {e}") from None
     except BackendError as e:
         raise UsageError(str(e)) from None
     return lowered.to_proto() if whole else lowered

@@ -14,22 +14,26 @@ from pseudoformer.passes.pass_base import PassContext
 DEFAULT_LEVEL = 2
 
 
-def _check_level(level: int) -> None:
+def check_level(level: int) -> None:
     if level not in LEVELS:
         raise UsageError(f"no optimisation level -O{level} (choose {', '.join(f'-O{k}' for k in LEVELS)})")
 
 
 def optimize(graph: Graph, level: int = DEFAULT_LEVEL, *, debug: bool | None = None) -> Graph:
     """Run the level's passes; with debug (or PSEUDOFORMER_DEBUG=1) verify the IR after each one."""
-    _check_level(level)
-    check = bool(os.environ.get("PSEUDOFORMER_DEBUG")) if debug is None else debug
-    return run_passes(graph, pipeline(level), check=check)
+    check_level(level)
+    return run_passes(graph, pipeline(level), check=debugging() if debug is None else debug)
+
+
+def debugging() -> bool:
+    """Whether to verify the IR after every pass (PSEUDOFORMER_DEBUG=1)."""
+    return bool(os.environ.get("PSEUDOFORMER_DEBUG"))
 
 
 def refusals(graph: Graph, level: int = DEFAULT_LEVEL) -> list[Note]:
     """Why each fusion the level's passes matched was refused, once per place and reason, in source order.
     A head or norm written one way that did not fuse stays as written: correct, but slower."""
-    _check_level(level)
+    check_level(level)
     ctx = PassContext()
     run_passes(graph, pipeline(level), ctx=ctx)
     seen: dict[tuple[str, str, str], Note] = {}
@@ -56,7 +60,7 @@ def describe_passes() -> str:
 
 def trace(graph: Graph, level: int) -> list[tuple[Pass, Graph]]:
     """The graph after each pass application of the level's pipeline, in order."""
-    _check_level(level)
+    check_level(level)
     out: list[tuple[Pass, Graph]] = []
     run_passes(graph, pipeline(level), check=True, after=lambda p, g, changed: out.append((p, g)))
     return out

@@ -1,24 +1,21 @@
 """Weight quantization as the API and the command line take it: `quantize="int4"` or `--quantize int8`.
 
-The pass itself is passes/quantize.py; this reads the options (checking them as a user's input),
-and runs the pass on an optimised graph, for compile and for generation alike.
+The pass itself is passes/quantize.py, in the pipeline backends/pipeline.py assembles; this reads the
+options, checking them as a user's input, for compile and for generation alike.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pseudoformer.errors import UsageError
 
 if TYPE_CHECKING:  # the command line reads its arguments without importing the passes
-    import numpy as np
 
-    from pseudoformer.ir import Graph
     from pseudoformer.passes.quantize import QuantizeOptions
 
-__all__ = ["add_arguments", "from_arguments", "options", "quantize_model_graph"]
+__all__ = ["add_arguments", "from_arguments", "options"]
 
 KINDS = {"int4": 4, "int8": 8}
 
@@ -52,17 +49,6 @@ def options(quantize: str | QuantizeOptions | None, *, block_size: int | None = 
     if problems:
         raise UsageError("--quantize: " + "; ".join(problems))
     return opts
-
-
-def quantize_model_graph(graph: Graph, weights: Mapping[str, np.ndarray], opts: QuantizeOptions,
-                         ) -> tuple[Graph, dict[str, np.ndarray]]:
-    """An optimised graph with its weight matmuls quantized (the manager's "quantize" pipeline)."""
-    from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
-
-    ctx = PassContext(weights=dict(weights), quantize=opts)
-    graph = run_passes(graph, named_pipeline("quantize"), ctx=ctx)
-    assert ctx.weights is not None
-    return graph, ctx.weights
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -56,14 +56,12 @@ def _free_prefix(prefix: str, taken: set[str]) -> str:
 class Emitter:
     """Lowers one graph: `vals` holds each IR node's ONNX value (a name, or names for a tuple)."""
 
-    def __init__(self, graph: Graph, opset: int, contrib_ops: bool = False) -> None:
+    def __init__(self, graph: Graph, opset: int) -> None:
         self.graph = graph
         self.opset = opset
-        self.contrib_ops = contrib_ops  # onnxruntime's com.microsoft kernels where they compute the same
         # Symbolic dims whose size is a graph input rather than a tensor's Shape: the cache's past length
         # when the cache lives in buffers longer than it (lower.py, kv_buffers).
         self.sizes: dict[str, str] = {}
-        self.consumers = graph.consumers()
         self.nodes: list[onnx.NodeProto] = []
         # With local functions, the call each node is in (`region` when it was emitted): constants
         # and shapes are then shared within a call only, so that every call computes its own.
@@ -88,8 +86,12 @@ class Emitter:
         # A node that is a graph output computes straight into the output's name: no Identity copy
         # (a step's present keys and values, which are large, above all).
         self.output_of: dict[int, str] = {}
+        # ... and so does a result of an op with several, where a `get` of it is a graph output.
+        self.result_output: dict[tuple[int, int], str] = {}
         for name, n in graph.outputs:
             self.output_of.setdefault(id(n), name)
+            if n.op is Op.GET:
+                self.result_output[id(n.src[0]), n.attrs["index"]] = name
 
     # ---- where the next values go
 
@@ -100,12 +102,8 @@ class Emitter:
     def result_names(self, n: Node, count: int) -> list[str]:
         """The values of an op with `count` results: each a graph output's name where a `get` of it is one.
         Call it before emitting the op's helpers, whose names would otherwise take the same numbers."""
-        names = [f"{self.out}.{i}" for i in range(count)]
         self.k = max(self.k, count - 1)  # helpers emitted after this are numbered past the results
-        for u in self.consumers.of(n):
-            if u.op is Op.GET and id(u) in self.output_of:
-                names[u.attrs["index"]] = self.output_of[id(u)]
-        return names
+        return [self.result_output.get((id(n), i), f"{self.out}.{i}") for i in range(count)]
 
     # ---- emitting
 

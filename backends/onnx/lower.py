@@ -1,10 +1,11 @@
-"""Lowering an IR graph to an ONNX ModelProto: the backend's pipeline of passes, then one lowering per node.
+"""Lowering an IR graph to an ONNX ModelProto, one lowering per node.
 
-The pipeline (passes/manager.py, "onnx") fuses cached attention and packs heads where the opset has
-the Attention op, decomposes what no lowering here accepts (lowerings/), and, for a float16 model,
-runs the float16 pass; the graph that comes out is lowered node by node, each by the lowering
-registered for its op, through the Emitter (emitter.py). The weights stay numpy arrays beside the
-model (LoweredModel), which save.py streams into the file.
+The graph comes prepared by its pipeline of passes (backends/pipeline.py; compile.py runs it): cached
+attention fused and heads packed where the opset has the Attention op, what no lowering here accepts
+(lowerings/) decomposed, float16 for a float16 model, and onnxruntime's kernels with contrib ops. Each
+node is lowered by the lowering registered for its op, through the Emitter (emitter.py), and no lowering
+looks beyond its node. The weights stay numpy arrays beside the model (LoweredModel), which save.py
+streams into the file.
 """
 
 from __future__ import annotations
@@ -18,13 +19,12 @@ from onnx import TensorProto, helper
 from pseudoformer.backends.onnx.calls import plan_calls
 from pseudoformer.backends.onnx.emitter import ELEM, NUMPY, Emitter, value_info
 from pseudoformer.backends.onnx.functions import DOMAIN, DOMAIN_VERSION, to_functions
-from pseudoformer.backends.onnx.lowerings import LOWERINGS, accepts
-from pseudoformer.backends.onnx.lowerings.group_query_attention import buffered_cache_dim
+from pseudoformer.backends.onnx.lowerings import LOWERINGS
+from pseudoformer.backends.options import CompileOptions
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.ops import Op
 from pseudoformer.ir.types import DType, TensorType
-from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
 from pseudoformer.version import __version__
 
 # Opset 24: the newest at which onnxruntime (1.32) has a kernel for every op we write. Attention changed
@@ -40,76 +40,22 @@ MAX_OPSET = 26
 # Weights up to this size are real initializers in the checker's copy of a model, bigger ones typed inputs.
 _INLINE_CHECK_BYTES = 1024
 
-def to_onnx(
-    graph: Graph,
-    params: Mapping[str, np.ndarray],
-    *,
-    opset: int | None = None,
-    ir_version: int | None = None,
-    dtype: str = "float32",
-    metadata: Mapping[str, str] | None = None,
-    check: bool = True,
-    functions: bool = False,
-    contrib_ops: bool = False,
-    kv_buffers: str | None = None,
-) -> onnx.ModelProto:
-    """Lower `graph` with weights `params` (keyed by PARAM name) to an ONNX model.
+def lower_prepared(graph: Graph, params: Mapping[str, np.ndarray], options: CompileOptions,
+                   sizes: Mapping[str, str] | None = None) -> LoweredModel:
+    """`graph`, prepared by its pipeline of passes (backends/onnx/compile.py), lowered node by node to
+    a LoweredModel: the ModelProto without initializers, and the weights (`params`, by PARAM name).
 
     `ir_version` defaults to the lowest IR version that can carry `opset` (12 for opset 24): onnx
-    1.23 would otherwise stamp IR 14, which onnxruntime 1.31 refuses to load.
-
-    With dtype="float16" the weights are stored in fp16 and the model computes in fp16, except
-    reductions, softmaxes and the values only they use, which compute in fp32 (passes/float16.py).
-    Inputs keep their declared types (float inputs stay float32 and are cast inside); float
-    outputs are float16.
-
-    With functions=True each algorithm call is an ONNX local function (functions.py). With
-    contrib_ops=True, onnxruntime's com.microsoft kernels replace standard ops where they compute the
-    same and were measured faster (GroupQueryAttention); the model then runs on onnxruntime only.
-
-    The whole model in one ModelProto; lower_model gives it as graph and arrays, which save_model
-    writes without ever holding the weights in a protobuf.
+    1.23 would otherwise stamp IR 14, which onnxruntime 1.31 refuses to load. `sizes` names the
+    run-time dims that are int64 [1] graph inputs rather than read off a tensor's Shape (the cache's
+    past length when the cache lives in buffers longer than it: options.kv_buffers).
     """
-    return lower_model(graph, params, opset=opset, ir_version=ir_version, dtype=dtype, metadata=metadata,
-                       check=check, functions=functions, contrib_ops=contrib_ops, kv_buffers=kv_buffers).to_proto()
-
-
-def lower_model(
-    graph: Graph,
-    params: Mapping[str, np.ndarray],
-    *,
-    opset: int | None = None,
-    ir_version: int | None = None,
-    dtype: str = "float32",
-    metadata: Mapping[str, str] | None = None,
-    check: bool = True,
-    functions: bool = False,
-    contrib_ops: bool = False,
-    kv_buffers: str | None = None,
-) -> LoweredModel:
-    """to_onnx's model as a LoweredModel: the ModelProto without initializers, and the weights.
-
-    kv_buffers (with contrib_ops, for a derived decode step): the name of an int64 [1] input that gives
-    the cache's past length, so that the past keys and values can be buffers of any greater length that
-    GroupQueryAttention appends to in place, each bound as both a past input and its present output
-    (generation/runtimes.py). A BackendError says why a graph cannot.
-    """
-    opset = DEFAULT_OPSET if opset is None else opset
-    top = min(MAX_OPSET, onnx.defs.onnx_opset_version())
-    if not MIN_OPSET <= opset <= top:
-        raise BackendError(
-            f"opset {opset} is not supported: pick one from {MIN_OPSET} to {top}"
-        )
-    if dtype not in ("float32", "float16"):
-        raise BackendError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
+    opset = checked_opset(options)
+    ir_version = options.ir_version
     if ir_version is None:
         ir_version = helper.find_min_ir_version_for([helper.make_opsetid("", opset)])
-    _check_names(graph)
-    graph = prepare(graph, opset, dtype)
     weights = _weights(graph, params)
-    if kv_buffers is not None and not contrib_ops:
-        raise BackendError("a cache in buffers needs contrib_ops (onnxruntime's GroupQueryAttention)")
-    proto, local = _lower_graph(graph, opset, weights if functions else None, contrib_ops, kv_buffers)
+    proto, local = _lower_graph(graph, opset, weights if options.functions else None, dict(sizes or {}))
     imports = _imports([*proto.node, *(n for f in local for n in f.node)], opset)
     if local:
         imports.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
@@ -121,15 +67,30 @@ def lower_model(
         producer_name="pseudoformer",
         producer_version=__version__,
     )
-    props = {"pseudoformer_version": __version__, **(metadata or {})}
+    props = {"pseudoformer_version": __version__, **(options.metadata or {})}
     helper.set_model_props(model, {str(k): str(v) for k, v in props.items()})
     lowered = LoweredModel(model, weights)
-    if check:
+    if options.check:
         try:
             check_structure(lowered)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
             raise BackendError(f"the lowered model fails the ONNX checker (a lowering bug): {e}") from e
     return lowered
+
+
+def checked_opset(options: CompileOptions) -> int:
+    """The opset the options ask for, once it is known to be one this backend writes (else a BackendError)."""
+    opset = DEFAULT_OPSET if options.opset is None else options.opset
+    top = min(MAX_OPSET, onnx.defs.onnx_opset_version())
+    if not MIN_OPSET <= opset <= top:
+        raise BackendError(
+            f"opset {opset} is not supported: pick one from {MIN_OPSET} to {top}"
+        )
+    if options.dtype not in ("float32", "float16"):
+        raise BackendError(f"dtype must be 'float32' or 'float16', got {options.dtype!r}")
+    if options.kv_buffers is not None and not options.contrib_ops:
+        raise BackendError("a cache in buffers needs contrib_ops (onnxruntime's GroupQueryAttention)")
+    return opset
 
 
 class LoweredModel:
@@ -212,7 +173,7 @@ def _fill_tensor(t: onnx.TensorProto, name: str, arr: np.ndarray) -> None:
     t.raw_data = arr.tobytes()
 
 
-def _check_names(graph: Graph) -> None:
+def check_names(graph: Graph) -> None:
     inputs = [n.attrs["name"] for n in graph.inputs]
     params = {p.attrs["name"] for p in graph.params()}
     clash = [name for name, _ in graph.outputs if name in inputs or name in params]
@@ -220,15 +181,6 @@ def _check_names(graph: Graph) -> None:
     if clash:
         # ONNX names each value once, so an output cannot share a name with an input or weight.
         raise BackendError(f"names used twice among inputs, outputs and parameters: {', '.join(clash)}")
-
-
-def prepare(graph: Graph, opset: int, dtype: str = "float32") -> Graph:
-    """`graph` as this backend lowers it: the "onnx" pipeline of passes at this opset and dtype."""
-    skip = set() if opset >= 23 else {"cache_fusion", "packed_heads"}  # both make Attention ops (opset 23)
-    if dtype != "float16":
-        skip.add("float16")
-    ctx = PassContext(accepts=lambda n: accepts(n, opset))
-    return run_passes(graph, named_pipeline("onnx", skip), ctx=ctx)
 
 
 def _weights(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -249,16 +201,14 @@ def _weights(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[str, np.nda
     return out
 
 
-def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | None = None,
-                 contrib_ops: bool = False, kv_buffers: str | None = None
-                 ) -> tuple[onnx.GraphProto, list[onnx.FunctionProto]]:
+def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | None,
+                 sizes: dict[str, str]) -> tuple[onnx.GraphProto, list[onnx.FunctionProto]]:
     """The graph, and with `weights` (the initializers' names) given, its calls as local functions."""
-    e = Emitter(graph, opset, contrib_ops)
+    e = Emitter(graph, opset)
     plan = plan_calls(graph) if weights is not None else None
     inputs = [value_info(n.attrs["name"], ELEM[n.dtype], n.type) for n in graph.inputs]
-    if kv_buffers is not None:
-        e.sizes[buffered_cache_dim(graph)] = kv_buffers
-        inputs.append(value_info(kv_buffers, TensorProto.INT64, TensorType(DType.int64, (1,))))
+    e.sizes.update(sizes)
+    inputs += [value_info(name, TensorProto.INT64, TensorType(DType.int64, (1,))) for name in sizes.values()]
     for i, n in enumerate(graph.nodes()):
         if n.op in (Op.INPUT, Op.PARAM):
             e.vals[id(n)] = n.attrs["name"]  # tied weights: every PARAM of a name reads one initializer
@@ -282,8 +232,6 @@ def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | N
         if e.value(n) != name:  # already computed under its output name, or a copy is needed
             e.emit("Identity", [e.value(n)], out=name)
         outputs.append(value_info(name, ELEM[n.dtype], n.type))
-    if contrib_ops:
-        _drop_unread(e, [name for name, _ in graph.outputs])
     flat = helper.make_graph(e.nodes, str(graph.meta.get("entry", "pseudoformer")), inputs, outputs,
                              value_info=e.value_info)
     if plan is None or weights is None:
@@ -298,23 +246,6 @@ def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | N
         if n.op not in (Op.INPUT, Op.PARAM) and isinstance(name, str) and isinstance(n.type, TensorType):
             known.setdefault(name, value_info(name, ELEM[n.dtype], n.type))
     return to_functions(flat, e.owner, plan, types, list(known.values()), _imports(flat.node, opset))
-
-
-def _drop_unread(e: Emitter, outputs: list[str]) -> None:
-    """Remove the nodes no output depends on: a kernel that takes a value's producers' inputs itself
-    (GroupQueryAttention reading the packed projection and the rotation's tables, not the rotated
-    slices) leaves the lowered producers unread."""
-    needed, keep = set(outputs), [False] * len(e.nodes)
-    for i in range(len(e.nodes) - 1, -1, -1):
-        node = e.nodes[i]
-        if any(o in needed for o in node.output):
-            keep[i] = True
-            needed.update(x for x in node.input if x)
-    if all(keep):
-        return
-    e.nodes[:] = [n for n, k in zip(e.nodes, keep, strict=True) if k]
-    e.owner[:] = [o for o, k in zip(e.owner, keep, strict=True) if k]
-    e.value_info[:] = [v for v in e.value_info if v.name in needed]
 
 
 def _imports(nodes: Sequence[onnx.NodeProto], opset: int) -> list[onnx.OperatorSetIdProto]:

@@ -70,6 +70,10 @@ class Op(enum.Enum):
     CACHED_ATTENTION = "cached_attention"
     SWIGLU = "swiglu"
     ROTARY = "rotary"
+    # onnxruntime's contrib kernels, made by the onnx-contrib pipeline (fused_kernels.py)
+    SKIP_RMS_NORM = "skip_rms_norm"
+    SKIP_LAYER_NORM = "skip_layer_norm"
+    GROUP_QUERY_ATTENTION = "group_query_attention"
     # block-quantized weights, made by the quantize pass (quantized.py)
     MATMUL_NBITS = "matmul_nbits"
     GATHER_NBITS = "gather_nbits"

@@ -56,8 +56,10 @@ class Generator:
                  output: str | None = None, model_output: str = "logits", backend: str = "onnx",
                  opt_level: int = 2, cache: bool = True, threads: int | None = None, provider: str = "cpu",
                  quantize: QuantizeOptions | None = None, contrib_ops: bool = False) -> None:
+        from pseudoformer.backends.options import CompileOptions
+        from pseudoformer.backends.pipeline import model_passes, run
         from pseudoformer.deploy import NO_TVM_QUANTIZATION
-        from pseudoformer.optimize import optimize
+        from pseudoformer.optimize import check_level, debugging
 
         if backend not in BACKENDS:
             raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
@@ -66,6 +68,7 @@ class Generator:
             raise UsageError(NO_TVM_QUANTIZATION)
         if contrib_ops and backend != "onnx":
             raise UsageError("--contrib-ops is for the onnx backend (onnxruntime's com.microsoft kernels)")
+        check_level(opt_level)
         if cache and opt_level < 2:
             raise UsageError(f"the key/value cache is derived from fused attention, which -O{opt_level} does not "
                              "make: generate at -O2, or without the cache")
@@ -75,13 +78,11 @@ class Generator:
             raise UsageError(f"{model.entry} has no output {self.output!r} (it has {', '.join(names)})")
         self.model, self.decoder_input, self.encoder_input = model, decoder_input, encoder_input
         self.model_output, self.cache = model_output, cache
-        graph = optimize(model.graph, opt_level)
-        # Quantized before the decoder is derived: prefill, step and uncached runs read the same weights.
-        self.weights = model.weights
-        if quantize is not None:
-            from pseudoformer.quantization import quantize_model_graph
-
-            graph, self.weights = quantize_model_graph(graph, model.weights, quantize)
+        # The model's passes of a compile (backends/pipeline.py): the level's, then quantization, before
+        # the decoder is derived, so that prefill, step and uncached runs read the same weights.
+        options = CompileOptions(opt_level=opt_level, quantize=quantize)
+        graph, self.weights = run(model.graph, model_passes(options), weights=model.weights, options=options,
+                                  check=debugging())
         seq = graph.input(decoder_input).shape[1]
         self.positions = seq
         limit = model.graph.meta.get("limits", {}).get(seq)

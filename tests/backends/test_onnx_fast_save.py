@@ -18,7 +18,8 @@ from onnx_cases import I64, assert_matches, block, block_inputs, block_params, i
 import pseudoformer
 from pseudoformer.backends.onnx import DEFAULT_OPSET, BackendError, OnnxRunner, save_model
 from pseudoformer.backends.onnx import save as save_module
-from pseudoformer.backends.onnx.lower import LoweredModel, check_structure, lower_model, to_onnx
+from pseudoformer.backends.onnx.compile import lower_model, to_onnx
+from pseudoformer.backends.onnx.lower import LoweredModel, check_structure
 from pseudoformer.backends.onnx.save import data_path
 from pseudoformer.errors import UsageError
 from pseudoformer.ir import interpreter

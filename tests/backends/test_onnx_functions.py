@@ -22,8 +22,9 @@ from onnx_cases import I64, inp, op
 
 from pseudoformer.backends.onnx import DEFAULT_OPSET, OnnxRunner, save_model
 from pseudoformer.backends.onnx.calls import plan_calls
+from pseudoformer.backends.onnx.compile import lower_model, prepare, to_onnx
 from pseudoformer.backends.onnx.functions import DOMAIN
-from pseudoformer.backends.onnx.lower import lower_model, prepare, to_onnx
+from pseudoformer.backends.options import CompileOptions
 from pseudoformer.cli import main
 from pseudoformer.deploy import lower
 from pseudoformer.ir.graph import Graph
@@ -217,7 +218,7 @@ def test_a_call_tangled_with_another_is_dissolved_into_its_caller() -> None:
     b = op(Op.ADD, x, x, scope="E/g")
     c = op(Op.ADD, *2 * [op(Op.MUL, a, b, scope="E/f")], scope="E/f")
     graph = Graph([x], [("y", op(Op.MUL, c, op(Op.DIM, a, axis=1, scope="E/g"), scope="E"))], {"entry": "E"})
-    plan = plan_calls(prepare(graph, DEFAULT_OPSET))
+    plan = plan_calls(prepare(graph, {}, CompileOptions(opset=DEFAULT_OPSET))[0])
     assert [c.key for c in plan.calls()] == ["f"]
     feed = {"x": np.arange(6, dtype=np.int64).reshape(2, 3)}
     folded = to_onnx(graph, {}, functions=True)

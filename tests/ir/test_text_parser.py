@@ -35,12 +35,13 @@ def test_every_graph_of_the_optimisation_round_trips(name: str, defines: list[st
 
 
 def test_backend_graphs_round_trip_tuples_casts_and_folded_weights() -> None:
-    from pseudoformer.backends.onnx.lower import prepare
+    from pseudoformer.backends.onnx.compile import prepare
+    from pseudoformer.backends.options import CompileOptions
     from pseudoformer.generation.generator import Generator
 
     model = load("gpt2", config="/dev/null", defines=SMALL)
     gen = Generator(model, backend="numpy")
-    step = prepare(gen.decoder.step, 26, "float16")  # cached_attention with its tuple type, get, casts
+    step, _ = prepare(gen.decoder.step, gen.weights, CompileOptions(opset=26, dtype="float16"))  # cached_attention with its tuple type, get, casts
     assert {"cached_attention", "get", "cast"} <= {n.op.value for n in step.nodes()}
     _round_trip(step)
     _round_trip(gen.decoder.prefill)

@@ -6,8 +6,8 @@ cache whose queries are neither one position nor all of the keys' is not taken h
 lowers its formula (passes/decompose.py). One query, bottom-right aligned, sees every key, so it
 needs no mask at all. ONNX's Attention has no sliding window: a windowed attention gets its mask built
 from the run-time sizes (the causal part folded into it), ANDed with the attention's own.
-With contrib_ops, what onnxruntime's GroupQueryAttention computes exactly goes to it instead
-(group_query_attention.py).
+With contrib ops, the attention onnxruntime's GroupQueryAttention computes exactly is a
+group_query_attention by then (passes/rules/group_query_attention.py; group_query_attention.py here).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 from onnx import TensorProto
 
 from pseudoformer.backends.onnx.emitter import Emitter
-from pseudoformer.backends.onnx.lowerings import group_query_attention as gqa
 from pseudoformer.backends.onnx.lowerings.registry import lowers
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
@@ -105,8 +104,6 @@ def _operands(e: Emitter, n: Node, count: int) -> tuple[list[str], bool]:
 
 @lowers(Op.ATTENTION, when=_takes)
 def _attention(e: Emitter, n: Node) -> str:
-    if e.contrib_ops and gqa.fits(n):
-        return gqa.emit(e, n)  # type: ignore[return-value]
     (q, k, v), unsqueezed = _operands(e, n, 3)
     own = _mask(e, n, n.src[3], q) if len(n.src) > 3 else None
     full = _with_window(e, n, own, q, [k])
@@ -117,8 +114,6 @@ def _attention(e: Emitter, n: Node) -> str:
 
 @lowers(Op.CACHED_ATTENTION, when=_takes)
 def _cached_attention(e: Emitter, n: Node) -> tuple[str, ...]:
-    if e.contrib_ops and gqa.fits(n):
-        return gqa.emit(e, n)  # type: ignore[return-value]
     outputs = e.result_names(n, 3)
     (q, k, v, pk, pv), _ = _operands(e, n, 5)
     mask = _with_window(e, n, _mask(e, n, n.src[5], q) if len(n.src) > 5 else None, q, [pk, k]) or ""

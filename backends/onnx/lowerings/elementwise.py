@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pseudoformer.backends.onnx.emitter import ELEM, Emitter
-from pseudoformer.backends.onnx.lowerings.norms import skip_norm
 from pseudoformer.backends.onnx.lowerings.registry import lowers
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
@@ -23,10 +22,6 @@ _BINARY = {
 
 @lowers(*_UNARY, *_BINARY)
 def _plain(e: Emitter, n: Node) -> str:
-    if n.op is Op.ADD and e.contrib_ops:
-        fused = skip_norm(e, n)
-        if fused is not None:
-            return fused
     op_type = _UNARY.get(n.op) or _BINARY[n.op]
     return e.emit(op_type, [e.value(s) for s in n.src], out=e.out)
 

@@ -1,9 +1,7 @@
 """Norms → ONNX LayerNormalization (opset 17) and RMSNormalization (opset 23), over the last axis.
 
-With contrib_ops, a residual sum that a norm over its last axis reads, h = x + y and rms_norm(h) · γ
-or layer_norm(h) · γ + β, is one com.microsoft SkipSimplifiedLayerNormalization or
-SkipLayerNormalization, which gives both (genai's Llama layers are made of them): the Add is lowered
-as the op, and the norm takes its first result.
+skip_rms_norm and skip_layer_norm (a residual sum and its norm, made by passes/rules/skip_norm.py with
+contrib ops) → com.microsoft SkipSimplifiedLayerNormalization and SkipLayerNormalization, which give both.
 """
 
 from __future__ import annotations
@@ -16,9 +14,6 @@ from pseudoformer.ir.ops import Op
 
 @lowers(Op.LAYER_NORM)
 def _layer_norm(e: Emitter, n: Node) -> str:
-    fused = e.shared.get(("skip norm", id(n)))
-    if fused is not None:
-        return fused
     x, g, b = n.src
     rank = x.type.rank
     axis = n.attrs["axis"] % rank
@@ -41,46 +36,17 @@ def _takes_rms(n: Node, opset: int) -> bool:
 # Before opset 23, or over another axis than the last, the backend lowers the RMS norm's formula.
 @lowers(Op.RMS_NORM, when=_takes_rms)
 def _rms_norm(e: Emitter, n: Node) -> str:
-    fused = e.shared.get(("skip norm", id(n)))
-    if fused is not None:
-        return fused
     x, g = n.src
     return e.emit("RMSNormalization", [e.value(x), e.value(g)], out=e.out, axis=-1, epsilon=float(n.attrs["eps"]))
 
 
-_SKIP = {Op.RMS_NORM: "SkipSimplifiedLayerNormalization", Op.LAYER_NORM: "SkipLayerNormalization"}
+_SKIP = {Op.SKIP_RMS_NORM: "SkipSimplifiedLayerNormalization", Op.SKIP_LAYER_NORM: "SkipLayerNormalization"}
 
 
-def _weight(e: Emitter, w: Node) -> str | None:
-    """A norm's γ or β as a value already there when the sum is lowered, else None."""
-    if w.op is Op.PARAM:
-        return str(w.attrs["name"])
-    if w.op is Op.CONST or id(w) in e.vals:
-        return e.value(w)
-    return None
-
-
-def skip_norm(e: Emitter, add: Node) -> str | None:
-    """The residual sum `add` as a Skip…Normalization with the first norm over the last axis that reads
-    it, when both operands have the sum's own shape (the op does not broadcast); else None."""
-    a, b = add.src
-    bias: Node | None = None
-    for inner, vector in ((a, b), (b, a)):  # (x + y) + b, a bias after the residual (GPT-2's MLP): the op's bias
-        if (vector.type.rank == 1 and inner.op is Op.ADD and inner.type.shape == add.type.shape
-                and e.consumers.of(inner) == [add]):
-            (a, b), bias = inner.src, vector
-            break
-    if not (a.type.shape == b.type.shape == add.type.shape and add.type.rank in (2, 3) and add.dtype.is_float):
-        return None
-    last = add.type.rank - 1
-    norm = next((u for u in e.consumers.of(add) if u.op in _SKIP and u.src[0] is add
-                 and u.attrs["axis"] % u.type.rank == last and all(w.type.rank == 1 for w in u.src[1:])
-                 and (u.op is Op.LAYER_NORM or _takes_rms(u, e.opset))), None)
-    weights = [_weight(e, w) for w in (*norm.src[1:], *([bias] if bias else []))] if norm is not None else [None]
-    if norm is None or None in weights:
-        return None  # γ or β computed after the sum: the norm keeps its own op
-    normed = f"{e.out}.normed"
-    e.emit_multi(_SKIP[norm.op], [e.value(a), e.value(b), *weights],  # type: ignore[list-item]
-                 [normed, "", "", e.out], domain="com.microsoft", epsilon=float(norm.attrs["eps"]))
-    e.shared[("skip norm", id(norm))] = normed
-    return e.out
+@lowers(*_SKIP)
+def _skip_norm(e: Emitter, n: Node) -> tuple[str, str]:
+    normed, total = e.result_names(n, 2)
+    # The kernel's outputs: the norm, its mean and inverse deviation (unused), the sum
+    e.emit_multi(_SKIP[n.op], [e.value(s) for s in n.src], [normed, "", "", total], domain="com.microsoft",
+                 epsilon=float(n.attrs["eps"]))
+    return normed, total

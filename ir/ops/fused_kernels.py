@@ -1,0 +1,183 @@
+"""Ops that are one kernel of onnxruntime's com.microsoft domain, made by the onnx-contrib pipeline
+(passes/rules/skip_norm.py, group_query_attention.py) and lowered one-to-one by the ONNX backend.
+
+    SKIP_RMS_NORM(x, y, γ[, b]; eps)       = (rms_norm(h, γ), h)          h = x + y [+ b]
+    SKIP_LAYER_NORM(x, y, γ, β[, b]; eps)  = (layer_norm(h, γ, β), h)     over the last axis
+
+the residual sum and the norm that reads it (SkipSimplifiedLayerNormalization, SkipLayerNormalization);
+x and y have one shape, rank 2 or 3, and γ, β, b are vectors over the last axis.
+
+    GROUP_QUERY_ATTENTION(q, k, v | qkv, [past_k, past_v], [cos, sin];
+                          q_heads, kv_heads, scale, window, packed, cached, rotary, last)
+      = attention(rot(q), rot(k), v [, past]; causal, packed heads)        then row −1 only if `last`
+
+causal attention in the packed form (ATTENTION's q_heads/kv_heads, see attention.py): with `packed`,
+one operand [b, s, (H_q + 2·H_kv)·d] holds q, k and v side by side; with `cached`, the past keys and
+values [b, H_kv, p, d] come next and the result is (Y, present_k, present_v) as CACHED_ATTENTION's;
+with `rotary`, q and k are first rotated per head by tables cos, sin [s, d/2] of the new positions
+(ROTARY's rotate-half); with `last`, only the last query position of Y is kept. q has s rows, or one
+(the last position alone, bottom-right aligned as in ATTENTION). Each decomposes into the ops it fuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.ir.ops import attention, norms
+from pseudoformer.ir.ops.op import Op
+from pseudoformer.ir.ops.registry import Attr, IRTypeError, NodeMaker, OpDef, register
+from pseudoformer.ir.ops.rotary import rotate
+from pseudoformer.ir.types import DType, TensorType, TupleType
+
+# ---- skip norms
+
+
+def _skip_type() -> Any:
+    def infer(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TupleType:
+        x, y, vectors = src[0], src[1], src[2:]
+        if x != y or x.rank not in (2, 3) or not x.dtype.is_float:
+            raise IRTypeError(f"a skip norm adds two float tensors of one shape of rank 2 or 3, got {x} and {y}")
+        if any(v.shape != (x.shape[-1],) or v.dtype != x.dtype for v in vectors):
+            raise IRTypeError(f"a skip norm of {x} needs vectors of [{x.shape[-1]}], got "
+                              f"{', '.join(str(v) for v in vectors)}")
+        return TupleType((x, x))
+    return infer
+
+
+def _skip_impl(norm: Any, weights: int) -> Any:
+    def impl(n: Any, a: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        h = a[0] + a[1]
+        if len(a) > 2 + weights:
+            h = h + a[2 + weights]
+        inner = SimpleNamespace(attrs={"axis": h.ndim - 1, "eps": n.attrs["eps"]})
+        return norm(inner, [h, *a[2:2 + weights]]), h
+    return impl
+
+
+def _skip_formula(norm: Op, weights: int) -> Any:
+    def formula(n: Any, make: NodeMaker) -> tuple[Any, Any]:
+        h = make(Op.ADD, n.src[0], n.src[1])
+        if len(n.src) > 2 + weights:
+            h = make(Op.ADD, h, n.src[2 + weights])
+        return make(norm, h, *n.src[2:2 + weights], axis=h.type.rank - 1, eps=n.attrs["eps"]), h
+    return formula
+
+
+# ---- grouped-query attention
+
+GQA_ATTRS = (Attr("scale", "float"), Attr("q_heads", "int"), Attr("kv_heads", "int"), Attr("window", "int", 0),
+             Attr("packed", "bool", False), Attr("cached", "bool", False), Attr("rotary", "bool", False),
+             Attr("last", "bool", False))
+
+
+def gqa_operands(src: Sequence[Any], attrs: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    """A GROUP_QUERY_ATTENTION's operands as ([q, k, v] or [qkv], past keys and values, cos and sin tables)."""
+    n_qkv = 1 if attrs.get("packed") else 3
+    n_past = 2 if attrs.get("cached") else 0
+    n_tables = 2 if attrs.get("rotary") else 0
+    if len(src) != n_qkv + n_past + n_tables:
+        raise IRTypeError(f"group_query_attention with these flags takes {n_qkv + n_past + n_tables} operands, "
+                          f"got {len(src)}")
+    return list(src[:n_qkv]), list(src[n_qkv:n_qkv + n_past]), list(src[n_qkv + n_past:])
+
+
+def _head_size(attrs: Mapping[str, Any], width: Any) -> int:
+    heads = int(attrs["q_heads"]) + 2 * int(attrs["kv_heads"])
+    if not isinstance(width, int) or width % heads:
+        raise IRTypeError(f"a packed q, k, v of width {width} does not hold {heads} heads")
+    return width // heads
+
+
+def _inner(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The attributes of the (cached) attention the op computes."""
+    return {"scale": attrs["scale"], "causal": True, "q_heads": attrs["q_heads"], "kv_heads": attrs["kv_heads"],
+            "window": attrs.get("window", 0)}
+
+
+def _gqa_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType | TupleType:
+    qkv, past, tables = gqa_operands(src, attrs)
+    hq, hkv = int(attrs["q_heads"]), int(attrs["kv_heads"])
+    if len(qkv) == 1:
+        (t,) = qkv
+        if t.rank != 3:
+            raise IRTypeError(f"a packed q, k, v must be [batch, positions, width], got {t}")
+        d = _head_size(attrs, t.shape[2])
+        qkv = [TensorType(t.dtype, (*t.shape[:2], h * d)) for h in (hq, hkv, hkv)]
+    q, k, _ = qkv
+    if q.shape[1] not in (k.shape[1], 1) or (attrs.get("last") and q.shape[1] != k.shape[1]):
+        raise IRTypeError(f"group_query_attention's queries {q} are neither every new position of {k} nor the last")
+    if tables:
+        half = q.shape[2] // hq // 2 if isinstance(q.shape[2], int) else None
+        if q.shape[1] != k.shape[1] or any(c != TensorType(q.dtype, (k.shape[1], half)) for c in tables):
+            raise IRTypeError(f"rotary tables of group_query_attention must be [{k.shape[1]}, {half}], "
+                              f"got {', '.join(str(c) for c in tables)}")
+    inner = _inner(attrs)
+    if past:
+        out: Any = attention._cached_type([*qkv, *past], inner)
+    else:
+        out = attention._attention_type(qkv, inner)
+    if attrs.get("last"):
+        y = out.types[0] if past else out
+        y = TensorType(y.dtype, (y.shape[0], 1, y.shape[2]))
+        out = TupleType((y, *out.types[1:])) if past else y
+    return out
+
+
+def _split_packed(qkv: np.ndarray, attrs: Mapping[str, Any]) -> list[np.ndarray]:
+    d = qkv.shape[2] // (int(attrs["q_heads"]) + 2 * int(attrs["kv_heads"]))
+    a, b = int(attrs["q_heads"]) * d, (int(attrs["q_heads"]) + int(attrs["kv_heads"])) * d
+    return [qkv[..., :a], qkv[..., a:b], qkv[..., b:]]
+
+
+def _gqa_impl(n: Any, a: list[np.ndarray]) -> Any:
+    qkv, past, tables = gqa_operands(a, n.attrs)
+    q, k, v = _split_packed(qkv[0], n.attrs) if len(qkv) == 1 else qkv
+    if tables:
+        q = rotate(q, *tables, -1, int(n.attrs["q_heads"]))
+        k = rotate(k, *tables, -1, int(n.attrs["kv_heads"]))
+    inner = SimpleNamespace(attrs=_inner(n.attrs))
+    if past:
+        y, keys, values = attention._cached_impl(inner, [q, k, v, *past])
+    else:
+        y = attention._attention_impl(inner, [q, k, v])
+    if n.attrs.get("last"):
+        y = y[:, -1:]
+    return (y, keys, values) if past else y
+
+
+def _gqa_formula(n: Any, make: NodeMaker) -> Any:
+    qkv, past, tables = gqa_operands(n.src, n.attrs)
+    hq, hkv = int(n.attrs["q_heads"]), int(n.attrs["kv_heads"])
+    if len(qkv) == 1:
+        d = _head_size(n.attrs, qkv[0].shape[2])
+        bounds = [0, hq * d, (hq + hkv) * d, (hq + 2 * hkv) * d]
+        qkv = [make(Op.SLICE, qkv[0], make.const(lo, DType.int64), make.const(hi, DType.int64), axis=2, dim=hi - lo)
+               for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    q, k, v = qkv
+    if tables:
+        q = make(Op.ROTARY, q, *tables, axis=2, heads=hq)
+        k = make(Op.ROTARY, k, *tables, axis=2, heads=hkv)
+    if past:
+        r = make(Op.CACHED_ATTENTION, q, k, v, *past, **_inner(n.attrs))
+        y, rest = make(Op.GET, r, index=0), (make(Op.GET, r, index=1), make(Op.GET, r, index=2))
+    else:
+        y, rest = make(Op.ATTENTION, q, k, v, **_inner(n.attrs)), ()
+    if n.attrs.get("last"):
+        size = make(Op.DIM, y, axis=1)
+        y = make(Op.SLICE, y, make(Op.SUB, size, make.const(1, DType.int64)), size, axis=1, dim=1)
+    return (y, *rest) if past else y
+
+
+register(
+    OpDef(Op.SKIP_RMS_NORM, "(rms_norm(x + y [+ b]) ⊙ γ, x + y [+ b]) over the last axis", (3, 4), _skip_type(),
+          _skip_impl(norms._rms_norm, 1), attrs=(Attr("eps", "float"),), decompose=_skip_formula(Op.RMS_NORM, 1)),
+    OpDef(Op.SKIP_LAYER_NORM, "(layer_norm(x + y [+ b]) ⊙ γ + β, x + y [+ b]) over the last axis", (4, 5),
+          _skip_type(), _skip_impl(norms._layer_norm, 2), attrs=(Attr("eps", "float"),),
+          decompose=_skip_formula(Op.LAYER_NORM, 2)),
+    OpDef(Op.GROUP_QUERY_ATTENTION, "causal packed-head attention of (rotated) q, k, v [over a cache]", (1, 7),
+          _gqa_type, _gqa_impl, attrs=GQA_ATTRS, decompose=_gqa_formula, check=attention._check),
+)
