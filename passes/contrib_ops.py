@@ -36,7 +36,7 @@ def buffered_cache_dim(graph: Graph) -> str:
     and the past keys and values are graph inputs read by nothing but their attention and their sizes.
     Otherwise a CacheBufferError that says why."""
     cached = [n for n in graph.nodes() if n.op is Op.CACHED_ATTENTION
-              or (n.op is Op.GROUP_QUERY_ATTENTION and n.attrs["cached"])]
+              or (n.op is Op.GROUP_QUERY_ATTENTION and n.attrs.get("cached"))]
     if not cached:
         raise CacheBufferError("the graph has no attention over a cache")
     consumers = graph.consumers()

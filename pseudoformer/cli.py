@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +57,26 @@ def _opt_arg(p: argparse.ArgumentParser, default: int, what: str) -> None:
                    help=f"optimisation level: -O0 literal, -O1 cleanup, -O2 all passes (default -O{default} {what})")
 
 
+def _compile_args(p: argparse.ArgumentParser, defaults: bool) -> None:
+    """The options that choose a compile's passes and output; `inspect` takes them too (without defaults:
+    given, --passes, --refusals, --diff and the viewer follow the whole compile's pipeline)."""
+    p.add_argument("--backend", default="onnx" if defaults else None,
+                   help="onnx (the default) or tvm (a .so; pip install pseudoformer[tvm])")
+    p.add_argument("--dtype", default="float32" if defaults else None, help="float32 (default) or float16")
+    p.add_argument("--opset", type=int, help="ONNX opset, 17 to 26 (default 24: the newest at which onnxruntime has a "
+                   "kernel for every op written)")
+    p.add_argument("--padding-mask", action="store_true",
+                   help="add an attention_mask input (1 token, 0 padding; pad on the right) per token input")
+    p.add_argument("--functions", action="store_true",
+                   help="onnx: write each algorithm call (a layer, MHAttention, layer_norm, ...) as an ONNX local "
+                   "function, so that Netron shows the paper's structure and folds it")
+    p.add_argument("--contrib-ops", action="store_true",
+                   help="onnx: let onnxruntime's own kernels take what they compute exactly and faster (com.microsoft "
+                   "GroupQueryAttention with the rotation inside, SkipLayerNormalization and its RMS form); the "
+                   "file then runs on onnxruntime only")
+    add_quantize_arguments(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="pseudoformer", description="Compile transformers written as in Formal Algorithms for "
                  "Transformers (Phuong & Hutter, 2022).")
@@ -70,9 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("file", metavar="FILE", nargs="?")
     _model_args(i)
     _opt_arg(i, 0, "here, so you see the paper's dataflow")
+    i.set_defaults(opt=None)  # -O0 for the graph, -O2 for --passes, --refusals and --diff
+    _compile_args(i, defaults=False)
     i.add_argument("--after", metavar="PASS", help="show the IR after this pass")
     i.add_argument("--diff", metavar="PASS", help="show what this pass changed")
-    i.add_argument("--passes", action="store_true", help="list the passes and their levels")
+    i.add_argument("--passes", action="store_true",
+                   help="list the passes and their levels; with compile options (--contrib-ops, --quantize, "
+                   "--dtype, ...), the pipeline such a compile runs, at -O2 unless -O says")
     i.add_argument("--refusals", action="store_true",
                    help="instead of the graph, say which fusions were refused at -O2 (or -O LEVEL) and why")
     i.add_argument("--format", choices=["text", "dot", "json", "html", "svg"], default="text",
@@ -84,25 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("file", metavar="FILE")
     _model_args(k)
     _weights_args(k, "the random init when no --weights are given")
-    k.add_argument("--backend", default="onnx", help="onnx (the default) or tvm (a .so; pip install pseudoformer[tvm])")
+    _compile_args(k, defaults=True)
     k.add_argument("--target", default="llvm", help="tvm target: llvm (this CPU, the default) or cuda")
     k.add_argument("--tvm-params", choices=["args", "bind"],
                    help="tvm: args (the default) passes the weights at run time, saved beside the .so as "
                    "NAME.weights.safetensors; bind compiles them into the .so as constants (one file, "
                    "slower to compile and save)")
-    k.add_argument("--dtype", default="float32", help="float32 (default) or float16")
-    k.add_argument("--opset", type=int, help="ONNX opset, 17 to 26 (default 24: the newest at which onnxruntime has a kernel for "
-                   "every op written)")
-    k.add_argument("--padding-mask", action="store_true",
-                   help="add an attention_mask input (1 token, 0 padding; pad on the right) per token input")
-    k.add_argument("--functions", action="store_true",
-                   help="onnx: write each algorithm call (a layer, MHAttention, layer_norm, ...) as an ONNX local "
-                   "function, so that Netron shows the paper's structure and folds it")
-    k.add_argument("--contrib-ops", action="store_true",
-                   help="onnx: let onnxruntime's own kernels take what they compute exactly and faster (com.microsoft "
-                   "GroupQueryAttention with the rotation inside, SkipLayerNormalization and its RMS form); the "
-                   "file then runs on onnxruntime only")
-    add_quantize_arguments(k)
     _opt_arg(k, 2, "for deployment")
     k.add_argument("-o", "--output", required=True, help="the file to write, e.g. model.onnx (or model.so for tvm)")
 
@@ -190,25 +202,30 @@ def _inspect(args: argparse.Namespace) -> int:
     from pseudoformer.model import load
     from pseudoformer.optimize import after_pass, describe_passes, diff_pass, optimize, refusals
 
+    compile_options, backend = _inspect_compile_options(args)
     if args.passes:
-        print(describe_passes())
+        print(describe_passes(compile_options, backend))
         return 0
     if args.file is None:
         raise UsageError("inspect needs a FILE (or --passes)")
+    opt = args.opt if args.opt is not None else 0
+    if compile_options is not None and backend != "onnx":
+        raise UsageError("inspect follows the onnx backend's compile pipeline (--passes lists tvm's)")
     model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, include=args.include,
                  max_nodes=args.max_nodes)
+    given = {"compile_options": compile_options, "weights": model.weights}
     if args.refusals:
-        notes = refusals(model.graph, max(args.opt, 2))
+        notes = refusals(model.graph, max(opt, 2), **given)
         text = "\n".join([n.render() for n in notes] + [f"{len(notes) or 'no'} refused fusion"
                                                         f"{'' if len(notes) == 1 else 's'}"])
     elif args.diff:
-        text = diff_pass(model.graph, args.diff, max(args.opt, 2))
+        text = diff_pass(model.graph, args.diff, max(opt, 2), **given)
     elif args.format == "html":
         from pseudoformer.viewer import to_html
 
-        text = to_html(model.graph, args.opt, after=args.after)
+        text = to_html(model.graph, opt, after=args.after, **given)
     else:
-        g = after_pass(model.graph, args.after, max(args.opt, 2)) if args.after else optimize(model.graph, args.opt)
+        g = after_pass(model.graph, args.after, max(opt, 2), **given) if args.after else optimize(model.graph, opt)
         if args.format == "text":
             text = format_graph(g, with_locations=args.locations)
         elif args.format == "dot":
@@ -216,7 +233,7 @@ def _inspect(args: argparse.Namespace) -> int:
         elif args.format == "svg":
             from pseudoformer.viewer import to_svg
 
-            text = to_svg(g, f"-O{args.opt}" if not args.after else f"after {args.after}")
+            text = to_svg(g, f"-O{opt}" if not args.after else f"after {args.after}")
         else:
             text = json.dumps(to_json(g), indent=1, ensure_ascii=False)
     if args.output:
@@ -224,6 +241,26 @@ def _inspect(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     return 0
+
+
+def _inspect_compile_options(args: argparse.Namespace) -> tuple[Any, str]:
+    """The CompileOptions inspect's compile flags ask for (None where none is given), and the backend."""
+    from pseudoformer.quantization import from_arguments
+
+    quantize = from_arguments(args)
+    given = (args.backend, args.dtype, args.opset, quantize, args.padding_mask or None, args.functions or None,
+             args.contrib_ops or None)
+    backend = args.backend or "onnx"
+    if backend not in ("onnx", "tvm"):
+        raise UsageError(f"unknown backend {backend!r} (choose onnx or tvm)")
+    if all(v is None for v in given) and not (args.passes and args.opt is not None):
+        return None, backend
+    from pseudoformer.backends.options import CompileOptions
+
+    level = args.opt if args.opt is not None else 2
+    return CompileOptions(opt_level=level, padding_mask=args.padding_mask, quantize=quantize,
+                          dtype=args.dtype or "float32", contrib_ops=args.contrib_ops, opset=args.opset,
+                          functions=args.functions), backend
 
 
 def _read_inputs(specs: list[str]) -> dict[str, np.ndarray]:

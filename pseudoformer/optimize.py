@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from pseudoformer.errors import Note, Pos, UsageError
 from pseudoformer.ir import Graph
 from pseudoformer.ir.printer import format_graph
 from pseudoformer.passes.manager import LEVELS, PIPELINES, Pass, passes, pipeline, run_passes
 from pseudoformer.passes.pass_base import PassContext
+
+if TYPE_CHECKING:
+    from pseudoformer.backends.options import CompileOptions
 
 DEFAULT_LEVEL = 2
 
@@ -30,52 +38,101 @@ def debugging() -> bool:
     return bool(os.environ.get("PSEUDOFORMER_DEBUG"))
 
 
-def refusals(graph: Graph, level: int = DEFAULT_LEVEL) -> list[Note]:
-    """Why each fusion the level's passes matched was refused, once per place and reason, in source order.
-    A head or norm written one way that did not fuse stays as written: correct, but slower."""
+def _run(graph: Graph, level: int, compile_options: CompileOptions | None,
+         weights: Mapping[str, np.ndarray] | None = None, **kw: Any) -> list[tuple[str, str, Any]]:
+    """Run the level's passes, or with `compile_options` the whole ONNX compile's pipeline at that level
+    (backends/pipeline.py); the refusals of the fusions, as (rule, reason, span)."""
     check_level(level)
-    ctx = PassContext()
-    run_passes(graph, pipeline(level), ctx=ctx)
+    reasons: list[tuple[str, str, Any]] = []
+    if compile_options is None:
+        ctx = PassContext()
+        run_passes(graph, pipeline(level), ctx=ctx, **kw)
+        return ctx.refusals
+    from pseudoformer.backends.onnx.compile import prepare
+    from pseudoformer.errors import BackendError
+    from pseudoformer.passes.padding_mask import PaddingMaskError
+
+    try:
+        prepare(graph, weights or {}, replace(compile_options, opt_level=level), refusals=reasons, **kw)
+    except (BackendError, PaddingMaskError) as e:
+        raise UsageError(str(e)) from None
+    return reasons
+
+
+def refusals(graph: Graph, level: int = DEFAULT_LEVEL, *, compile_options: CompileOptions | None = None,
+             weights: Mapping[str, np.ndarray] | None = None) -> list[Note]:
+    """Why each fusion the level's passes (or the compile's, with `compile_options`) matched was refused,
+    once per place and reason, in source order. A head or norm written one way that did not fuse stays
+    as written: correct, but slower."""
     seen: dict[tuple[str, str, str], Note] = {}
-    for rule, why, span in ctx.refusals:
+    for rule, why, span in _run(graph, level, compile_options, weights):
         pos = Pos(span.file, span.line, span.col) if span is not None else None
         seen.setdefault((rule, why, str(pos)), Note(f"{rule} refused: {why}", pos))
     return sorted(seen.values(), key=lambda n: (n.pos.file, n.pos.line, n.pos.col) if n.pos else ("", 0, 0))
 
 
-def describe_passes() -> str:
-    """The passes, the levels and pipelines each runs in, and the pipelines themselves."""
+def describe_passes(compile_options: CompileOptions | None = None, backend: str = "onnx") -> str:
+    """With `compile_options`: exactly the pipeline a compile with them runs. Without: the passes, the
+    levels and pipelines each runs in, the pipelines themselves, and a default compile's pipeline."""
+    from pseudoformer.backends.options import CompileOptions
+
+    if compile_options is not None:
+        return _describe_pipeline(compile_options, backend)
     lines = ["passes:"]
     for name, p in passes().items():
         used = [f"-O{k}" for k, names in LEVELS.items() if name in names]
         used += [k for k, names in PIPELINES.items() if name in names and not k.startswith("generation")]
         if any(name in names for k, names in PIPELINES.items() if k.startswith("generation")):
             used.append("generation")
-        lines.append(f"  {name:20s} {' '.join(used) or '(not in a pipeline)':24s} {p.doc}")
+        lines.append(f"  {name:28s} {' '.join(used) or '(not in a pipeline)':24s} {p.doc}")
     lines.append("pipelines (after the optimisation level):")
     for key, names in PIPELINES.items():
         lines.append(f"  {key:20s} {', '.join(names)}")
+    return "\n".join(lines) + "\n" + _describe_pipeline(CompileOptions(opt_level=DEFAULT_LEVEL), backend)
+
+
+def _describe_pipeline(options: CompileOptions, backend: str) -> str:
+    from pseudoformer.backends.onnx.lower import checked_opset
+    from pseudoformer.backends.pipeline import compile_pipeline
+    from pseudoformer.errors import BackendError
+
+    check_level(options.opt_level)
+    try:
+        opset = checked_opset(options) if backend == "onnx" else 0
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+    said = [f"-O{options.opt_level}", backend + (f" opset {opset}" if backend == "onnx" else ""), options.dtype]
+    said += [f"weights {options.quantize.describe()}"] if options.quantize is not None else []
+    said += [name for name, on in (("padding mask", options.padding_mask), ("contrib ops", options.contrib_ops),
+                                   ("local functions (at lowering, no pass)", options.functions)) if on]
+    registry = passes()
+    lines = [f"compile pipeline ({', '.join(said)}):"]
+    lines += [f"  {i:2d}. {name:28s} {registry[name].doc}"
+              for i, name in enumerate(compile_pipeline(options, backend, opset), 1)]
     return "\n".join(lines)
 
 
-def trace(graph: Graph, level: int) -> list[tuple[Pass, Graph]]:
-    """The graph after each pass application of the level's pipeline, in order."""
-    check_level(level)
+def trace(graph: Graph, level: int, *, compile_options: CompileOptions | None = None,
+          weights: Mapping[str, np.ndarray] | None = None) -> list[tuple[Pass, Graph]]:
+    """The graph after each pass application of the level's pipeline (or the compile's), in order."""
     out: list[tuple[Pass, Graph]] = []
-    run_passes(graph, pipeline(level), check=True, after=lambda p, g, changed: out.append((p, g)))
+    _run(graph, level, compile_options, weights, check=True, after=lambda p, g, changed: out.append((p, g)))
     return out
 
 
-def after_pass(graph: Graph, name: str, level: int) -> Graph:
-    steps = trace(graph, max(level, 1) if name not in _names(level) else level)
+def after_pass(graph: Graph, name: str, level: int, *, compile_options: CompileOptions | None = None,
+               weights: Mapping[str, np.ndarray] | None = None) -> Graph:
+    steps = trace(graph, max(level, 1) if name not in _names(level) else level, compile_options=compile_options,
+                  weights=weights)
     hits = [g for p, g in steps if p.name == name]
     if not hits:
-        raise UsageError(f"no pass {name!r} at -O{level}; the passes are {', '.join(passes())}")
+        raise UsageError(f"no pass {name!r} at -O{level}; the passes are {', '.join(p.name for p, _ in steps)}")
     return hits[-1]
 
 
-def diff_pass(graph: Graph, name: str, level: int) -> str:
-    steps = trace(graph, level)
+def diff_pass(graph: Graph, name: str, level: int, *, compile_options: CompileOptions | None = None,
+              weights: Mapping[str, np.ndarray] | None = None) -> str:
+    steps = trace(graph, level, compile_options=compile_options, weights=weights)
     before = graph
     for p, g in steps:
         if p.name == name:
@@ -83,7 +140,8 @@ def diff_pass(graph: Graph, name: str, level: int) -> str:
             b = format_graph(g, with_locations=False).splitlines(keepends=True)
             return "".join(difflib.unified_diff(a, b, f"before {name}", f"after {name}")) or f"{name}: no change\n"
         before = g
-    raise UsageError(f"no pass {name!r} at -O{level}; the passes are {', '.join(passes())}")
+    names = ", ".join(dict.fromkeys(p.name for p, _ in steps))
+    raise UsageError(f"no pass {name!r} at -O{level}; the passes are {names}")
 
 
 def _names(level: int) -> list[str]:

@@ -11,7 +11,7 @@ the backend's passes run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from pseudoformer.backends.pipeline import compile_pipeline, run
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.passes.contrib_ops import CacheBufferError, buffered_cache_dim
+from pseudoformer.passes.pass_base import Pass
 
 
 def pipeline(options: CompileOptions) -> list[str]:
@@ -32,11 +33,13 @@ def pipeline(options: CompileOptions) -> list[str]:
 
 
 def prepare(graph: Graph, weights: Mapping[str, np.ndarray], options: CompileOptions, *, check: bool = False,
+            after: Callable[[Pass, Graph, bool], None] | None = None, refusals: list | None = None,
             ) -> tuple[Graph, dict[str, np.ndarray]]:
-    """`graph` as this backend lowers it, and its weights then: the compile's pipeline of passes."""
+    """`graph` as this backend lowers it, and its weights then: the compile's pipeline of passes. `check`
+    verifies the IR after every pass, `after` sees each pass's graph, `refusals` collects the fusions'."""
     opset = checked_opset(options)
-    return run(graph, pipeline(options), weights=weights, options=options,
-               accepts=lambda n: accepts(n, opset), check=check)
+    return run(graph, pipeline(options), weights=weights, options=options, accepts=lambda n: accepts(n, opset),
+               check=check, after=after, refusals=refusals)
 
 
 def lower_model(graph: Graph, weights: Mapping[str, np.ndarray], options: CompileOptions | None = None, *,

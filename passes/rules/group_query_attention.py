@@ -145,10 +145,12 @@ def rewrite(m: Match, root: Node) -> Node:
     operands = [packed] if packed is not None else [q, k, src[2]]
     operands += [*src[3:5]] if cached else []
     operands += [*rotated[2:]] if rotated else []
-    attrs = {"scale": float(att.attrs["scale"]), "q_heads": int(att.attrs["q_heads"]),
-             "kv_heads": int(att.attrs["kv_heads"]), "window": int(att.attrs.get("window", 0)),
-             "packed": packed is not None, "cached": cached, "rotary": rotated is not None,
-             "last": uncut is not None}
+    attrs: dict[str, object] = {"scale": float(att.attrs["scale"]), "q_heads": int(att.attrs["q_heads"]),
+                                "kv_heads": int(att.attrs["kv_heads"])}
+    if att.attrs.get("window", 0):
+        attrs["window"] = int(att.attrs["window"])
+    flags = {"packed": packed is not None, "cached": cached, "rotary": rotated is not None, "last": uncut is not None}
+    attrs |= {name: True for name, on in flags.items() if on}  # the others are false by default
     out = Node(Op.GROUP_QUERY_ATTENTION, tuple(operands), attrs, span=root.span, scope=root.scope)
     assert out.type == root.type, f"group query attention fusion changed the type {root.type} to {out.type}"
     return out

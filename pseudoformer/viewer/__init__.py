@@ -9,16 +9,23 @@ constants are folded into the nodes that read them, and the HTML steps through t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
 from pseudoformer.ir import Graph
 
+if TYPE_CHECKING:
+    from pseudoformer.backends.options import CompileOptions
 
-def to_html(graph: Graph, level: int = 0, *, after: str | None = None) -> str:
-    """A standalone page: the graph at -O0 and after each pass of -O`level` (of -O2 at -O0),
-    opening on -O`level` or after pass `after`."""
+
+def to_html(graph: Graph, level: int = 0, *, after: str | None = None, compile_options: CompileOptions | None = None,
+            weights: Mapping[str, Any] | None = None) -> str:
+    """A standalone page: the graph at -O0 and after each pass of -O`level` (of -O2 at -O0), or of the
+    whole ONNX compile's pipeline with `compile_options`, opening on -O`level` or after pass `after`."""
     from pseudoformer.viewer.data import view_data
     from pseudoformer.viewer.html import page
 
-    return page(view_data(graph, level, after=after))
+    return page(view_data(graph, level, after=after, compile_options=compile_options, weights=weights))
 
 
 def to_svg(graph: Graph, label: str = "") -> str:

@@ -8,9 +8,10 @@ GPT-2 cost little more than one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pseudoformer.errors import UsageError
 from pseudoformer.ir import Graph
@@ -18,6 +19,9 @@ from pseudoformer.ir.printer import graph_name
 from pseudoformer.ir.scopes import assign_groups
 from pseudoformer.viewer.groups import group_table
 from pseudoformer.viewer.snapshots import EntryTable, Snapshot, build_snapshots, collapse_fixed_points
+
+if TYPE_CHECKING:
+    from pseudoformer.backends.options import CompileOptions
 
 O0_DOC = "the literal lowering of the paper's pseudocode"
 
@@ -37,14 +41,18 @@ class ViewData:
         return [e for e in self.snapshots[k].entries if self.table.entries[e].live]
 
 
-def view_data(graph: Graph, level: int = 0, *, after: str | None = None, trace_level: int | None = None) -> ViewData:
+def view_data(graph: Graph, level: int = 0, *, after: str | None = None, trace_level: int | None = None,
+              compile_options: CompileOptions | None = None, weights: Mapping[str, Any] | None = None) -> ViewData:
     """The graph at -O0 and after each pass of `trace_level` (default: `level`, or 2 at -O0, so
-    that there are passes to step through); the view opens on -O`level`, or after pass `after`."""
+    that there are passes to step through), or of the ONNX compile's whole pipeline at that level with
+    `compile_options` (its backend passes too: the contrib ops' fusions); the view opens on -O`level`,
+    or after pass `after`."""
     from pseudoformer.optimize import trace
 
     traced = trace_level if trace_level is not None else (level or 2)
     steps = [("-O0", O0_DOC, graph)]
-    steps += collapse_fixed_points([(p.name, p.doc, g) for p, g in trace(graph, traced)])
+    steps += collapse_fixed_points([(p.name, p.doc, g) for p, g in
+        trace(graph, traced, compile_options=compile_options, weights=weights)])
     table, snaps = build_snapshots(steps)
     initial = 0 if level == 0 else len(snaps) - 1
     if after is not None:

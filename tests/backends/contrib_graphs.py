@@ -3,7 +3,7 @@
 For the Llama (small, via -D) and GPT-2, in float32 and int4, with and without contrib ops: the compiled model
 (`pseudoformer.compile`'s graph), and generation's prefill and decode-step graphs (the step's cache in buffers
 where contrib ops allow it). Recorded once before the contrib-op fusions moved from the ONNX lowerings into
-passes (passes/rules/skip_norm.py, group_query_attention.py); tests/backends/test_onnx_contrib_graphs.py
+passes (passes/rules/skip_norm.py, group_query_attention.py); tests/backends/test_onnx_contrib_ops.py
 checks every later compile against that record.
 
     python tests/backends/contrib_graphs.py record     # rewrite the record (only when a change is meant)

@@ -16,6 +16,7 @@ from pseudoformer.generation.generator import Generator
 from pseudoformer.generation.runtimes import PAST_LENGTH
 from pseudoformer.model import Model, load
 from pseudoformer.passes.quantize import QuantizeOptions
+from tests.backends.contrib_graphs import differences
 
 TINY = ["L=2", "d_e=64", "H=4", "H_kv=2", "d_mlp=128", "N_V=100"]
 
@@ -58,6 +59,15 @@ def test_layer_norm_models_fuse_their_residual_sums(path: str, causal: bool) -> 
     want, got = m.run(**feeds), OnnxRunner(onnx_model).run(feeds)
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5)
+
+
+def test_the_graphs_are_those_recorded_before_the_fusions_became_passes() -> None:
+    """The Llama's and GPT-2's compiled, prefill and decode-step graphs, fp32 and int4 (and fp16, opset 21),
+    with and without contrib ops: the op counts the ONNX lowerings made when they fused, and the outputs
+    on fixed inputs (recorded on one CPU: other CPUs' kernels may round differently, so not bit for bit)."""
+    changed, worst = differences()
+    assert not changed
+    assert worst < 1e-4
 
 
 def test_without_the_option_the_file_is_standard_onnx() -> None:

@@ -42,7 +42,7 @@ def _shared(e: Emitter, key: tuple, make: Callable[[], str]) -> str:
 @lowers(Op.GROUP_QUERY_ATTENTION)
 def _group_query_attention(e: Emitter, n: Node) -> str | tuple[str, ...]:
     packed, past_nodes, tables_nodes = gqa_operands(n.src, n.attrs)
-    cached = bool(n.attrs["cached"])
+    cached = bool(n.attrs.get("cached"))
     new_rows = packed[0].shape[1] if len(packed) == 1 else packed[1].shape[1]
     padded = len(packed) == 3 and packed[0].shape[1] != new_rows  # one query over s new keys
     qkv = [e.value(packed[0]), "", ""] if len(packed) == 1 else [e.value(x) for x in packed]
@@ -76,7 +76,7 @@ def _group_query_attention(e: Emitter, n: Node) -> str | tuple[str, ...]:
     if n.attrs.get("window", 0):
         attrs["local_window_size"] = int(n.attrs["window"])
     outputs = e.result_names(n, 3) if cached else [e.out]
-    if padded or n.attrs["last"]:  # the rows before the last are dropped: the last is the one query asked for
+    if padded or n.attrs.get("last"):  # the rows before the last are dropped: the last is the one query asked for
         whole = f"{outputs[0]}.padded"
         e.emit_multi("GroupQueryAttention", inputs, [whole, *outputs[1:]], domain="com.microsoft", **attrs)
         e.emit("Slice", [whole, e.ints([-1]), e.ints([2**62]), e.ints([1])], out=outputs[0])
