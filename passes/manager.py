@@ -60,7 +60,8 @@ LEVELS: dict[int, list[str]] = {
         "cse", "simplify", "layout", "cse", "simplify"],
 }
 
-# Pipelines besides the levels, run after a level by what needs them.
+# Pipelines besides the levels, run after a level by what needs them; backends/pipeline.py puts a
+# compile's together from its options.
 PIPELINES: dict[str, list[str]] = {
     # ONNX opset ≥ 23 (the Attention op); before, only the decompositions and precision apply
     "onnx": ["cache_fusion", "packed_heads", "decompose", "float16"],
@@ -89,10 +90,10 @@ def pipeline(level: int) -> list[Pass]:
     return [reg[name] for name in LEVELS[level]]
 
 
-def named_pipeline(name: str, skip: set[str] | frozenset[str] = frozenset()) -> list[Pass]:
-    """The passes of pipeline `name`, without those in `skip` (a backend option that turns one off)."""
+def named_pipeline(name: str) -> list[Pass]:
+    """The passes of pipeline `name` (a compile's are assembled from its options by backends/pipeline.py)."""
     reg = _registry()
-    return [reg[p] for p in PIPELINES[name] if p not in skip]
+    return [reg[p] for p in PIPELINES[name]]
 
 
 def run_passes(graph: Graph, pipeline_: list[Pass], *, check: bool = False,

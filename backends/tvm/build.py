@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.atomic_write import OutputError, atomic_path
+from pseudoformer.backends.options import CompileOptions
+from pseudoformer.backends.pipeline import backend_passes, run
 from pseudoformer.backends.tvm.dedup import dedup_prim_funcs
 from pseudoformer.backends.tvm.fastmath import fast_math
 from pseudoformer.backends.tvm.guard import require_tvm
@@ -34,7 +36,6 @@ from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.token_bounds import out_of_range, token_bounds
 from pseudoformer.ir.types import TensorType
-from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
 from pseudoformer.weights.errors import WeightsError
 from pseudoformer.weights.safetensors_io import read_safetensors, save_weights
 
@@ -268,13 +269,12 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
 
 def prepare(graph: Graph, weights: Mapping[str, np.ndarray], dtype: str = "float32",
             ) -> tuple[Graph, dict[str, np.ndarray]]:
-    """`graph` as this backend lowers it (the "tvm" pipeline of passes), and the weights it then takes."""
+    """`graph` as this backend lowers it (its passes, as backends/pipeline.py assembles them), and the
+    weights it then takes."""
     if dtype not in ("float32", "float16"):
         raise BackendError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
-    ctx = PassContext(accepts=accepts, weights={k: np.asarray(v) for k, v in weights.items()})
-    graph = run_passes(graph, named_pipeline("tvm", set() if dtype == "float16" else {"float16"}), ctx=ctx)
-    assert ctx.weights is not None
-    return graph, ctx.weights
+    return run(graph, backend_passes(CompileOptions(dtype=dtype), "tvm", 0),
+               weights={k: np.asarray(v) for k, v in weights.items()}, accepts=accepts)
 
 
 def _check_shapes(graph: Graph, weights: Mapping[str, np.ndarray]) -> None:
