@@ -32,8 +32,10 @@ STAGES = [
     ("pseudoformer.weights.loader", "fit", "fit (transposes, copies)"),
     ("pseudoformer.model", "model_metadata", "metadata (source sha256)"),
     ("pseudoformer.optimize", "optimize", "passes (-O2)"),
+    ("pseudoformer.backends.onnx.compile", "prepare", "passes (-O2)"),  # the compile's one pipeline, since
     ("pseudoformer.backends.onnx", "to_onnx", "lower to ONNX"),
-    ("pseudoformer.backends.onnx.lower", "lower_model", "lower to ONNX"),
+    ("pseudoformer.backends.onnx.lower", "lower_model", "lower to ONNX"),  # before backends/onnx/compile.py
+    ("pseudoformer.backends.onnx.compile", "lower_model", "lower to ONNX"),
     ("pseudoformer.backends.onnx.lower", "_fill_tensor", "initializers into protobuf"),
     ("pseudoformer.backends.onnx.lower", "check_structure", "onnx.checker"),
     ("onnx.checker", "check_model", "onnx.checker"),
