@@ -61,14 +61,14 @@ class TVMCompiledModel:
 def compile_model(model: Model, *, target: str = "llvm", opt_level: int = 2, dtype: str = "float32",
                   params: str = "args") -> TVMCompiledModel:
     """Optimise `model`'s graph at `opt_level` and compile it with TVM for `target` ("llvm" or "cuda")."""
-    from pseudoformer.optimize import optimize
+    from pseudoformer.optimize import check_level, debugging
 
     build = _build()
+    check_level(opt_level)
     metadata = model_metadata(model, opt_level)
-    graph = optimize(model.graph, opt_level)
-    try:
-        compiled = build.compile_graph(graph, model.weights, target=target, params=params, dtype=dtype,
-                                       metadata=metadata)
+    try:  # one run of the compile's passes (backends/pipeline.py), then TVM
+        compiled = build.compile_graph(model.graph, model.weights, target=target, params=params, dtype=dtype,
+                                       metadata=metadata, opt_level=opt_level, verify=debugging())
     except BackendError as e:
         raise UsageError(str(e)) from None
     return TVMCompiledModel(compiled, model, dtype, opt_level=opt_level)

@@ -24,7 +24,7 @@ import numpy as np
 
 from pseudoformer.atomic_write import OutputError, atomic_path
 from pseudoformer.backends.options import CompileOptions
-from pseudoformer.backends.pipeline import backend_passes, run
+from pseudoformer.backends.pipeline import compile_pipeline, run
 from pseudoformer.backends.tvm.dedup import dedup_prim_funcs
 from pseudoformer.backends.tvm.fastmath import fast_math
 from pseudoformer.backends.tvm.guard import require_tvm
@@ -227,7 +227,7 @@ def weights_path(path: Path) -> Path:
 
 def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: str = "llvm",
                   params: str = "args", schedule: bool = True, dtype: str = "float32",
-                  metadata: Mapping[str, str] | None = None) -> TVMModel:
+                  metadata: Mapping[str, str] | None = None, opt_level: int = 0, verify: bool = False) -> TVMModel:
     """Lower `graph`, compile it for `target` ("llvm" or "cuda"), and return a runnable TVMModel.
 
     params="args" (the default) passes the weights at run time and saves them beside the
@@ -244,7 +244,7 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     if missing:
         raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
     _check_shapes(graph, weights)
-    graph, folded = prepare(graph, weights, dtype)
+    graph, folded = prepare(graph, weights, dtype, opt_level=opt_level, verify=verify)
     lowered = to_relax(graph)
     mod = lowered.mod
     names = [n for n, _ in lowered.params]
@@ -267,14 +267,14 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     return TVMModel(ex, meta, kept, timings={"lower_s": t1 - t0, "compile_s": t2 - t1})
 
 
-def prepare(graph: Graph, weights: Mapping[str, np.ndarray], dtype: str = "float32",
-            ) -> tuple[Graph, dict[str, np.ndarray]]:
-    """`graph` as this backend lowers it (its passes, as backends/pipeline.py assembles them), and the
-    weights it then takes."""
+def prepare(graph: Graph, weights: Mapping[str, np.ndarray], dtype: str = "float32", *, opt_level: int = 0,
+            verify: bool = False) -> tuple[Graph, dict[str, np.ndarray]]:
+    """`graph` optimised at `opt_level` (0: as given) and as this backend lowers it, and the weights it
+    then takes: one run of the passes backends/pipeline.py assembles. `verify` checks the IR after each."""
     if dtype not in ("float32", "float16"):
         raise BackendError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
-    return run(graph, backend_passes(CompileOptions(dtype=dtype), "tvm", 0),
-               weights={k: np.asarray(v) for k, v in weights.items()}, accepts=accepts)
+    return run(graph, compile_pipeline(CompileOptions(opt_level=opt_level, dtype=dtype), "tvm"),
+               weights={k: np.asarray(v) for k, v in weights.items()}, accepts=accepts, check=verify)
 
 
 def _check_shapes(graph: Graph, weights: Mapping[str, np.ndarray]) -> None:
