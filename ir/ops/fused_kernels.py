@@ -29,7 +29,7 @@ import numpy as np
 
 from pseudoformer.ir.ops import attention, norms
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import Attr, IRTypeError, NodeMaker, OpDef, register
+from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, NodeMaker, OpDef, register
 from pseudoformer.ir.ops.rotary import rotate
 from pseudoformer.ir.types import DType, TensorType, TupleType
 
@@ -65,6 +65,17 @@ def _skip_formula(norm: Op, weights: int) -> Any:
             h = make(Op.ADD, h, n.src[2 + weights])
         return make(norm, h, *n.src[2:2 + weights], axis=h.type.rank - 1, eps=n.attrs["eps"]), h
     return formula
+
+
+def _skip_example(op: Op, weights: int) -> Any:
+    """Both results, without and with the bias."""
+    def example(make: ExampleMaker) -> list[Any]:
+        x, y = (make.input(n, DType.float32, "batch", "seq", 4) for n in ("x", "y"))
+        vectors = [make.param(v, DType.float32, 4) for v in ("g", "b")[:weights]]
+        bias = make.param("bias", DType.float32, 4)
+        fused = [make(op, x, y, *vectors, eps=1e-5), make(op, x, y, *vectors, bias, eps=1e-6)]
+        return [make(Op.GET, f, index=i) for f in fused for i in (0, 1)]
+    return example
 
 
 # ---- grouped-query attention
@@ -172,12 +183,38 @@ def _gqa_formula(n: Any, make: NodeMaker) -> Any:
     return (y, *rest) if past else y
 
 
+def _gqa_example(make: ExampleMaker) -> list[Any]:
+    """2 query heads of 16 over 1 key/value head: packed q, k, v rotated inside; the last position of it;
+    one new position's q, k, v apart over a cache, in a window of 2, all three results (the kernel takes
+    a past only with one new position, or a batch of one); one query over every key."""
+    f32, i64 = DType.float32, DType.int64
+    qkv, angles = make.input("qkv", f32, "batch", "seq", 64), make.input("angles", f32, "seq", 8)
+    tables = (make(Op.COS, angles), make(Op.SIN, angles))
+    heads = {"scale": 0.25, "q_heads": 2, "kv_heads": 1}
+
+    def cols(t: Any, lo: int, hi: int) -> Any:
+        return make(Op.SLICE, t, make.const(lo, i64), make.const(hi, i64), axis=2, dim=hi - lo)
+
+    def rows(t: Any, n: int) -> Any:
+        return make(Op.SLICE, t, make.const(0, i64), make.const(n, i64), axis=1, dim=n)
+
+    new, past = rows(qkv, 1), make.input("past", f32, "batch", 1, "past", 16)
+    cached = make(Op.GROUP_QUERY_ATTENTION, cols(new, 0, 32), cols(new, 32, 48), cols(new, 48, 64), past, past,
+                  **heads, cached=True, window=2)
+    return [make(Op.GROUP_QUERY_ATTENTION, qkv, *tables, **heads, packed=True, rotary=True),
+            make(Op.GROUP_QUERY_ATTENTION, qkv, **heads, packed=True, last=True),
+            *(make(Op.GET, cached, index=i) for i in range(3)),
+            make(Op.GROUP_QUERY_ATTENTION, rows(cols(qkv, 0, 32), 1), cols(qkv, 32, 48), cols(qkv, 48, 64), **heads)]
+
+
 register(
     OpDef(Op.SKIP_RMS_NORM, "(rms_norm(x + y [+ b]) ⊙ γ, x + y [+ b]) over the last axis", (3, 4), _skip_type(),
-          _skip_impl(norms._rms_norm, 1), attrs=(Attr("eps", "float"),), decompose=_skip_formula(Op.RMS_NORM, 1)),
+          _skip_impl(norms._rms_norm, 1), attrs=(Attr("eps", "float"),), decompose=_skip_formula(Op.RMS_NORM, 1),
+          example=_skip_example(Op.SKIP_RMS_NORM, 1)),
     OpDef(Op.SKIP_LAYER_NORM, "(layer_norm(x + y [+ b]) ⊙ γ + β, x + y [+ b]) over the last axis", (4, 5),
           _skip_type(), _skip_impl(norms._layer_norm, 2), attrs=(Attr("eps", "float"),),
-          decompose=_skip_formula(Op.LAYER_NORM, 2)),
+          decompose=_skip_formula(Op.LAYER_NORM, 2), example=_skip_example(Op.SKIP_LAYER_NORM, 2)),
     OpDef(Op.GROUP_QUERY_ATTENTION, "causal packed-head attention of (rotated) q, k, v [over a cache]", (1, 7),
-          _gqa_type, _gqa_impl, attrs=GQA_ATTRS, decompose=_gqa_formula, check=attention._check),
+          _gqa_type, _gqa_impl, attrs=GQA_ATTRS, decompose=_gqa_formula, check=attention._check,
+          example=_gqa_example),
 )
