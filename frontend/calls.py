@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, is_inference
-from pseudoformer.frontend.errors import ArityError, BadTypeError, HyperparameterError, ShapeError
+from pseudoformer.frontend.errors import ArityError, BadTypeError, HyperparameterError, ShapeError, UnknownNameError
 from pseudoformer.frontend.expressions import (
     call_builtin,
     describe,
@@ -207,7 +207,7 @@ def real_decl(alg: Algorithm, name: str) -> Decl | None:
 def real_argument(f: Frame, callee: Algorithm, d: Decl, expr: Expr) -> Val:
     """A real passed in a call (`RoPE(X | b)`, `ALiBi(X | W, m = 2^{−8h/H})`): one number, evaluated in
     the caller; known before run time it stays a constant, so that it folds where it is used."""
-    v = ev(f, expr)
+    v = _named_real(f, callee, d, expr) if expr.op == "name" else ev(f, expr)
     if isinstance(v, SizeVal):
         v = size_val(f, v.size, expr.pos)
     if not isinstance(v, Val) or v.dims or v.free or v.kind not in ("real", "index") or isinstance(v.const, bool):
@@ -219,6 +219,28 @@ def real_argument(f: Frame, callee: Algorithm, d: Decl, expr: Expr) -> Val:
         raise f.error(HyperparameterError, f"{callee.name}'s {d.name} is declared in ({lo:g}, "
                       f"{'∞' if hi == math.inf else f'{hi:g}'}), and this is {v.const:g}", expr.pos)
     return cast_real(f.b, v) if v.const is None else v
+
+
+def _named_real(f: Frame, callee: Algorithm, d: Decl, expr: Expr) -> Any:
+    """A bare name passed for a real (`PartialRoPE(X | b)`). The caller must know it: a name it does not declare
+    would be found only in the config, where an integer reads as a size and 10000.0 as a wrong one; `check`
+    (no config) and `compile` must say the same thing, with the two ways to write it."""
+    key = parse_name(expr.text).ascii()
+    frames = [f]
+    while frames[-1].caller is not None:
+        frames.append(frames[-1].caller)
+    declared = any(key in g.sizes or any(parse_name(h.name).ascii() == key for h in g.alg.hyper) for g in frames)
+    try:
+        v = ev(f, expr)
+    except (UnknownNameError, HyperparameterError):  # unknown, or the config's 10000.0 read as a size
+        if declared:
+            raise
+        v = None
+    if v is None or isinstance(v, SizeVal) and not declared:
+        raise f.error(UnknownNameError, f"{expr.text} is not declared in {f.alg.name}: add `{d.name} ∈ ℝ` to its "
+                      f"Hyperparameters (and set it in the config), or leave {expr.text} out of the call, since "
+                      f"{callee.name} takes its {d.name} from its callers or the config (-D {key}=…)", expr.pos)
+    return v
 
 
 def _check_output(g: Frame, v: Val, e: Expr) -> None:

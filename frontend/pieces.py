@@ -17,7 +17,7 @@ from pseudoformer.frontend.errors import BadTypeError, ShapeError
 from pseudoformer.frontend.expressions.affine import Run, last, poly_node, proven
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.sizes import Size, simplify
-from pseudoformer.frontend.tensor_ops import show, show_size, to_layout, unify
+from pseudoformer.frontend.tensor_ops import per_example, show, show_size, to_layout, unify
 from pseudoformer.frontend.values import Label, Val
 from pseudoformer.ir import Op, TensorType
 
@@ -149,11 +149,8 @@ def _aligned(f: Frame, p: Pieces, pos: Pos) -> list[Val]:
     target += [("f", n) for n, _ in first.free]
     out = []
     for q in p.pieces:
-        node = to_layout(f.b, q.value, target)
-        if batched and not q.value.batched:
-            raise f.error(BadTypeError, f"{p.name} mixes per-example entries with entries that are the same for "
-                          "every example; compute this piece from the input too", q.pos)
-        out.append(replace(q.value, node=node, batched=batched))
+        v = per_example(f.b, q.value) if batched else q.value  # a learned piece beside per-example ones
+        out.append(replace(v, node=to_layout(f.b, v, target)))
     return out
 
 
@@ -198,11 +195,11 @@ def _gap(f: Frame, p: Pieces, axis: int, start: Size, count: Size, pos: Pos) -> 
 
 
 def _concat(f: Frame, parts: list[Val], axis: int, extent: Size) -> Val:
-    first = parts[0]
     batched = any(v.batched for v in parts)
+    if batched:  # a slice of a shared base (`X ← W_p`) beside per-example pieces: per-example too
+        parts = [per_example(f.b, v) for v in parts]
+    first = parts[0]
     nodes = [v.node for v in parts]
-    if batched and not all(v.batched for v in parts):  # a slice of a shared base beside per-example pieces
-        raise f.error(BadTypeError, "cannot join per-example entries with shared ones", None)
     shape = list(nodes[0].type.shape)
     shape[first.paper_axis0 + axis] = extent.dim()
     node = f.b.node(Op.CONCAT, *nodes, axis=first.paper_axis0 + axis, type=TensorType(nodes[0].dtype, tuple(shape)))

@@ -242,3 +242,17 @@ def cast_real(b: Builder, v: Val) -> Val:
     if v.kind == "index":  # positions are 0-based in the graph, but count from 1 in the paper: [[t = 1]]
         node = b.node(Op.ADD, node, b.const(1.0))
     return replace(v, node=node, kind="real", const=None)
+
+
+def per_example(b: Builder, v: Val) -> Val:
+    """A value shared by every example, repeated along the batch axis: what a learned [class] column becomes
+    when it is joined to per-example columns (`[x_cls, E]`). `where(true[batch, 1, …], v, v)` repeats it
+    exactly (an ADD of zeros would turn ∞ − ∞ into NaN); the batch size is read off an input."""
+    if v.batched:
+        return v
+    batch = b.run_dims["batch"]
+    rank = v.node.type.rank
+    keep = b.node(Op.GE, b.node(Op.ARANGE, batch, dim="batch"), b.const(0, DType.int64))
+    if rank:
+        keep = b.node(Op.UNSQUEEZE, keep, axes=list(range(1, rank + 1)))
+    return replace(v, node=b.node(Op.WHERE, keep, v.node, v.node), batched=True, const=None)

@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--input", dest="inputs", action="append", default=[], metavar="NAME=FILE.npy", required=True,
                    help="an input from a .npy file, or written inline as a JSON list: x='[[464, 2068]]'")
     r.add_argument("-o", "--output", required=True, help="the .npz file to write the outputs to")
+    r.set_defaults(seed=None)  # None: not given, so that a compiled model can refuse it (0 for a .alg)
     from pseudoformer.generation.cli import add_parser as add_generate
 
     add_generate(sub, _model_args)
@@ -325,14 +326,30 @@ def _compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_source_options(args: argparse.Namespace) -> None:
+    """A compiled model holds its weights and sizes: options that build a model from a .alg would be ignored."""
+    given = [flag for flag, on in (
+        ("--weights", args.weights is not None), ("--seed", args.seed is not None), ("-D", bool(args.defines)),
+        ("--config", args.config is not None), ("--entry", args.entry is not None), ("--include", bool(args.include)),
+        ("--max-nodes", args.max_nodes != MAX_NODES), ("--allow-nonfinite", args.allow_nonfinite),
+        ("-O", args.opt is not None)) if on]
+    if given:
+        raise UsageError(f"{' and '.join(given)} {'is' if len(given) == 1 else 'are'} for a .alg file; "
+                         f"{Path(args.file).name} is compiled, with its weights and sizes inside: pass them to "
+                         "`pseudoformer compile` and run the new file, or run the .alg source with them")
+
+
 def _run(args: argparse.Namespace) -> int:
     from pseudoformer.model import check_inputs, load
 
     check_threads(args.threads)
-    check_seed(args.seed)
-    inputs = _read_inputs(args.inputs)
     is_onnx = Path(args.file).suffix == ".onnx"
     is_so = Path(args.file).suffix == ".so"
+    if is_onnx or is_so:
+        _refuse_source_options(args)
+    args.seed = 0 if args.seed is None else args.seed
+    check_seed(args.seed)
+    inputs = _read_inputs(args.inputs)
     backend = args.backend or ("onnx" if is_onnx else "tvm" if is_so else "numpy")
     if backend not in ("numpy", "onnx", "tvm"):
         raise UsageError(f"unknown backend {backend!r} (choose numpy, onnx or tvm)")

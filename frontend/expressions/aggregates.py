@@ -16,6 +16,7 @@ from pseudoformer.frontend.sizes import ONE, Size
 from pseudoformer.frontend.tensor_ops import (
     cast_real,
     free_to_dim,
+    per_example,
     product,
     reduce_free,
     show,
@@ -166,10 +167,10 @@ def _stack(f: Frame, vals: list[Val], axis: int, e: Expr) -> Val:
             for v in vals[1:]:
                 unify(f.b, vals[0].dims[k], v.dims[k], "stacking")
     batched = any(v.batched for v in vals)
+    if batched:  # a learned column or row beside per-example ones is repeated for every example
+        vals = [per_example(f.b, v) for v in vals]
     target = [("b", None)] * batched + [("d", i) for i in range(rank)] + [("f", n) for n, _ in vals[0].free]
     nodes = [to_layout(f.b, v, target) for v in vals]
-    if batched and not all(v.batched for v in vals):
-        raise f.error(ShapeError, "cannot stack per-example values with parameters", e.pos)
     total = vals[0].dims[axis]
     for v in vals[1:]:
         total = total + v.dims[axis]

@@ -149,6 +149,20 @@ def test_compile_then_run_the_onnx_file(cli: Cli, out_dir: Path, tokens_npy: Pat
     assert sorted(p.name for p in out_dir.iterdir()) == ["numpy.npz", "onnx.npz", "tiny.onnx"]
 
 
+@pytest.mark.parametrize("options", [["--weights", "w.safetensors"], ["--seed", "3"], ["-D", "L=2"],
+                                     ["--seed", "0", "-D", "H=4"], ["--config", "m.toml"], ["-O", "1"]])
+def test_run_refuses_source_options_on_a_compiled_model(cli: Cli, out_dir: Path, tokens_npy: Path,
+                                                        options: list[str]) -> None:
+    """A .onnx file holds its weights and sizes; `run model.onnx --weights W --seed S -D k=v` once ignored all three."""
+    model = out_dir / "tiny.onnx"
+    assert cli("compile", GPT2, *SMALL_GPT2, "-o", model)[0] == 0
+    flags = " and ".join(o for o in options if o.startswith("-"))
+    assert_user_error(cli("run", model, *options, "--input", f"x={tokens_npy}", "-o", out_dir / "y.npz"),
+                      f"{flags} {'is' if flags.count(' and ') == 0 else 'are'} for a .alg file; tiny.onnx is compiled",
+                      "pass them to `pseudoformer compile`")
+    assert sorted(p.name for p in out_dir.iterdir()) == ["tiny.onnx"]
+
+
 def _small_hf_gpt2(directory: Path) -> GPT2LMHeadModel:
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(n_embd=32, n_head=4, n_layer=2, n_positions=64, vocab_size=101,
