@@ -6,7 +6,13 @@ import math
 from typing import Any
 
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, is_inference
-from pseudoformer.frontend.errors import ArityError, BadTypeError, HyperparameterError, ShapeError, UnknownNameError
+from pseudoformer.frontend.errors import (
+    ArityError,
+    BadTypeError,
+    HyperparameterError,
+    ShapeError,
+    UnknownNameError,
+)
 from pseudoformer.frontend.expressions import (
     call_builtin,
     describe,
