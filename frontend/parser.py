@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterator
 from functools import cache
 from importlib import resources
@@ -22,13 +23,30 @@ _START = {Kind.HEADER: "header", Kind.SECTION: "section", Kind.CONTINUATION: "de
 
 class _SplitClosers:
     """`W_e[:, x[t]]` ends in `]]`, which the lexer takes for an Iverson close; split it back into
-    two `]` when the innermost open bracket is an index or list bracket."""
+    two `]` when the innermost open bracket is an index or list bracket. `[[G[j, t] > G[k, t]]]` ends in
+    `]]]`, lexed `]]` `]`: the first `]` closes the index and the other two close the bracket."""
 
     always_accept = ()
 
     def process(self, stream: Iterator[Token]) -> Iterator[Token]:
         stack: list[str] = []
+        half: Token | None = None  # a `]` that closes an Iverson bracket only with the `]` right after it
         for tok in stream:
+            if half is not None:
+                if tok.type in ("RSQB", "IVERSON_CLOSE") and tok.value.startswith("]") and \
+                        tok.start_pos == half.end_pos:
+                    stack.pop()
+                    yield Token("IVERSON_CLOSE", "]]", half.start_pos, half.line, half.column,
+                                tok.line, tok.column + 1, tok.start_pos + 1)
+                    if tok.value == "]]":  # `]]]]`: what is left of it is closed as a bracket of its own
+                        tok = Token("RSQB", "]", tok.start_pos + 1, tok.line, tok.column + 1,
+                                    tok.end_line, tok.end_column, tok.end_pos)
+                    else:
+                        half = None
+                        continue
+                else:
+                    yield half
+                half = None
             if tok.type == "IVERSON_OPEN":
                 stack.append("iv")
             elif tok.type == "LSQB":
@@ -39,14 +57,20 @@ class _SplitClosers:
             elif tok.type == "IVERSON_CLOSE" and stack and stack[-1] == "[" and tok.value == "]]":
                 stack.pop()
                 yield Token.new_borrow_pos("RSQB", "]", tok)
+                second = Token("RSQB", "]", tok.start_pos + 1, tok.line, tok.column + 1,
+                               tok.end_line, tok.end_column, tok.end_pos)
+                if stack and stack[-1] == "iv":
+                    half = second
+                    continue
                 if stack:
                     stack.pop()
-                yield Token("RSQB", "]", tok.start_pos + 1, tok.line, tok.column + 1,
-                            tok.end_line, tok.end_column, tok.end_pos)
+                yield second
                 continue
             elif tok.type == "IVERSON_CLOSE" and stack:
                 stack.pop()
             yield tok
+        if half is not None:
+            yield half
 
 
 @cache
@@ -80,6 +104,15 @@ def _pos(base: Pos, meta_or_tok: object) -> Pos:
 _LATEX_CALLEE = re.compile(r"\\(?:(?:mathrm|operatorname|textrm|text)\{(\w+)\}|(\w+))")
 
 
+def _greek(word: str) -> str:
+    """`\\varphi(x)` and `\\phi(x)` call the algorithm φ, as `\\varphi` names φ everywhere else; other words stay."""
+    size = "CAPITAL" if word[0].isupper() else "SMALL"
+    try:
+        return unicodedata.lookup(f"GREEK {size} LETTER {word.removeprefix('var').upper().replace('LAMBDA', 'LAMDA')}")
+    except KeyError:
+        return word
+
+
 class _ToAst(Transformer):
     """Turn one line's parse tree into AST nodes; positions are offset to the file."""
 
@@ -93,7 +126,7 @@ class _ToAst(Transformer):
     def __default_token__(self, tok: Token) -> Tok:
         text = str(tok)
         if tok.type == "CALLEE" and (m := _LATEX_CALLEE.fullmatch(text)):
-            text = m.group(1) or m.group(2)
+            text = m.group(1) or _greek(m.group(2))
         return Tok(text, tok.type, _pos(self.base, tok))
 
     def __default__(self, data: str, children: list, meta: object) -> object:
@@ -224,6 +257,17 @@ class _ToAst(Transformer):
         var = next(c for c in ch if isinstance(c, Tok) and c.type == "NAME")
         bound, cond = (c for c in ch if isinstance(c, Expr))
         return Expr("set", (str(var), bound, cond), self.p(meta))
+
+    @v_args(meta=True)
+    def extremum(self, meta: object, ch: list) -> Expr:
+        word = re.sub(r"\\operatorname\{|\\|\}", "", str(ch[0]))
+        return Expr("extremum", (*ch[1], ch[2]), self.p(meta), word)
+
+    def over_bounds(self, ch: list) -> tuple:
+        if len(ch) == 1 and isinstance(ch[0], Tok) and ch[0].type == "SUB_SIMPLE":
+            return (str(ch[0])[1:], None)
+        name = next(str(c) for c in ch if isinstance(c, Tok) and c.type == "NAME")
+        return (name, next((c for c in ch if isinstance(c, Expr)), None))
 
     def sum_bounds(self, ch: list) -> tuple:
         toks = [c for c in ch if isinstance(c, Tok) and c.type == "NAME"]

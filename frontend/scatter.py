@@ -19,8 +19,9 @@ from pseudoformer.frontend.errors import BadTypeError
 from pseudoformer.frontend.expressions import ev
 from pseudoformer.frontend.expressions.affine import poly_node
 from pseudoformer.frontend.expressions.computed_index import guarded, real_index
-from pseudoformer.frontend.frame import Frame
-from pseudoformer.frontend.tensor_ops import cast_real, elementwise, show, to_layout
+from pseudoformer.frontend.frame import Frame, MapVar
+from pseudoformer.frontend.sizes import ONE
+from pseudoformer.frontend.tensor_ops import cast_real, per_example, show, to_layout
 from pseudoformer.frontend.values import Label, Val
 from pseudoformer.ir import DType, Op
 
@@ -37,11 +38,31 @@ def scatter_into(f: Frame, name: str, existing: Any, items: list, k: int, value:
     if len(existing.dims) != len(items):
         raise f.error(BadTypeError, f"{name} is {show(existing)}; it takes {len(existing.dims)} indices", it.pos)
     idx = ev(f, it)
+    if isinstance(idx, Val) and not idx.dims and not idx.free:  # Y[:, p] ← v: one position, a map over [1]
+        internal = f.b.fresh(_ONE)
+        f.maps[_ONE] = MapVar(internal, ONE)
+        try:
+            one = replace(idx, node=f.b.node(Op.UNSQUEEZE, idx.node, axes=[idx.node.type.rank]),
+                          free=((internal, ONE),))
+            return _scatter(f, name, existing, items, k, value, s, place, one, _ONE)
+        finally:
+            del f.maps[_ONE]
     internals = {m.internal: v for v, m in f.maps.items()}
     if not isinstance(idx, Val) or idx.dims or len(idx.free) != 1 or idx.free[0][0] not in internals:
-        raise f.error(BadTypeError, "a computed target position depends on exactly one map variable "
-                      "(`for t ∈ [m] : Y[:, p[t]] ← …`)", it.pos)
-    var = internals[idx.free[0][0]]
+        used = sorted(v for v, m in f.maps.items() if isinstance(idx, Val) and m.internal in idx.free_vars)
+        raise f.error(BadTypeError, f"a computed target position names the columns one map variable runs over; "
+                      f"this one depends on {' and '.join(used) or 'something that is not a position'}: write one "
+                      "assignment per variable (`for t ∈ [m] : Y[:, p[t]] ← V[:, t]`), or compute the whole "
+                      "matrix as a value", it.pos)
+    return _scatter(f, name, existing, items, k, value, s, place, idx, internals[idx.free[0][0]])
+
+
+_ONE = "⟨position⟩"  # the map over the single position `Y[:, p] ← v` writes; no name can contain it
+
+
+def _scatter(f: Frame, name: str, existing: Val, items: list, k: int, value: Val, s: Stmt, place: Place,
+             idx: Val, var: str) -> Val:
+    it: Expr = items[k]
     if any(o.op == "name" and o.text == var for o in items):
         raise f.error(BadTypeError, f"the index {var} appears twice; diagonals are not supported", it.pos)
     extent = f.b.resolve(existing.dims[k])
@@ -49,7 +70,7 @@ def scatter_into(f: Frame, name: str, existing: Any, items: list, k: int, value:
     targets = [("", None) if o.op == "all" else (o.text, None) if j != k else (var, None)
                for j, o in enumerate(items)]
     if existing.batched and not value.batched:  # the same entries for every example, written into each
-        value = elementwise(f.b, Op.ADD, [cast_real(f.b, value), _zero_per_example(f, existing)], "add")
+        value = per_example(f.b, cast_real(f.b, value))
     upd = place(f, value, targets, s)
     if upd.free != existing.free or upd.batched and not existing.batched:
         raise f.error(BadTypeError, f"the entries assigned ({show(upd)}) and {name} ({show(existing)}) differ in "
@@ -76,11 +97,3 @@ def _distinct(f: Frame, pos: Val, extent: Any, it: Expr) -> Val:
         ok = f.b.node(Op.UNSQUEEZE, ok, axes=[1])
     node = f.b.node(Op.WHERE, ok, pos.node, poly_node(f, extent, it.pos))
     return replace(pos, node=node)
-
-
-def _zero_per_example(f: Frame, v: Val) -> Val:
-    """0 for each example of v, read off v itself (0·[[x = x]] is 0 even where x is ±∞ or NaN)."""
-    first = f.b.node(Op.SLICE, v.node, f.b.const(0, DType.int64), f.b.const(1, DType.int64), axis=1, dim=1)
-    zero = f.b.node(Op.MUL, f.b.node(Op.CAST, f.b.node(Op.EQ, first, first), dtype=DType.float32), f.b.const(0.0))
-    node = f.b.node(Op.REDUCE_SUM, zero, axes=list(range(1, v.node.type.rank)), keepdims=False)
-    return Val(node, "real", batched=True)

@@ -7,7 +7,15 @@ from typing import Any
 
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, ShapeError, UnknownNameError
-from pseudoformer.frontend.expressions.core import describe, ev, ev_val, handles, shown, size_val
+from pseudoformer.frontend.expressions.core import (
+    describe,
+    ev,
+    ev_val,
+    handles,
+    index_var_val,
+    shown,
+    size_val,
+)
 from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.expressions.lookup import key_with_placeholder, script_int
 from pseudoformer.frontend.frame import Frame, MapVar
@@ -15,12 +23,14 @@ from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.sizes import ONE, Size
 from pseudoformer.frontend.tensor_ops import (
     cast_real,
+    elementwise,
     free_to_dim,
     per_example,
     product,
     reduce_free,
     show,
     to_layout,
+    unary,
     unify,
 )
 from pseudoformer.frontend.values import Family, Val
@@ -37,8 +47,7 @@ def _sum(f: Frame, e: Expr) -> Val:
             raise f.error(ShapeError, "a sum starts at 1 (partial sums are not supported)", lo.pos)
         size = static_int(f, hi)
         if size is None:
-            raise f.error(BadTypeError, "a sum's upper bound must be a count known before the positions are: a "
-                          "size or an integer expression of sizes (ℓ − 1, ⌈d/2⌉)", hi.pos)
+            return _sum_to_position(f, e)
         size = f.b.resolve(size)
         if size.is_int and size.value < 0:
             raise f.error(BadTypeError, f"this sum runs from 1 to {size.value}; its upper bound must be at least 0",
@@ -61,6 +70,47 @@ def _sum(f: Frame, e: Expr) -> Val:
     if size is not None:
         unify(f.b, size, v.free_size(internal), f"the range of {var}")
     return reduce_free(f.b, v, internal)
+
+
+def _sum_to_position(f: Frame, e: Expr) -> Val:
+    """`Σ_{u=1}^{t} x_u` with t a map variable: a prefix sum, one CUMSUM along u (linear in ℓ) when the term
+    does not read t; any other bound that positions give (`Σ_{u=1}^{t−1}`, or a term that reads t) sums
+    `[[u ≤ bound]] x_u` over all u, which is quadratic."""
+    var, _, hi, body = e.args
+    bound = ev(f, hi)
+    if not isinstance(bound, Val) or bound.dims or not bound.free or \
+            not {n for n, _ in bound.free} <= {m.internal for m in f.maps.values()}:
+        raise f.error(BadTypeError, "a sum's upper bound is a size, an integer expression of sizes (ℓ − 1, "
+                      "⌈d/2⌉) or of map variables (Σ_{u=1}^{t}, a prefix sum); for a bound read from data, "
+                      "sum an Iverson bracket instead: Σ_u [[u ≤ b]] x_u", hi.pos)
+    plain = hi.op == "name" and hi.text in f.maps and f.maps[hi.text].size is not None
+    internal = f.b.fresh(var)
+    saved = f.maps.get(var)
+    f.maps[var] = MapVar(internal, f.maps[hi.text].size if plain else None)
+    unranged = f.error(BadTypeError, f"this sum's upper bound changes with the positions, so {var} takes its range "
+                       f"from what it indexes, and this term indexes nothing with {var}: write the sum over something "
+                       f"{var} indexes, or a bound known before the positions", hi.pos)
+    try:
+        try:
+            v = cast_real(f.b, ev_val(f, body))
+        except BadTypeError as err:
+            raise unranged if err.message.startswith(f"the range of {var} ") else err from None
+        if internal not in v.free_vars:
+            raise f.error(BadTypeError, f"the sum over {var} does not use {var}; write the count times the term",
+                          e.pos)
+        if plain and f.maps[hi.text].internal not in v.free_vars:
+            axis = (1 if v.batched else 0) + len(v.dims) + v.free_vars.index(internal)
+            t = f.maps[hi.text]
+            free = tuple((t.internal if n == internal else n, sz) for n, sz in v.free)
+            return Val(f.b.node(Op.CUMSUM, v.node, axis=axis), "real", v.dims, free, v.batched)
+        u = index_var_val(f, var, e.pos)
+    finally:
+        f.maps.pop(var)
+        if saved is not None:
+            f.maps[var] = saved
+    keep = elementwise(f.b, Op.LE, [cast_real(f.b, u), cast_real(f.b, bound)], "compare")
+    masked = elementwise(f.b, Op.MUL, [cast_real(f.b, keep), v], "multiply")
+    return reduce_free(f.b, masked, internal)
 
 
 def _family_of(f: Frame, items: tuple, e: Expr) -> tuple[Any, list[str]]:
@@ -185,3 +235,55 @@ def _stack(f: Frame, vals: list[Val], axis: int, e: Expr) -> Val:
         explicit = TensorType(nodes[0].dtype, tuple(shape))
     node = f.b.node(Op.CONCAT, *nodes, axis=concat_axis, type=explicit)
     return Val(node, vals[0].kind, dims, vals[0].free, batched)
+
+
+@handles("extremum")
+def _extremum(f: Frame, e: Expr) -> Val:
+    """`max_{j ∈ [E]} G[j, t]`, `min_j …`: a reduction over j; `argmax_j …` the position (from 1) of the
+    first largest entry. The range is the one given, or that of what j indexes."""
+    var, bound, body = e.args
+    size = None
+    if bound is not None:
+        size = static_int(f, bound)
+        if size is None:
+            raise f.error(BadTypeError, f"the range of {e.text}_{{{var} ∈ […]}} must be a size known before the "
+                          f"positions are, as `{e.text}_{{{var} ∈ [E]}}`", bound.pos)
+        size = f.b.resolve(size)
+    internal = f.b.fresh(var)
+    saved = f.maps.get(var)
+    f.maps[var] = MapVar(internal, size)
+    try:
+        v = cast_real(f.b, ev_val(f, body))
+    finally:
+        f.maps.pop(var)
+        if saved is not None:
+            f.maps[var] = saved
+    if internal not in v.free_vars:
+        raise f.error(BadTypeError, f"{e.text}_{var} takes the {e.text.removeprefix('arg')} over {var}, and this "
+                      f"term does not use {var}", e.pos)
+    if size is not None:
+        unify(f.b, size, v.free_size(internal), f"the range of {var}")
+    return extremum_over(f, v, internal, e.text)
+
+
+def extremum_over(f: Frame, v: Val, internal: str, word: str) -> Val:
+    """max, min, argmax or argmin of v over its free variable `internal` (REDUCE_MAX; min as −max(−v))."""
+    lowest = word.endswith("min")
+    x = unary(f.b, Op.NEG, v) if lowest else v
+    axis = (1 if x.batched else 0) + len(x.dims) + x.free_vars.index(internal)
+    best = f.b.node(Op.REDUCE_MAX, x.node, axes=[axis], keepdims=word.startswith("arg"))
+    rest = tuple(fr for fr in x.free if fr[0] != internal)
+    if not word.startswith("arg"):
+        node = unary(f.b, Op.NEG, Val(best, "real")).node if lowest else best
+        return Val(node, "real", x.dims, rest, x.batched)
+    # the first position where the extremum is reached: min over j of (j where x = best, else n)
+    n = x.node.type.shape[axis]
+    count = f.b.node(Op.DIM, x.node, axis=axis)
+    ids = f.b.node(Op.ARANGE, count, dim=n)
+    ids = f.b.node(Op.UNSQUEEZE, ids, axes=[k for k in range(x.node.type.rank) if k != axis]) \
+        if x.node.type.rank > 1 else ids
+    picked = f.b.node(Op.WHERE, f.b.node(Op.EQ, x.node, best), ids, count)
+    # min(picked) = n − max(n − picked), in int64 (NEG is for floats)
+    first = f.b.node(Op.SUB, count, f.b.node(Op.REDUCE_MAX, f.b.node(Op.SUB, count, picked), axes=[axis],
+                                             keepdims=False))
+    return Val(first, "index", x.dims, rest, x.batched)

@@ -17,7 +17,7 @@ from pseudoformer.frontend.errors import BadTypeError, ShapeError
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.params import GroupVal
 from pseudoformer.frontend.sizes import Size
-from pseudoformer.frontend.tensor_ops import ShapeMismatch, show
+from pseudoformer.frontend.tensor_ops import ShapeMismatch, show, show_size
 from pseudoformer.frontend.values import SizeVal, Val
 from pseudoformer.ir import DType, Op
 from pseudoformer.ir.ops import IRTypeError
@@ -133,6 +133,9 @@ def as_size(v: Any) -> Size | None:
 def index_var_val(f: Frame, name: str, pos: Any) -> Val:
     mv = f.maps[name]
     if mv.size is None:
-        raise f.error(BadTypeError, f"the range of {name} is not known here", pos)
+        ranges = ", ".join(f"{v} ∈ [{show_size(m.size) if m.size is not None else 'ℓ'}]" for v, m in f.maps.items()
+                           if not v.startswith("⟨"))
+        raise f.error(BadTypeError, f"the range of {name} is not known here: nothing indexed by {name} comes before "
+                      f"this use, so say it in the map, `for {ranges} :` (ASCII `in`, LaTeX `\\in`)", pos)
     node = f.b.node(Op.ARANGE, size_node(f, mv.size, pos), dim=f.b.resolve(mv.size).dim())
     return Val(node, "index", (), ((mv.internal, mv.size),))

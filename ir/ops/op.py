@@ -56,6 +56,7 @@ class Op(enum.Enum):
     REDUCE_MAX = "reduce_max"
     REDUCE_MEAN = "reduce_mean"
     SOFTMAX = "softmax"
+    CUMSUM = "cumsum"
     GATHER = "gather"
     SCATTER = "scatter"
     # sizes and index sets known only at run time (sizes.py)

@@ -1,4 +1,5 @@
-"""Reductions over axes (sum, max, mean) and the softmax. Long sums and exponentials lose too much in
+"""Reductions over axes (sum, max, mean), the running sum along an axis (CUMSUM: a prefix sum Σ_{u=1}^{t}),
+and the softmax. Long sums and exponentials lose too much in
 float16, so under a float16 lowering these compute in float32 (precision "anchor")."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 
 from pseudoformer.ir.ops.movement import along_axis
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, OpDef, axis_of, register
+from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, NodeMaker, OpDef, axis_of, register
 from pseudoformer.ir.types import DType, TensorType
 
 
@@ -70,8 +71,33 @@ def along_positions(n: Any, dim: str) -> tuple[int, ...] | str:
     return f"{n.op.value} along the position axis" if along_axis(n, dim) else (0,)
 
 
+def _cumsum(n: Any, a: list[np.ndarray]) -> np.ndarray:
+    return np.cumsum(a[0], axis=n.attrs["axis"]).astype(a[0].dtype, copy=False)
+
+
+def _cumsum_formula(n: Any, make: NodeMaker) -> Any:
+    """x · U along the axis, U[i, j] = [[i ≤ j]]: quadratic in the axis, for a backend without a running sum
+    (TVM 0.27 has no legalisation of relax.cumsum)."""
+    x = n.src[0]
+    rank = x.type.rank
+    axis = n.attrs["axis"] % rank
+    size = x.type.shape[axis]
+    count = make(Op.DIM, x, axis=axis)
+    upper = make(Op.CAST, make(Op.INDEX_MASK, count, count, rel="<=", dims=[size, size]), dtype=x.type.dtype)
+    if axis == rank - 1:
+        return make(Op.MATMUL, x, upper)
+    perm = [k for k in range(rank) if k != axis] + [axis]
+    back = sorted(range(rank), key=lambda k: perm[k])
+    return make(Op.TRANSPOSE, make(Op.MATMUL, make(Op.TRANSPOSE, x, perm=perm), upper), perm=back)
+
+
 register(
     reduction(Op.REDUCE_SUM, "Σ over axes", np.sum),
+    OpDef(Op.CUMSUM, "the running sum x₁ + … + x_t along an axis (inclusive)", 1, _softmax_type, _cumsum,
+          attrs=(Attr("axis", "int"),), positions=along_positions, layout="axis", precision="anchor",
+          decompose=_cumsum_formula,
+          example=lambda make: [make(Op.CUMSUM, make.input("x", DType.float32, "batch", 4, "seq"), axis=a)
+                                for a in (2, -2, 0)]),
     reduction(Op.REDUCE_MAX, "max over axes", np.max),
     reduction(Op.REDUCE_MEAN, "mean over axes", np.mean),
     OpDef(Op.SOFTMAX, "exp(x) / Σ exp(x) along an axis", 1, _softmax_type, lambda n, a: softmax(a[0], n.attrs["axis"]),

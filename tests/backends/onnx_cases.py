@@ -130,6 +130,7 @@ def structure() -> Graph:
         "max_neg_axis": op(Op.REDUCE_MAX, x, axes=(-1,), keepdims=False),
         "max_of_nothing": op(Op.REDUCE_MAX, x, axes=(), keepdims=False),
         "softmax": op(Op.SOFTMAX, x, axis=-1),
+        "prefix_sums": op(Op.CUMSUM, x, axis=2), "row_sums": op(Op.CUMSUM, x, axis=-2),
         "floor": op(Op.FLOOR, op(Op.MUL, x, const(3.0))), "ceil": op(Op.CEIL, op(Op.MUL, x, const(3.0))),
         # the floored remainder, with the sign of the divisor, on floats and on integers
         "mod": op(Op.MOD, op(Op.MUL, x, const(7.0)), const(-3.0)),

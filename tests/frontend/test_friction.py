@@ -98,3 +98,90 @@ def test_the_two_fixes_of_an_undeclared_real_work(tmp_path: Path) -> None:
         assert check(path) == ["Scale", "Caller"]
         model = load(path, defines=["d=2", "b=4.0"])
         np.testing.assert_allclose(model.run(X=x)["Y"], x @ model.weights["W"].T / 4.0, rtol=1e-6)
+
+
+# 5. An Iverson bracket that ends in an index: `]]]` is the index's `]` and the bracket's `]]`.
+def test_an_iverson_bracket_may_end_in_an_index(tmp_path: Path) -> None:
+    path = write(tmp_path, """Algorithm: R ← Rank(G)
+  Input: G ∈ ℝ^{E × ℓ}
+  Output: R ∈ ℝ^{E × ℓ}
+  1 for j ∈ [E], t ∈ [ℓ] : R[j, t] ← Σ_k [[G[k, t] > G[j, t]]] + ⟦G[j, t] > G[1, t]⟧
+  2 return R
+""")
+    g = np.random.default_rng(3).standard_normal((2, 5, 4)).astype(np.float32)  # [batch, ℓ, E]
+    want = (g[:, :, None, :] > g[:, :, :, None]).sum(-1) + (g > g[:, :, :1])
+    np.testing.assert_allclose(run_both(load(path, defines=["E=4"]), G=g)["R"], want)
+
+
+# 6. An algorithm named with a Greek letter is called by that letter, in Unicode and in LaTeX.
+@pytest.mark.parametrize("call", ["φ(X)", "\\varphi(X)", "\\phi(X)"])
+def test_an_algorithm_named_phi_can_be_called(tmp_path: Path, call: str) -> None:
+    path = write(tmp_path, f"""Algorithm: y ← φ(x)
+  Input: x ∈ ℝ^{{d}}
+  Output: y ∈ ℝ^{{d}}
+  1 return y = ReLU(x) + 1
+
+Algorithm: Y ← Features(X)
+  Input: X ∈ ℝ^{{d × ℓ}}
+  Output: Y ∈ ℝ^{{d × ℓ}}
+  1 return Y = {call} ⊙ X
+""")
+    assert check(path) == ["φ", "Features"]
+    x = np.random.default_rng(4).standard_normal((2, 3, 2)).astype(np.float32)
+    np.testing.assert_allclose(run_both(load(path, defines=["d=2"]), X=x)["Y"], (np.maximum(x, 0) + 1) * x, rtol=1e-6)
+
+
+# 7. Three errors that now say how to write it instead.
+def test_an_unknown_range_says_to_give_it_in_the_map(tmp_path: Path) -> None:
+    path = write(tmp_path, """Algorithm: S ← Offsets(X)
+  Input: X ∈ ℝ^{d × ℓ}
+  Output: S ∈ ℝ^{ℓ × ℓ}
+  1 ∀t_z, t_x : S[t_z, t_x] ← ⌊(t_x − t_z) / 2⌋
+  2 return S
+""")
+    (err,) = errors_of(lambda: check(path))
+    assert (err.pos.line, err.pos.col) == (4, 33)
+    assert "say it in the map, `for t_z ∈ [ℓ], t_x ∈ [ℓ] :`" in err.message
+    fixed = write(tmp_path, path.read_text(encoding="utf-8").replace("∀t_z, t_x :", "for t_z ∈ [ℓ], t_x ∈ [ℓ] :"),
+                  "fixed.alg")
+    assert check(fixed) == ["Offsets"]
+
+
+def test_a_sum_bound_read_from_data_says_to_use_an_iverson_bracket(tmp_path: Path) -> None:
+    path = write(tmp_path, """Algorithm: y ← Upto(x, b)
+  Input: x ∈ ℝ^{ℓ}, b ∈ ℝ
+  Output: y ∈ ℝ
+  1 return y = Σ_{u=1}^{b} x[u]
+""")
+    (err,) = errors_of(lambda: check(path))
+    assert (err.pos.line, err.pos.col) == (4, 25)
+    assert "for a bound read from data, sum an Iverson bracket instead: Σ_u [[u ≤ b]] x_u" in err.message
+
+
+def test_a_target_position_of_two_map_variables_says_what_to_write(tmp_path: Path) -> None:
+    path = write(tmp_path, """Algorithm: Y ← Put(X, p)
+  Input: X ∈ ℝ^{d × ℓ}, p ∈ [ℓ]*
+  Output: Y ∈ ℝ^{d × ℓ}
+  1 Y ← X
+  2 for s ∈ [2], t ∈ [2] : Y[:, p[s] + t] ← X[:, t]
+  3 return Y
+""")
+    (err,) = errors_of(lambda: load(path, defines=["d=2"]))
+    assert (err.pos.line, err.pos.col) == (5, 33)
+    assert "this one depends on s and t: write one assignment per variable" in err.message
+
+
+def test_one_computed_target_position_needs_no_map(tmp_path: Path) -> None:
+    """`Y[:, p] ← X[:, 1]` once said "a computed target position depends on exactly one map variable"."""
+    path = write(tmp_path, """Algorithm: Y ← Put(X, p)
+  Input: X ∈ ℝ^{d × ℓ}, p ∈ [ℓ]
+  Output: Y ∈ ℝ^{d × ℓ}
+  1 Y ← X
+  2 Y[:, p] ← X[:, 1]
+  3 return Y
+""")
+    x = np.random.default_rng(5).standard_normal((2, 3, 2)).astype(np.float32)
+    p = np.array([2, 1])
+    want = x.copy()
+    want[np.arange(2), p] = x[:, 0]
+    np.testing.assert_allclose(run_both(load(path, defines=["d=2"]), X=x, p=p)["Y"], want)

@@ -158,7 +158,7 @@ def test_checking_without_a_config_keeps_sizes_symbolic(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("line,message", [
     ("y[t] ← t mod (s − s)", "mod 0 is undefined"),
-    ("y[t] ← x[t] + Σ_{i=1}^{t mod 2} i", "upper bound must be a count"),
+    ("y[t] ← x[t] + Σ_{i=1}^{t mod 2} i", "upper bound changes with the positions, so i takes its range"),
     ("y[t] ← x[t] + Σ_{i=1}^{s − 5} i", "its upper bound must be at least 0"),
     ("y[t] ← x[t] + ⌊s/(s − 3)⌋", "divides by 0"),
 ])

@@ -1,6 +1,9 @@
-"""Reductions and softmax → ONNX ReduceSum/ReduceMax/ReduceMean and Softmax."""
+"""Reductions, running sums and softmax → ONNX ReduceSum/ReduceMax/ReduceMean, CumSum and Softmax."""
 
 from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
 
 from pseudoformer.backends.onnx.emitter import Emitter
 from pseudoformer.backends.onnx.lowerings.registry import lowers
@@ -26,3 +29,9 @@ def _reduce(e: Emitter, n: Node) -> str:
 @lowers(Op.SOFTMAX)
 def _softmax(e: Emitter, n: Node) -> str:
     return e.emit("Softmax", [e.value(n.src[0])], out=e.out, axis=n.attrs["axis"])
+
+
+@lowers(Op.CUMSUM)
+def _cumsum(e: Emitter, n: Node) -> str:
+    axis = e.const(np.asarray(n.attrs["axis"] % n.src[0].type.rank, dtype=np.int64), TensorProto.INT64)  # 0-D
+    return e.emit("CumSum", [e.value(n.src[0]), axis], out=e.out)
