@@ -135,9 +135,11 @@ def _column_list(f: Frame, e: Expr) -> Val:
     if not any(it.op == "ellipsis" for it in items):
         cols = [ev_val(f, it) for it in items]
         for it, c in zip(items, cols, strict=True):
-            _check_column(f, c, it)
-        return _stack(f, [replace(c, node=f.b.node(Op.UNSQUEEZE, c.node, axes=[c.paper_axis0 + 1]),
-                                  dims=c.dims + (ONE,)) for c in cols], axis=1, e=e)
+            _check_column(f, c, it, matrices=True)
+        # a vector is one column, a matrix its columns: [x_cls, E] puts a class column before E's
+        return _stack(f, [c if len(c.dims) == 2 else replace(c, node=f.b.node(Op.UNSQUEEZE, c.node,
+                                                                                 axes=[c.paper_axis0 + 1]),
+                                                               dims=c.dims + (ONE,)) for c in cols], axis=1, e=e)
     fam, scripts = _family_of(f, items, e)
     last = scripts[-1]
     if isinstance(fam, tuple):  # vectorised: (Val, vars)
@@ -172,9 +174,10 @@ def _missing(fam: Family, count: int) -> str:
     return "[" + ", ".join(map(str, gaps)) + (", …]" if count - present > len(gaps) else "]")
 
 
-def _check_column(f: Frame, c: Any, it: Expr) -> None:
-    if not isinstance(c, Val) or len(c.dims) != 1:
-        raise f.error(ShapeError, f"a list [a, b, …] puts vectors side by side as columns; {describe(it)} is "
+def _check_column(f: Frame, c: Any, it: Expr, matrices: bool = False) -> None:
+    if not isinstance(c, Val) or len(c.dims) not in ((1, 2) if matrices else (1,)):
+        what = "vectors and matrices" if matrices else "vectors"
+        raise f.error(ShapeError, f"a list [a, b, …] puts {what} side by side as columns; {describe(it)} is "
                       f"{shown(c)}", it.pos)
 
 
@@ -227,9 +230,9 @@ def _stack(f: Frame, vals: list[Val], axis: int, e: Expr) -> Val:
     dims = vals[0].dims[:axis] + (total,) + vals[0].dims[axis + 1:]
     concat_axis = (1 if batched else 0) + axis
     explicit = None
-    if total.unknowns:
-        # Sizes not yet inferred: name the stacked size as the Size algebra does (2·?d_mid, not
-        # ?d_mid+?d_mid), so a parameter declared with H·d_mid meets the same dim.
+    if not total.is_int:
+        # Symbolic sizes: name the stacked size as the Size algebra does (2·?d_mid, not ?d_mid+?d_mid; d, not
+        # 1+-1 + d for [X[1:1, :]; X[2:d, :]]), so a parameter declared with H·d_mid meets the same dim.
         shape = list(nodes[0].type.shape)
         shape[concat_axis] = total.dim()
         explicit = TensorType(nodes[0].dtype, tuple(shape))

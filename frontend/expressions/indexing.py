@@ -8,7 +8,15 @@ from typing import Any
 
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, ShapeError
-from pseudoformer.frontend.expressions.affine import Run, in_range, last, poly_node, run_of, run_positions
+from pseudoformer.frontend.expressions.affine import (
+    Run,
+    in_range,
+    last,
+    poly_node,
+    proven,
+    run_of,
+    run_positions,
+)
 from pseudoformer.frontend.expressions.computed_index import linear_index, pick, real_index
 from pseudoformer.frontend.expressions.core import const, describe, ev, handles, shown, size_node
 from pseudoformer.frontend.expressions.integers import static_int
@@ -39,6 +47,9 @@ def index(f: Frame, base: Any, items: tuple, e: Expr) -> Val:
     for i in reversed(range(len(items))):
         it = items[i]
         if it.op == "all":
+            continue
+        if it.op == "range":
+            v = _slice(f, v, i, it, base, e)
             continue
         if it.op == "name" and it.text in f.maps:
             mv = f.maps[it.text]
@@ -92,6 +103,33 @@ def index(f: Frame, base: Any, items: tuple, e: Expr) -> Val:
                           it.pos)
         v = _gather(f, v, i, idx, it)
     return v
+
+
+def _slice(f: Frame, v: Val, i: int, it: Expr, base: Val, e: Expr) -> Val:
+    """X[:, a:b], x[ℓ + 1 : ℓ + ℓ_gen]: positions a to b (from 1, both included) of one axis, one SLICE. The
+    bounds are sizes or integer expressions of them, run-time ones (ℓ) included, so the length is a size."""
+    lo_e, hi_e = it.args
+    bounds = [static_int(f, b) for b in (lo_e, hi_e)]
+    for b, got in zip((lo_e, hi_e), bounds, strict=True):
+        if got is None:
+            raise f.error(BadTypeError, f"the bounds of a slice a:b are sizes or integer expressions of sizes "
+                          f"(1 : ℓ − 1, ℓ + 1 : ℓ + ℓ_gen), so that its length is known before the model runs; "
+                          f"{describe(b)} is not: for positions read from data, mask with an Iverson bracket "
+                          f"([[a ≤ t ≤ b]])", b.pos)
+    lo, hi = (f.b.resolve(b) for b in bounds)  # type: ignore[arg-type]
+    extent = f.b.resolve(v.dims[i])
+    count = f.b.resolve(hi - lo + 1)
+    what = f"{describe(e.args[0])} is {show(base)}: the slice {source_text(f, it)}"
+    if proven(lo - 1) is False:
+        raise f.error(ShapeError, f"{what} starts at {show_size(lo)}; positions count from 1", it.pos)
+    if proven(count - 1) is False:
+        raise f.error(ShapeError, f"{what} is empty or runs backwards ({show_size(lo)} to {show_size(hi)})", it.pos)
+    if extent != BROADCAST and proven(extent - hi) is False:
+        raise f.error(ShapeError, f"{what} ends at {show_size(hi)}, past the {show_size(extent)} of its "
+                      f"{_ordinal(i)} axis", it.pos)
+    node = f.b.node(Op.SLICE, v.node, poly_node(f, lo - 1, it.pos), poly_node(f, hi, it.pos),
+                    axis=v.paper_axis0 + i, dim=count.dim())
+    return replace(v, node=node, dims=v.dims[:i] + (count,) + v.dims[i + 1:], const=None)
 
 
 def distinct_index_vars(f: Frame, items: Any) -> None:
