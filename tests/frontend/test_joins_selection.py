@@ -17,6 +17,14 @@ from tests.frontend.notation_run import run_both, write
 
 RNG = np.random.default_rng(27)
 
+
+def assert_one_error(path: Path, at: tuple[int, int], message: str) -> None:
+    """`check` reports one mistake, at line and column `at`, whose message holds `message`."""
+    with pytest.raises(CompileError) as info:
+        check(path)
+    (err,) = info.value.errors
+    assert (err.pos.line, err.pos.col) == at and message in err.message, err.render()
+
 JOINS = """Algorithm: Y ← Join(E | x_cls, W_p)
   Input: E ∈ ℝ^{d × N}, patch embeddings.
   Output: Y ∈ ℝ^{2d × N + 1}
@@ -65,11 +73,7 @@ def test_slices_with_bounds_of_sizes(tmp_path: Path, spelling: str) -> None:
     ("return Y = X[:, 1:x[1]]", 23, "the bounds of a slice a:b are sizes or integer expressions of sizes"),
 ])
 def test_slice_misuse(tmp_path: Path, line: str, col: int, message: str) -> None:
-    source = SLICES.split("  1 ")[0] + f"  1 {line}\n"
-    with pytest.raises(CompileError) as info:
-        check(write(tmp_path, source))
-    (err,) = info.value.errors
-    assert (err.pos.line, err.pos.col) == (5, col) and message in err.message, err.render()
+    assert_one_error(write(tmp_path, SLICES.split("  1 ")[0] + f"  1 {line}\n"), (5, col), message)
 
 
 SELECT = """Algorithm: Y ← Select(G, X)
@@ -108,11 +112,7 @@ def test_selection_and_elementary_functions(tmp_path: Path, source: str) -> None
      "does not use j"),
 ])
 def test_selection_misuse(tmp_path: Path, line: str, col: int, message: str) -> None:
-    source = SELECT.split("  1 ")[0] + f"  {line}\n  2 return Y\n"
-    with pytest.raises(CompileError) as info:
-        check(write(tmp_path, source))
-    (err,) = info.value.errors
-    assert (err.pos.line, err.pos.col) == (4, col) and message in err.message, err.render()
+    assert_one_error(write(tmp_path, SELECT.split("  1 ")[0] + f"  {line}\n  2 return Y\n"), (4, col), message)
 
 
 PREFIX = """Algorithm: Y ← Prefix(X)
