@@ -180,9 +180,10 @@ def assert_close(got: np.ndarray, want: np.ndarray, where: str) -> None:
 
 def fused_ops(model: Model) -> Counter:
     """The ops of the model's graph at -O2; WHERE counted only on reals, where it would mask scores (a
-    WHERE on int64 is the range check of a computed index, t5_bias's w[t_x − t_z + ℓ_max])."""
+    WHERE on int64 is the range check of a computed index, t5_bias's w[t_x − t_z + ℓ_max]), and only between
+    two values (where(c, v, v) repeats a learned value over the batch, ViT's [x_cls, E])."""
     return Counter(n.op for n in optimize(model.graph, 2).nodes()
-                   if n.op is not Op.WHERE or n.type.dtype is DType.float32)
+                   if n.op is not Op.WHERE or n.type.dtype is DType.float32 and n.src[1] is not n.src[2])
 
 
 def assert_fused(model: Model, attentions: int, softmaxes: int = 1) -> None:
