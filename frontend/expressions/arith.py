@@ -14,6 +14,7 @@ from pseudoformer.frontend.sizes import BROADCAST, ONE
 from pseudoformer.frontend.tensor_ops import cast_real, elementwise, product, show, transpose, unary
 from pseudoformer.frontend.values import Val
 from pseudoformer.ir import DType, Op
+from pseudoformer.ir.ops.elementwise import COMPARE_FNS
 
 REL_OPS = {"<": Op.LT, "<=": Op.LE, ">": Op.GT, ">=": Op.GE, "==": Op.EQ, "!=": Op.NE}
 
@@ -132,6 +133,12 @@ def _not(f: Frame, e: Expr) -> Val:
 @handles("and", "or")
 def _logic(f: Frame, e: Expr) -> Val:
     x, y = (_to_bool(f, ev_val(f, a), a) for a in e.args)
+    # a side known before run time decides or drops out: [[t_z ≤ t_x ∧ (l mod 2 = 0 ∨ t_x − t_z < w)]] in
+    # layer l is layer l's own causal or windowed mask, which the attention fusion reads as such
+    for known, other in ((x, y), (y, x)):
+        if isinstance(known.const, bool):
+            decides = known.const is (e.op == "or")
+            return known if decides else other
     return elementwise(f.b, Op.AND if e.op == "and" else Op.OR, [x, y], e.op, kind="bool")
 
 
@@ -143,6 +150,10 @@ def _fold(f: Frame, op: str, x: float, y: float) -> Val:
     if op == "mul":
         return const(f, x * y)
     return const(f, x / y if y else math.copysign(math.inf, x))
+
+
+def _is_number(c: object) -> bool:
+    return isinstance(c, (int, float)) and not isinstance(c, bool)
 
 
 def _bool(f: Frame, value: bool) -> Val:
@@ -188,7 +199,13 @@ def _compare(f: Frame, e: Expr) -> Val:
     for (x, y), rel in zip(zip(vals, vals[1:], strict=False), rels, strict=True):
         if x.kind != y.kind:
             x, y = cast_real(f.b, x), cast_real(f.b, y)
-        c = elementwise(f.b, REL_OPS[rel], [x, y], "compare", kind="bool")
+        if _is_number(x.const) and _is_number(y.const):  # l mod 2 = 0 of a block-loop variable: known now
+            c = _bool(f, bool(COMPARE_FNS[REL_OPS[rel]](x.const, y.const)))
+        else:
+            c = elementwise(f.b, REL_OPS[rel], [x, y], "compare", kind="bool")
+        if out is not None and (isinstance(c.const, bool) or isinstance(out.const, bool)):
+            out = next((v for v in (out, c) if v.const is False), c if out.const is True else out)
+            continue
         out = c if out is None else elementwise(f.b, Op.AND, [out, c], "and", kind="bool")
     assert out is not None
     return out
