@@ -141,6 +141,9 @@ def _check(m: HeadsMatch, ctx: Context) -> str | None:
         if att.attrs["scale"] != first.attrs["scale"] or att.attrs["causal"] != first.attrs["causal"]:
             return f"head {h + 1} has scale/causal {att.attrs['scale']}/{att.attrs['causal']}, head 1 " \
                    f"{first.attrs['scale']}/{first.attrs['causal']}"
+        for attr in ("window", "softcap"):
+            if att.attrs.get(attr, 0) != first.attrs.get(attr, 0):
+                return f"head {h + 1} has {attr} {att.attrs.get(attr, 0)}, head 1 {first.attrs.get(attr, 0)}"
         if len(att.src) != len(first.src):
             return f"head {h + 1} is {'' if len(att.src) == 4 else 'not '}masked and head 1 is" \
                    f"{'' if len(first.src) == 4 else ' not'}"

@@ -16,7 +16,8 @@ causal: query i sees key j iff j ≤ i + s_k − s_q — the queries are the las
 (bottom-right aligned), so a decode step whose keys include a cache of earlier positions means the
 same as the full run. window = w > 0 (a sliding window, Mistral's): query i sees key j only if
 i + s_k − s_q − j < w, the w latest positions, aligned the same way. softmax_fp32 (set by the float16
-pass) computes the scores' softmax in float32.
+pass) computes the scores' softmax in float32. softcap = c > 0 (Gemma 2's soft-capping) replaces the scaled
+scores s by c·tanh(s / c) before the mask and the bias are applied, as ONNX's Attention does.
 
     CACHED_ATTENTION(q, k, v, past_k, past_v[, mask]) = (ATTENTION(q, [past_k; k], [past_v; v][, mask]),
                                                          present_k, present_v)
@@ -42,7 +43,7 @@ from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, NodeMa
 from pseudoformer.ir.types import Dim, DType, TensorType, TupleType, broadcast_shapes
 
 ATTRS = (Attr("scale", "float"), Attr("causal", "bool"), Attr("q_heads", "int", 0), Attr("kv_heads", "int", 0),
-         Attr("softmax_fp32", "bool", False), Attr("window", "int", 0))
+         Attr("softmax_fp32", "bool", False), Attr("window", "int", 0), Attr("softcap", "float", 0.0))
 
 
 def _heads(a: Mapping[str, Any]) -> tuple[int, int]:
@@ -140,7 +141,7 @@ def _cached_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TupleTy
 
 
 def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, scale: float, causal: bool,
-           softmax_fp32: bool = False, window: int = 0) -> np.ndarray:
+           softmax_fp32: bool = False, window: int = 0, softcap: float = 0.0) -> np.ndarray:
     """Batched attention on arrays, grouped-query where k and v have fewer heads than q."""
     if q.ndim >= 3 and k.shape[-3] not in (1, q.shape[-3]):
         group = q.shape[-3] // k.shape[-3]
@@ -148,6 +149,8 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
     s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.asarray(scale, q.dtype)
     if softmax_fp32:
         s = s.astype(np.float32)
+    if softcap:
+        s = (np.asarray(softcap, s.dtype) * np.tanh(s / np.asarray(softcap, s.dtype))).astype(s.dtype)
     keep = np.ones(s.shape[-2:], dtype=bool)
     if mask is not None and mask.dtype == np.bool_:
         keep = keep & mask  # a per-example mask broadcasts keep to the scores' shape
@@ -176,7 +179,8 @@ def _attention_impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
     hq, hkv = _heads(n.attrs)
     q, k, v = a[:3]
     mask = a[3] if len(a) > 3 else None
-    args = (n.attrs["scale"], n.attrs["causal"], n.attrs.get("softmax_fp32", False), n.attrs.get("window", 0))
+    args = (n.attrs["scale"], n.attrs["causal"], n.attrs.get("softmax_fp32", False), n.attrs.get("window", 0),
+            n.attrs.get("softcap", 0.0))
     if not hq:
         return attend(q, k, v, mask, *args)
     return _from_heads(attend(_to_heads(q, hq), _to_heads(k, hkv), _to_heads(v, hkv), mask, *args))
@@ -189,7 +193,8 @@ def _cached_impl(n: Any, a: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     if hkv:
         k, v = _to_heads(k, hkv), _to_heads(v, hkv)
     keys, values = np.concatenate([pk, k], axis=-2), np.concatenate([pv, v], axis=-2)
-    args = (n.attrs["scale"], n.attrs["causal"], n.attrs.get("softmax_fp32", False), n.attrs.get("window", 0))
+    args = (n.attrs["scale"], n.attrs["causal"], n.attrs.get("softmax_fp32", False), n.attrs.get("window", 0),
+            n.attrs.get("softcap", 0.0))
     y = _from_heads(attend(_to_heads(q, hq), keys, values, mask, *args)) if hq else \
         attend(q, keys, values, mask, *args)
     return y, keys, values
@@ -235,6 +240,9 @@ def by_parts(make: NodeMaker, q: Any, k: Any, v: Any, mask: Any | None, attrs: M
     dtype = s.dtype
     if attrs.get("softmax_fp32") and dtype is not DType.float32:
         s = make(Op.CAST, s, dtype=DType.float32)
+    if attrs.get("softcap"):
+        c = make.const(float(attrs["softcap"]), s.dtype)
+        s = make(Op.MUL, make(Op.TANH, make(Op.DIV, s, c)), c)
     if mask is not None and is_bias(mask.type):
         bias = mask if mask.dtype is s.dtype else make(Op.CAST, mask, dtype=s.dtype)
         s, mask = make(Op.ADD, s, bias), None
@@ -270,8 +278,9 @@ def position_masks(make: NodeMaker, q: Any, k: Any, rank: int, attrs: Mapping[st
 
 
 def _check(n: Any) -> list[str]:
-    w = n.attrs.get("window", 0)
-    return [f"{n.op.value} window={w} must be a number of positions ≥ 0"] if w < 0 else []
+    w, c = n.attrs.get("window", 0), n.attrs.get("softcap", 0.0)
+    return [f"{n.op.value} window={w} must be a number of positions ≥ 0"] * (w < 0) + \
+        [f"{n.op.value} softcap={c} must be a finite number ≥ 0 (0: none)"] * (not 0 <= c < math.inf)
 
 
 def _attention_formula(n: Any, make: NodeMaker) -> Any:
@@ -315,7 +324,7 @@ def _mask(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 def _attention_example(make: ExampleMaker) -> list[Any]:
     """Heads [batch, heads, seq, d]: causal and masked, grouped (4 query heads over 2) and in a sliding window
     of 2; one head [batch, seq, 6] unmasked; heads packed as [batch, seq, H·d] (passes/packed_heads.py),
-    2 query heads sharing 1 key/value head."""
+    2 query heads sharing 1 key/value head; soft-capped, causal and masked."""
     f32 = DType.float32
     q, k, v = (make.input(n, f32, "batch", 2, "seq", d) for n, d in (("q", 4), ("k", 4), ("v", 3)))
     mask = make.input("mask", DType.bool, "seq", "seq", values=_mask)
@@ -325,7 +334,10 @@ def _attention_example(make: ExampleMaker) -> list[Any]:
             make(Op.ATTENTION, make(Op.CONCAT, q, q, axis=1), k, v, scale=0.5, causal=False),
             make(Op.ATTENTION, q, k, v, scale=0.5, causal=True, window=2),
             make(Op.ATTENTION, q3, q3, q3, scale=0.25, causal=False),
-            make(Op.ATTENTION, q3, k3, q3, scale=0.5, causal=True, q_heads=2, kv_heads=1)]
+            make(Op.ATTENTION, q3, k3, q3, scale=0.5, causal=True, q_heads=2, kv_heads=1),
+            # Gemma 2's soft-capped scores (large enough to reach the cap), masked after the cap
+            make(Op.ATTENTION, make(Op.MUL, q, make.const(4.0, f32)), k, v, mask, scale=0.5, causal=True,
+                 softcap=1.5)]
 
 
 def _cached_example(make: ExampleMaker) -> list[Any]:

@@ -3,6 +3,7 @@
     S  = Kᵀ Q                                          [.., s_z, s_x]   keys × queries
     S' = S under mask, bias and scale layers, in any order:
            where(¬M, −∞, ·)   where(M, ·, −∞)   · + where(M, 0, −∞)   · + B   · − B   ·/c   ·×c
+         and, below the masks and biases and above the scale, a soft-cap c·tanh(·/c) (Gemma 2's)
     Ṽ  = V · softmax(S', axis=keys)                     [.., d_v, s_x]
   →
     Ṽ  = transpose(ATTENTION(transpose(Q), Kᵀ, transpose(V)[, transpose(mask)]; scale=1/c, causal, window))
@@ -74,6 +75,7 @@ class AttentionMatch:
     q: Node
     v: Node
     scale: float = 1.0
+    softcap: float = 0.0
     keeps: list[_Keep] = field(default_factory=list)
     biases: list[_Bias] = field(default_factory=list)
     interior: list[Node] = field(default_factory=list)
@@ -101,11 +103,35 @@ def _mask_bias(b: Node) -> tuple[Node, bool] | None:
     return None
 
 
+def _softcap(x: Node) -> tuple[float, list[Node], Node] | None:
+    """c·tanh(s / c) (or tanh(s·(1/c))·c) → (c, [the tanh, the division], s): Gemma 2's soft-capping."""
+    if x.op is not Op.MUL:
+        return None
+    k = next((i for i, s in enumerate(x.src) if const_value(s) is not None), None)
+    if k is None or x.src[1 - k].op is not Op.TANH:
+        return None
+    c, inner = const_value(x.src[k]), x.src[1 - k].src[0]
+    if inner.op not in (Op.DIV, Op.MUL) or const_value(inner.src[1]) is None or not c or not math.isfinite(c) or c < 0:
+        return None
+    d = const_value(inner.src[1])
+    if not math.isclose(d if inner.op is Op.DIV else 1.0 / d, c, rel_tol=1e-6):
+        return None
+    return c, [x.src[1 - k], inner], inner.src[0]
+
+
 def _peel(m: AttentionMatch, x: Node) -> Node | str:
     """Strip mask and scale layers off the softmax operand down to S; or say what stands in the way."""
     scaled = False
     while x.op is not Op.MATMUL:
         m.interior.append(x)
+        if (cap := _softcap(x)) is not None:
+            if scaled:
+                return f"the soft-capped scores are scaled after the cap ({describe(x)}); scale them inside it"
+            if m.softcap:
+                return "the scores are soft-capped twice"
+            m.softcap = cap[0]
+            m.interior += cap[1]
+            return _below_cap(m, cap[2])
         if x.op in (Op.DIV, Op.MUL):
             k = next((i for i, s in enumerate(x.src) if const_value(s) is not None), None)
             if k is None or (x.op is Op.DIV and k == 0):
@@ -146,6 +172,23 @@ def _peel(m: AttentionMatch, x: Node) -> Node | str:
             x = x.src[i]
         else:
             return f"the scores pass through {describe(x)} before the softmax"
+    return x
+
+
+def _below_cap(m: AttentionMatch, x: Node) -> Node | str:
+    """Under the soft-cap only the scale may stand (ONNX caps the scaled scores, then masks and biases)."""
+    while x.op is not Op.MATMUL:
+        m.interior.append(x)
+        k = next((i for i, s in enumerate(x.src) if const_value(s) is not None), None) \
+            if x.op in (Op.DIV, Op.MUL) else None
+        if k is None or (x.op is Op.DIV and k == 0) or m.scale != 1.0:
+            return f"the scores pass through {describe(x)} inside the soft-cap; only their scale may stand there"
+        c = const_value(x.src[k])
+        assert c is not None
+        if not math.isfinite(c) or c == 0:
+            return f"the scale constant {c} is not a finite nonzero number"
+        m.scale = 1.0 / c if x.op is Op.DIV else c
+        x = x.src[1 - k]
     return x
 
 
@@ -329,6 +372,8 @@ def _rewrite(m: AttentionMatch, n: Node) -> Node:
             else:
                 general.append(c)
     attrs: dict[str, object] = {"scale": m.scale, "causal": causal}
+    if m.softcap:
+        attrs["softcap"] = m.softcap
     if causal and windows:
         attrs["window"] = min(w for w, _ in windows)
     else:  # a window alone also shows later keys: not what the kernel's window means

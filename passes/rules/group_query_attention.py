@@ -20,8 +20,8 @@ last alone; a window w is the kernel's local_window_size. Then, as far as the op
           kept (`last`), the work that padding the one query costs (causal, the last row sees exactly
           what it saw alone) without the ~30 nodes that cut, rotate and pad it.
 
-Refused, with the reason: attention that is not causal, has a mask, is not float32, or whose queries
-are neither every new position nor the last.
+Refused, with the reason: attention that is not causal, has a mask, is soft-capped, is not float32, or
+whose queries are neither every new position nor the last.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ def check(m: Match, ctx: Context) -> str | None:
         return "the attention is not causal (the kernel's always is)"
     if len(m.src) != (5 if cached else 3):
         return "the attention has a mask operand, which the kernel does not take"
+    if m.att.attrs.get("softcap"):
+        return "the scores are soft-capped, which this lowering does not pass to the kernel"
     if q.dtype is not DType.float32:
         return f"the kernel is taken in float32 only (its float16 is not the reference's), not {q.dtype.value}"
     if q.type.rank != 3 or q.shape[1] not in (k.shape[1], 1):

@@ -43,6 +43,8 @@ def _attrs(n: Node) -> dict:
         attrs["q_num_heads"], attrs["kv_num_heads"] = int(n.attrs["q_heads"]), int(n.attrs["kv_heads"])
     if n.attrs.get("softmax_fp32"):
         attrs["softmax_precision"] = TensorProto.FLOAT  # the softmax is the sensitive part: fp32
+    if n.attrs.get("softcap"):
+        attrs["softcap"] = float(n.attrs["softcap"])  # c·tanh(scores / c) before the mask, as the IR's
     return attrs
 
 
