@@ -55,18 +55,19 @@ def lookup(f: Frame, text: str, pos: Any) -> Any:
     if key in f.hyper_keys():
         return _hyper(f, key, pos)
     p = f.param(name, loop_idx, pos)
-    if p is None and name.scripts and (s := f.size_of_name(text, pos, create=False)) is not None:
-        # a size whose name starts like a parameter family (`W_img` beside `For h: W_h`) is the size,
-        # not member `img` of the family
-        return SizeVal(s)
-    if p is None:
-        p = _param_member(f, name, loop_idx, text, pos)
     if p is not None:
         return p
     ascii_key = name.ascii()
     real = real_hyper(f, ascii_key)
     if real is not None:
         return real if isinstance(real, Val) else const(f, real)
+    if name.scripts and (s := f.size_of_name(text, pos, create=False)) is not None:
+        # a size whose name starts like a parameter family (`W_img` beside `For h: W_h`) is the size,
+        # not member `img` of the family
+        return SizeVal(s)
+    p = _param_member(f, name, loop_idx, text, pos)
+    if p is not None:
+        return p
     s = f.size_of_name(text, pos, create=False)
     if s is not None:
         return SizeVal(s)
