@@ -253,9 +253,23 @@ def check(m: Match, ctx: Context) -> str | None:
     if why is not None:
         return why
     shared = escaping(ctx, m.src, m.interior)
-    if shared is not None:
+    if shared is not None and not _normalised_for_another_scale(ctx, shared, m):
         return f"{_role(shared)} ({describe(shared)}) is also used outside the layer norm"
     return None
+
+
+def _normalised_for_another_scale(ctx: Context, shared: Node, m: Match) -> bool:
+    """Whether what escapes is the normalised value (e − m)/√(v + ε) itself, read outside only by products with
+    another vector: a second layer norm of the same x (GPT-NeoX's parallel residual, LN₁(x) and LN₂(x), which
+    CSE shares up to their scales). Each fuses; the shared formula then has no reader left."""
+    if shared.op is not Op.DIV or not any(n is shared for n in m.interior):
+        return False
+    if escaping(ctx, (*m.src, *shared.src), [n for n in m.interior if n is not shared]) is not None:
+        return False  # something else escapes too
+    old = ctx.origins.get(id(shared), shared)
+    users = [u for u in ctx.consumers.of(old) if not any(u is n or ctx.origins.get(id(n)) is u for n in m.interior)]
+    return not ctx.consumers.is_output(old) and all(
+        u.op is Op.MUL and any(s is not old and s.shape == m.gamma.shape for s in u.src) for u in users)
 
 
 def _role(n: Node) -> str:

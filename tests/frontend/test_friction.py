@@ -207,7 +207,7 @@ def test_the_reference_lists_every_builtin_function() -> None:
 
 def test_the_reference_documents_what_works(tmp_path: Path) -> None:
     text = LANGUAGE.read_text(encoding="utf-8")
-    limits = _section(text, "## 14. Limitations")
+    limits = _section(text, "Limitations\n")
     assert "no explicit member" not in limits and "`W^1_2`" in limits  # section 7 says they work; so does 14
     assert "ℝ^{E × d × d}" in _section(text, "### 3.1 Types")
     weights = text[text.index("**Weights.**"):text.index("## 10. Configs")]

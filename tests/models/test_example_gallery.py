@@ -15,7 +15,7 @@ NAMES = sorted(p.stem for p in EXAMPLES.glob("*.alg"))
 
 
 def test_the_gallery_is_complete() -> None:
-    assert NAMES == ["alibi", "classifier", "gemma2", "linear_attention", "lora", "moe", "multi_query", "prefix_lm", "retnet",
+    assert NAMES == ["alibi", "classifier", "gemma2", "linear_attention", "lora", "moe", "multi_query", "neox", "prefix_lm", "retnet",
                      "sliding_window", "sparse_strided", "t5_bias", "t5_buckets", "vit"]
     readme = (EXAMPLES / "README.md").read_text(encoding="utf-8")
     tests = Path(__file__).parent
