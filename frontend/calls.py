@@ -32,6 +32,7 @@ from pseudoformer.frontend.tensor_ops import (
     show,
 )
 from pseudoformer.frontend.values import MaskDef, SizeVal, Val
+from pseudoformer.ir import Span
 
 
 def input_decl(alg: Algorithm, arg: str) -> Decl | None:
@@ -123,6 +124,7 @@ def call_algorithm(f: Frame, e: Expr) -> Any:
         if pname in top and pname not in g.bound:
             raise f.error(ArityError, f"{callee.name} needs its parameter {pname} after `|`", e.pos)
     old = (f.b.span, f.b.scope)
+    f.b.call_sites.setdefault(g.scope, Span(e.pos.file, e.pos.line, e.pos.col))
     result = run_body(g)
     f.b.span, f.b.scope = old
     if isinstance(result, Val):

@@ -116,7 +116,7 @@ def _elaborate(prog: Program, alg: Algorithm, config: dict[str, Any], symbolic: 
     hyper = {k: v for k, v in config.items() if k in used}
     meta = {"entry": alg.name, "source": alg.pos.file, "hyperparameters": hyper,
             "dims": {"batch": "examples in the batch"} | {n: "positions" for n in f.b.run_dims if n != "batch"},
-            "limits": dict(f.b.limits)}
+            "limits": dict(f.b.limits), "call_sites": dict(f.b.call_sites)}
     return Graph(inputs=inputs, outputs=outputs, meta=meta)
 
 

@@ -89,6 +89,9 @@ class Builder:
         self.run_dims: dict[str, Node] = {}  # runtime size name → node computing it
         # runtime size name → (its largest value, why): W_p[:, t] for t ∈ [ℓ] needs ℓ ≤ ℓ_max
         self.limits: dict[str, tuple[int, str]] = {}
+        # each call's scope → where its caller wrote it, so that a note about a node of a shared algorithm
+        # can point at the user's line (`inspect --refusals`)
+        self.call_sites: dict[str, Span] = {}
         self.counter = 0
 
     def node(self, op: Op, *src: Node, type: Any = None, **attrs: Any) -> Node:

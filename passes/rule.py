@@ -57,7 +57,7 @@ def apply_rules(graph: Graph, rules: list[Rule], refusals: list | None = None) -
                 continue
             why = r.check(m, ctx)
             if why is not None:
-                ctx.refusals.append((r.name, why, n.span))
+                ctx.refusals.append((r.name, why, n.span, n.scope))
                 continue
             out = r.rewrite(m, n)
             if isinstance(out, tuple):

@@ -217,8 +217,9 @@ def _inspect(args: argparse.Namespace) -> int:
     given = {"compile_options": compile_options, "weights": model.weights}
     if args.refusals:
         notes = refusals(model.graph, max(opt, 2), **given)
-        text = "\n".join([n.render() for n in notes] + [f"{len(notes) or 'no'} refused fusion"
-                                                        f"{'' if len(notes) == 1 else 's'}"])
+        total = sum(getattr(n, "count", 1) for n in notes)  # each refused head, not each line
+        text = "\n".join([n.render() for n in notes] + [f"{total or 'no'} refused fusion"
+                                                        f"{'' if total == 1 else 's'}"])
     elif args.diff:
         text = diff_pass(model.graph, args.diff, max(opt, 2), **given)
     elif args.format == "html":

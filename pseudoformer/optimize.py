@@ -6,6 +6,7 @@ import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -62,13 +63,40 @@ def _run(graph: Graph, level: int, compile_options: CompileOptions | None,
 def refusals(graph: Graph, level: int = DEFAULT_LEVEL, *, compile_options: CompileOptions | None = None,
              weights: Mapping[str, np.ndarray] | None = None) -> list[Note]:
     """Why each fusion the level's passes (or the compile's, with `compile_options`) matched was refused,
-    once per place and reason, in source order. A head or norm written one way that did not fuse stays
-    as written: correct, but slower."""
-    seen: dict[tuple[str, str, str], Note] = {}
-    for rule, why, span in _run(graph, level, compile_options, weights):
-        pos = Pos(span.file, span.line, span.col) if span is not None else None
-        seen.setdefault((rule, why, str(pos)), Note(f"{rule} refused: {why}", pos))
-    return sorted(seen.values(), key=lambda n: (n.pos.file, n.pos.line, n.pos.col) if n.pos else ("", 0, 0))
+    once per place and reason, in source order, with how many heads (or layers, or calls) it was refused
+    for (`note.count`); a refusal inside a shared algorithm is placed at the user's call of it. A head or
+    norm written one way that did not fuse stays as written: correct, but slower."""
+    scopes: dict[tuple[str, str, str], set[str]] = {}
+    seen: dict[tuple[str, str, str], tuple[str, Pos | None, str]] = {}
+    for rule, why, span, *scope in _run(graph, level, compile_options, weights):
+        pos, inside = _users_line(graph, span, scope[0] if scope else "")
+        key = (rule, why, str(pos))
+        seen.setdefault(key, (f"{rule} refused", pos, why if inside is None else f"{why} (in {inside})"))
+        scopes.setdefault(key, set()).add(scope[0] if scope else "")
+    notes = []
+    for key, (head, pos, why) in seen.items():
+        count = len(scopes[key])  # one per head, layer or call the rule refused, not one per line
+        note = Note(f"{head}{f' {count} times' if count > 1 else ''}: {why}", pos)
+        note.count = count  # type: ignore[attr-defined]
+        notes.append(note)
+    return sorted(notes, key=lambda n: (n.pos.file, n.pos.line, n.pos.col) if n.pos else ("", 0, 0))
+
+
+def _users_line(graph: Graph, span: Any, scope: str) -> tuple[Pos | None, str | None]:
+    """Where to point a note: the node's own line when it is in the entry's file; else, when it sits in a shared
+    algorithm (variants.alg's layer_norm), the user's call of it, and where inside it the node is."""
+    if span is None:
+        return None, None
+    own = Pos(span.file, span.line, span.col)
+    root, sites = graph.meta.get("source"), graph.meta.get("call_sites", {})
+    if root is None or span.file == root:
+        return own, None
+    while scope:
+        site = sites.get(scope)
+        if site is not None and site.file == root:
+            return Pos(site.file, site.line, site.col), f"{Path(span.file).name}:{span.line}"
+        scope = scope.rpartition("/")[0]
+    return own, None
 
 
 def describe_passes(compile_options: CompileOptions | None = None, backend: str = "onnx") -> str:

@@ -104,8 +104,10 @@ def test_inspect_refusals_says_which_head_did_not_fuse_and_why(cli: Cli, tmp_pat
     code, out, err = cli("inspect", tmp_path / "neg.alg", *sizes, "--refusals")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith(f"{tmp_path / 'neg.alg'}:17:5: note: attention refused: the scores are subtracted")
-    assert "negates them" in lines[0] and lines[2].strip() == "^" and lines[-1] == "1 refused fusion"
+    # both heads are refused: counted, on the one line they share
+    assert lines[0].startswith(f"{tmp_path / 'neg.alg'}:17:5: note: attention refused 2 times: the scores are "
+                               "subtracted")
+    assert "negates them" in lines[0] and lines[2].strip() == "^" and lines[-1] == "2 refused fusions"
     code, out, err = cli("inspect", "tests/passes/attention_biases/alibi.alg", *sizes, "--refusals")
     assert (code, out.strip()) == (0, "no refused fusions"), err
 
