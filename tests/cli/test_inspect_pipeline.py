@@ -68,11 +68,13 @@ def test_the_contrib_fusions_show_in_refusals_diff_and_the_viewer(cli: Cli, tmp_
                          "group_query_attention_fusion")
     assert code == 0, err
     assert "group_query_attention" in out and "-  %" in out
-    # float16 attention is not the kernel's: the refusal says so, once per attention, at its source line
+    # float16 attention is not the kernel's: the refusal says so, counted once per attention (one per layer),
+    # at the user's call of the shared algorithm, naming its line in variants.alg
     code, out, err = cli("inspect", "models/llama.alg", *LLAMA, "--contrib-ops", "--dtype", "float16", "--refusals")
     assert code == 0, err
-    assert "group_query_attention refused: the kernel is taken in float32 only" in out
-    assert re.search(r"variants\.alg:\d+:\d+", out)
+    assert "group_query_attention refused 2 times: the kernel is taken in float32 only" in out
+    assert re.search(r"llama\.alg:\d+:\d+: note: .*\(in variants\.alg:\d+\)", out)
+    assert out.rstrip().endswith("2 refused fusions")
     page = tmp_path / "view.html"
     code, _, err = cli("inspect", "models/llama.alg", *LLAMA, "--contrib-ops", "--format", "html", "-o", page)
     assert code == 0, err
