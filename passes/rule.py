@@ -26,7 +26,7 @@ class Context:
 
     consumers: Consumers  # of the input graph
     origins: dict[int, Node] = field(default_factory=dict)  # id(rebuilt node) → its input-graph node
-    refusals: list[tuple[str, str, Any]] = field(default_factory=list)  # (rule, reason, span)
+    refusals: list[tuple[Any, ...]] = field(default_factory=list)  # (rule, reason, span, scope)
 
     def used_once(self, n: Node) -> bool:
         """Whether only one operand slot reads `n` (a rebuilt node or one of the input graph)."""

@@ -91,7 +91,7 @@ def _refusals(fuse, text: str) -> list[str]:  # noqa: ANN001
     reasons: list[tuple[str, str, object]] = []
     graph, changed = fuse(ir.parse(text), reasons)
     assert not changed
-    return [f"{rule}: {why}" for rule, why, _ in reasons]
+    return [f"{rule}: {why}" for rule, why, *_ in reasons]
 
 
 def test_the_skip_norm_says_why_it_refused() -> None:
