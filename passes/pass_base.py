@@ -25,7 +25,7 @@ class PassContext:
     output: str | None = None  # the output that last_position cuts
     positions: str | None = None  # ... along this run-time dim
     decoder_input: str | None = None  # the token input of a decoder (incremental derivation)
-    refusals: list[tuple[str, ...]] = field(default_factory=list)  # (rule, reason, span, scope) of fusions
+    refusals: list[tuple[Any, ...]] = field(default_factory=list)  # (rule, reason, span, scope) of fusions
     derived: dict[int, Any] = field(default_factory=dict)  # results several passes share (the decoder split)
 
 
