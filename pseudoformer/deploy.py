@@ -111,7 +111,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     MatMulNBits' (4, the default: int8 activations, fast on a CPU; 0: computes as the reference
     does); `quantize_embeddings`
     also quantizes the embedding tables and the unembedding. A QuantizeOptions sets all of these
-    (and the method). ONNX only; see docs/quantization.md.
+    (and the method). On the tvm backend every accuracy level computes in float32, as level 0 does
+    (backends/tvm/nbits.py); see docs/quantization.md.
     padding_mask=True adds an `attention_mask` input per token input (ONNX only; see
     passes/padding_mask.py) so that right-padded batches of different lengths run together.
     include, max_nodes, allow_nonfinite: as for `load`.
@@ -138,23 +139,16 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
 
     quant = options(quantize, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level,
                     embeddings=quantize_embeddings)
-    if quant is not None and backend == "tvm":
-        raise UsageError(NO_TVM_QUANTIZATION)
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed, include=include,
                  max_nodes=max_nodes, allow_nonfinite=allow_nonfinite)
     if backend == "tvm":
         from pseudoformer.deploy_tvm import compile_model
 
-        return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args")
+        return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args",
+                             quantize=quant)
     lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False,
                     functions=functions, quantize=quant, contrib_ops=contrib_ops)
     return CompiledModel(lowered, model, dtype, padding_mask, opt_level, quant)
-
-
-# The TVM backend would lower a quantized matmul by its formula and fold the weights back to floats
-# at compile time: the numbers of the quantized model, none of its size or speed. Better said.
-NO_TVM_QUANTIZATION = ("--quantize is not supported on the tvm backend yet (it has no dequantizing matmul kernel); "
-                       "compile to onnx")
 
 
 def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,

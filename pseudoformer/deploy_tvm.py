@@ -9,13 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pseudoformer.errors import BackendError, UsageError
 from pseudoformer.file_access import regular_file
 from pseudoformer.model import Model, check_inputs, model_metadata
+
+if TYPE_CHECKING:
+    from pseudoformer.quantization import QuantizeOptions
 
 
 def _build() -> Any:
@@ -59,16 +62,19 @@ class TVMCompiledModel:
 
 
 def compile_model(model: Model, *, target: str = "llvm", opt_level: int = 2, dtype: str = "float32",
-                  params: str = "args") -> TVMCompiledModel:
-    """Optimise `model`'s graph at `opt_level` and compile it with TVM for `target` ("llvm" or "cuda")."""
+                  params: str = "args", quantize: QuantizeOptions | None = None) -> TVMCompiledModel:
+    """Optimise `model`'s graph at `opt_level` (and quantize its weights) and compile it with TVM for
+    `target` ("llvm" or "cuda")."""
     from pseudoformer.optimize import check_level, debugging
 
     build = _build()
     check_level(opt_level)
     metadata = model_metadata(model, opt_level)
+    if quantize is not None:
+        metadata["quantization"] = quantize.describe()
     try:  # one run of the compile's passes (backends/pipeline.py), then TVM
         compiled = build.compile_graph(model.graph, model.weights, target=target, params=params, dtype=dtype,
-                                       metadata=metadata, opt_level=opt_level, verify=debugging())
+                                       metadata=metadata, opt_level=opt_level, verify=debugging(), quantize=quantize)
     except BackendError as e:
         raise UsageError(str(e)) from None
     return TVMCompiledModel(compiled, model, dtype, opt_level=opt_level)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from pseudoformer.backends.tvm.fastmath import fast_math
 from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.lower import Lowered, to_relax
 from pseudoformer.backends.tvm.lowerings import accepts
+from pseudoformer.backends.tvm.nbits import split_weights
 from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
 from pseudoformer.errors import BackendError
@@ -38,6 +39,9 @@ from pseudoformer.ir.token_bounds import out_of_range, token_bounds
 from pseudoformer.ir.types import TensorType
 from pseudoformer.weights.errors import WeightsError
 from pseudoformer.weights.safetensors_io import read_safetensors, save_weights
+
+if TYPE_CHECKING:
+    from pseudoformer.passes.quantize import QuantizeOptions
 
 tvm = require_tvm()
 from tvm import relax  # noqa: E402
@@ -227,7 +231,8 @@ def weights_path(path: Path) -> Path:
 
 def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: str = "llvm",
                   params: str = "args", schedule: bool = True, dtype: str = "float32",
-                  metadata: Mapping[str, str] | None = None, opt_level: int = 0, verify: bool = False) -> TVMModel:
+                  metadata: Mapping[str, str] | None = None, opt_level: int = 0, verify: bool = False,
+                  quantize: QuantizeOptions | None = None) -> TVMModel:
     """Lower `graph`, compile it for `target` ("llvm" or "cuda"), and return a runnable TVMModel.
 
     params="args" (the default) passes the weights at run time and saves them beside the
@@ -244,7 +249,7 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     if missing:
         raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
     _check_shapes(graph, weights)
-    graph, folded = prepare(graph, weights, dtype, opt_level=opt_level, verify=verify)
+    graph, folded = prepare(graph, weights, dtype, opt_level=opt_level, verify=verify, quantize=quantize)
     lowered = to_relax(graph)
     mod = lowered.mod
     names = [n for n, _ in lowered.params]
@@ -268,13 +273,16 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
 
 
 def prepare(graph: Graph, weights: Mapping[str, np.ndarray], dtype: str = "float32", *, opt_level: int = 0,
-            verify: bool = False) -> tuple[Graph, dict[str, np.ndarray]]:
-    """`graph` optimised at `opt_level` (0: as given) and as this backend lowers it, and the weights it
-    then takes: one run of the passes backends/pipeline.py assembles. `verify` checks the IR after each."""
+            verify: bool = False, quantize: QuantizeOptions | None = None) -> tuple[Graph, dict[str, np.ndarray]]:
+    """`graph` optimised at `opt_level` (0: as given), quantized if asked, and as this backend lowers it, and
+    the weights it then takes (4-bit weights in the nibble order of our kernels, nbits.py): one run of the
+    passes backends/pipeline.py assembles. `verify` checks the IR after each."""
     if dtype not in ("float32", "float16"):
         raise BackendError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
-    return run(graph, compile_pipeline(CompileOptions(opt_level=opt_level, dtype=dtype), "tvm"),
-               weights={k: np.asarray(v) for k, v in weights.items()}, accepts=accepts, check=verify)
+    options = CompileOptions(opt_level=opt_level, dtype=dtype, quantize=quantize)
+    graph, folded = run(graph, compile_pipeline(options, "tvm"), weights={k: np.asarray(v) for k, v in weights.items()},
+                        options=options, accepts=accepts, check=verify)
+    return graph, split_weights(graph, folded)
 
 
 def _check_shapes(graph: Graph, weights: Mapping[str, np.ndarray]) -> None:

@@ -77,6 +77,7 @@ class RelaxLowering:
         self.sizes: dict[int, Any] = {}  # IR node id -> PrimExpr, for int64 scalars that are sizes
         self.param_vars: dict[str, Any] = {}
         self.index = 0
+        self.notes: dict[str, Any] = {}  # what a lowering works out once per graph (lowerings/quantized.py)
         self.analyzer = tvm.sym.Analyzer()
 
     # ---- types and dims

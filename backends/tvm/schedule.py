@@ -13,6 +13,7 @@ and meta_schedule crashes in this wheel, so every PrimFunc gets one of these han
   products) run in parallel. The epilogue runs on each tile as it is written back.
 * Rows: softmax and layer norm, parallel over rows, each row's stages together, inner loops
   left for LLVM to vectorise (dlight's CPU rule, which splits them, is the fallback).
+* The block-quantized product: nbits_schedule.py.
 * Everything else: parallel over the outer loops, vectorised innermost where its extent is known.
 """
 
@@ -22,6 +23,7 @@ import os
 from typing import Any
 
 from pseudoformer.backends.tvm.guard import require_tvm
+from pseudoformer.backends.tvm.nbits_schedule import schedule_nbits
 from pseudoformer.backends.tvm.packing import PANEL
 
 tvm = require_tvm()
@@ -204,4 +206,5 @@ def schedule_passes(target: Any) -> list[Any]:
     matmul = dl.ScheduleRule.from_callable("Matmul")(_matmul)
     rows = dl.ScheduleRule.from_callable("Rows")(_rows)
     fallback = dl.ScheduleRule.from_callable("Fallback")(_fallback)
-    return [dl.ApplyDefaultSchedule(matmul, rows, dl.cpu.Reduction(), fallback)]
+    nbits = dl.ScheduleRule.from_callable("NBits")(schedule_nbits)
+    return [dl.ApplyDefaultSchedule(nbits, matmul, rows, dl.cpu.Reduction(), fallback)]

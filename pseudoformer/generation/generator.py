@@ -58,14 +58,11 @@ class Generator:
                  quantize: QuantizeOptions | None = None, contrib_ops: bool = False) -> None:
         from pseudoformer.backends.options import CompileOptions
         from pseudoformer.backends.pipeline import model_passes, run
-        from pseudoformer.deploy import NO_TVM_QUANTIZATION
         from pseudoformer.optimize import check_level, debugging
 
         if backend not in BACKENDS:
             raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
         check_threads(threads)
-        if quantize is not None and backend == "tvm":
-            raise UsageError(NO_TVM_QUANTIZATION)
         if contrib_ops and backend != "onnx":
             raise UsageError("--contrib-ops is for the onnx backend (onnxruntime's com.microsoft kernels)")
         check_level(opt_level)

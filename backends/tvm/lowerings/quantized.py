@@ -1,0 +1,82 @@
+"""MATMUL_NBITS and GATHER_NBITS → TVM: our own kernels (nbits.py), called with call_tir.
+
+Float32 activations only (a float16 model's quantized ops take their formula, passes/decompose.py).
+The product's PrimFunc is marked opaque, and scheduled by its own rule (nbits_schedule.py), so that fusion
+leaves it whole: its bias and its neighbours are separate kernels.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pseudoformer.backends.tvm.lowerings.registry import R, lowers, tirx
+from pseudoformer.backends.tvm.nbits import gather_nbits, matmul_nbits, split_params
+from pseudoformer.ir.node import Node
+from pseudoformer.ir.ops import Op
+from pseudoformer.ir.ops.quantized import operands
+from pseudoformer.ir.types import DType
+
+if TYPE_CHECKING:
+    from pseudoformer.backends.tvm.lower import RelaxLowering
+
+_OPAQUE = 8  # relay/relax OpPatternKind kOpaque
+
+
+def _float32(n: Node) -> bool:
+    return operands(n).scales.dtype is DType.float32
+
+
+def _split(lw: RelaxLowering, packed: Node) -> bool:
+    """Whether the packed weights are in Q4_0's nibble order (build.py re-packs these, nbits.split_params)."""
+    if "split_params" not in lw.notes:
+        lw.notes["split_params"] = split_params(lw.graph)
+    return packed.op is Op.PARAM and packed.attrs["name"] in lw.notes["split_params"]
+
+
+def _int(v: int) -> Any:
+    return tirx.IntImm("int64", v)
+
+
+@lowers(Op.MATMUL_NBITS, when=_float32)
+def _matmul_nbits(lw: RelaxLowering, n: Node) -> Any:
+    o = operands(n)
+    bits, bs, k = n.attrs["bits"], n.attrs["block_size"], n.attrs["K"]
+    x = lw.tensor(n.src[0])
+    lead = lw.shape(x)[:-1]
+    rows = lead[0]
+    for d in lead[1:]:
+        rows = rows * d
+    x = lw.emit(R.reshape(x, [rows, _int(k)]))
+    kb = int(n.src[2].shape[1])
+    if kb * bs != k:  # the padding's weights are 0; the activations there must be finite: zeros
+        x = lw.emit(R.nn.pad(x, [0, 0, 0, kb * bs - k]))
+    weights = [lw.tensor(t) for t in (o.packed, o.scales, o.zero_points) if t is not None]
+    has_zp = o.zero_points is not None
+    call = lw.bb.call_te(lambda a, p, s, *z: matmul_nbits(a, p, s, z[0] if has_zp else None, bits=bits,
+                                                          block_size=bs, split=_split(lw, o.packed)),
+                         x, *weights, primfunc_name_hint=f"matmul_nbits{bits}")
+    gv = call.args[0]
+    lw.bb.update_func(gv, lw.bb.get()[gv].with_attr("op_pattern", _OPAQUE))
+    y = lw.emit(call)
+    if o.bias is not None:
+        y = lw.emit(R.add(y, lw.tensor(o.bias)))
+    return R.reshape(y, [*lead, _int(int(n.src[1].shape[0]))])
+
+
+@lowers(Op.GATHER_NBITS, when=_float32)
+def _gather_nbits(lw: RelaxLowering, n: Node) -> Any:
+    o = operands(n)
+    ids = lw.tensor(n.src[1])
+    shape = lw.shape(ids)
+    count = _int(1)
+    for d in shape:
+        count = count * d
+    flat = lw.emit(R.reshape(ids, [count]))
+    weights = [lw.tensor(t) for t in (o.scales, o.zero_points) if t is not None]
+    has_zp = o.zero_points is not None
+    attrs = {"bits": n.attrs["bits"], "block_size": n.attrs["block_size"], "k": n.attrs["K"],
+             "split": _split(lw, o.packed)}
+    rows = lw.emit(lw.bb.call_te(lambda p, i, s, *z: gather_nbits(p, i, s, z[0] if has_zp else None, **attrs),
+                                 lw.tensor(o.packed), flat, *weights, primfunc_name_hint="gather_nbits"))
+    return R.reshape(rows, [*shape, _int(n.attrs["K"])])
+

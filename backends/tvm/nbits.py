@@ -1,0 +1,137 @@
+"""Block-quantized kernels for the TVM backend: MATMUL_NBITS and GATHER_NBITS as TE computations.
+
+The formats are ir/ops/quantized.py's (onnxruntime's MatMulNBits layout); the numbers are its
+reference's, dequantize then the float op, computed in float32 whatever the node's accuracy level
+(onnxruntime's level 0, which its tests call exact).
+
+The matrix product never makes the float weights. Its reduction runs over (block j, byte b): each
+byte of a 4-bit row holds two codes, unpacked with a mask and a shift, made float, multiplied by
+the activations they stand for and by the block's scale, and summed (8 bits: one code a byte).
+
+Nibble order. In onnxruntime's layout byte b of a block holds k = 2b (low nibble) and 2b + 1, so
+the activations a vector of bytes meets are every other one: a strided load, which LLVM makes
+one scalar load per lane (8× slower, measured). A weight that only these kernels read is
+therefore re-packed once, in numpy at compile time (`split_nibbles`, as packing.py packs float
+weights), to llama.cpp's Q4_0 order: byte b holds k = b low and k = b + bs/2 high, and both halves
+of the activations are contiguous vectors. `split_params` names the weights that may be; a
+packed operand computed in the graph keeps onnxruntime's order (`split=False`).
+
+    y[m, n] = Σ_j s[n, j] · Σ_b x[m, j·bs + b] · (lo(q[n, j, b]) − z) + x[m, j·bs + bs/2 + b] · (hi(q) − z)
+
+nbits_schedule.py puts the product on the CPU's vectors; the gather is injective and takes the
+fallback schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.backends.tvm.guard import require_tvm
+from pseudoformer.ir.graph import Graph
+from pseudoformer.ir.ops import Op
+from pseudoformer.ir.ops.quantized import operands
+
+tvm = require_tvm()
+from tvm import te, tirx  # noqa: E402
+
+F32 = "float32"
+NBITS_OPS = (Op.MATMUL_NBITS, Op.GATHER_NBITS)
+
+
+# ---- the nibble order of weights (compile time, numpy)
+
+
+def split_params(graph: Graph) -> set[str]:
+    """The 4-bit packed weights (parameters) that only MATMUL_NBITS and GATHER_NBITS read, as their packed operand."""
+    readers: dict[str, list[bool]] = {}
+    for n in graph.nodes():
+        for i, s in enumerate(n.src):
+            if s.op is Op.PARAM:
+                ok = n.op in NBITS_OPS and n.attrs["bits"] == 4 and s is operands(n).packed and i == (
+                    1 if n.op is Op.MATMUL_NBITS else 0)
+                readers.setdefault(s.attrs["name"], []).append(ok)
+    return {name for name, oks in readers.items() if all(oks)}
+
+
+def split_nibbles(packed: np.ndarray) -> np.ndarray:
+    """onnxruntime's order [N, kb, bs/2] (byte b: k = 2b, 2b + 1) → Q4_0's (byte b: k = b, b + bs/2)."""
+    codes = np.empty((*packed.shape[:-1], 2 * packed.shape[-1]), np.uint8)
+    codes[..., 0::2] = packed & 0x0F
+    codes[..., 1::2] = packed >> 4
+    half = packed.shape[-1]
+    return np.ascontiguousarray(codes[..., :half] | (codes[..., half:] << 4))
+
+
+def split_weights(graph: Graph, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The weights with each of `split_params(graph)` in Q4_0's nibble order, the rest as they are."""
+    split = split_params(graph)
+    return {k: split_nibbles(np.asarray(v)) if k in split else v for k, v in weights.items()}
+
+
+# ---- the computations
+
+
+def _zero_point(zp: te.Tensor | None, n: Any, j: Any, bits: int) -> Any:
+    """z[n, j] as int32: unpacked from the packed zero points, or the symmetric 2^(bits−1)."""
+    if zp is None:
+        return tirx.const(1 << (bits - 1), "int32")
+    if bits == 8:
+        return zp[n, j].astype("int32")
+    byte = zp[n, j // 2].astype("int32")
+    return (byte >> ((j % 2) * 4).astype("int32")) & 15
+
+
+def _codes(q: Any, bits: int) -> tuple[Any, Any]:
+    q = q.astype("int32")
+    return (q & 15), (q >> 4)
+
+
+def matmul_nbits(x: te.Tensor, packed: te.Tensor, scales: te.Tensor, zp: te.Tensor | None, *, bits: int,
+                 block_size: int, split: bool) -> te.Tensor:
+    """y [M, N] = x [M, kb·bs] · Wᵀ for W block-quantized (x zero-padded past K by the caller)."""
+    m_ext, n_ext, kb = x.shape[0], packed.shape[0], packed.shape[1]
+    bs = block_size
+    j = te.reduce_axis((0, kb), "j")
+    if bits == 4:
+        b = te.reduce_axis((0, bs // 2), "b")
+        # k of the low and the high nibble of byte b
+        k_lo, k_hi = ((j * bs + b, j * bs + bs // 2 + b) if split else (j * bs + 2 * b, j * bs + 2 * b + 1))
+
+        def pair(m: Any, n: Any) -> Any:
+            lo, hi = _codes(packed[n, j, b], 4)
+            z = _zero_point(zp, n, j, 4)
+            dot = x[m, k_lo] * (lo - z).astype(F32) + x[m, k_hi] * (hi - z).astype(F32)
+            return te.sum(dot * scales[n, j].astype(F32), axis=[j, b])
+
+        return te.compute((m_ext, n_ext), pair, name="matmul_nbits")
+    i = te.reduce_axis((0, bs), "i")
+
+    def one(m: Any, n: Any) -> Any:
+        w = (packed[n, j, i].astype("int32") - _zero_point(zp, n, j, 8)).astype(F32)
+        return te.sum(x[m, j * bs + i] * w * scales[n, j].astype(F32), axis=[j, i])
+
+    return te.compute((m_ext, n_ext), one, name="matmul_nbits")
+
+
+def gather_nbits(packed: te.Tensor, ids: te.Tensor, scales: te.Tensor, zp: te.Tensor | None, *, bits: int,
+                 block_size: int, k: int, split: bool) -> te.Tensor:
+    """Rows ids [R] of W [N, K], dequantized: [R, K] in the scales' dtype. An index wraps (floormod),
+    as the float gather's mode="wrap" does: numpy.take for every valid index, negative ones included."""
+    n_ext, bs = packed.shape[0], block_size
+
+    def row(r: Any, c: Any) -> Any:
+        n = tirx.floormod(ids[r], n_ext)
+        j, i = c // bs, c % bs
+        if bits == 4:
+            byte = packed[n, j, i % (bs // 2) if split else i // 2].astype("int32")
+            shift = (i // (bs // 2) if split else i % 2) * 4
+            code = (byte >> shift.astype("int32")) & 15
+        else:
+            code = packed[n, j, i].astype("int32")
+        w = (code - _zero_point(zp, n, j, bits)).astype(F32) * scales[n, j].astype(F32)
+        return w.astype(scales.dtype)
+
+    return te.compute((ids.shape[0], k), row, name="gather_nbits")

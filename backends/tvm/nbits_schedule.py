@@ -1,0 +1,52 @@
+"""The CPU schedule of the block-quantized matrix product (nbits.py): one row of W per step, in registers.
+
+    for n in parallel(N):            # output rows split between the cores
+      for m in M:                    # tokens: one when decoding
+        acc[0:L] = 0                 # L lanes: one vector register (AVX-512) or two (AVX2)
+        for j, b_outer in K/bs, bs/2/L:
+          acc[0:L] += s[n, j] · (x[m, ·] · (lo(q) − z) + x[m, ·] · (hi(q) − z))    # L bytes of W
+        y[m, n] = Σ acc
+
+The reduction over a block's bytes is split by L and rfactor-ed, so the L lanes are independent
+partial sums: a vector of L bytes is loaded, widened, unpacked, converted and multiplied in
+registers, and no float weight is ever stored. L is 16 bytes (32 weights) or the block's bytes
+if fewer; LLVM maps a 16-lane float vector onto whatever the target (the host CPU, build.py's
+make_target) has: one zmm with AVX-512, two ymm with AVX2.
+
+Prefill runs the same nest with m > 1: W's row n stays in L1 while every token passes over it, so
+W is read from memory once per call, but each row's unpacking is repeated per token.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pseudoformer.backends.tvm.guard import require_tvm
+
+tvm = require_tvm()
+from tvm import s_tir, tirx  # noqa: E402
+
+LANES = 16
+
+
+def schedule_nbits(func: Any, target: Any, _tunable: bool = False) -> Any:
+    """A dlight rule: the Schedule of nbits.matmul_nbits's PrimFunc for a CPU, None for any other."""
+    if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+        return None  # on a GPU dlight's GEMV and matmul rules take it (benchmarks/gpu_int4.py)
+    sch = s_tir.Schedule(func)
+    try:
+        blk = sch.get_sblock("matmul_nbits")
+    except Exception:  # not ours: no such block
+        return None
+    m, n, j, b = sch.get_loops(blk)
+    ext = sch.get(b).extent
+    lanes = min(int(ext), LANES) if isinstance(ext, tirx.IntImm) else 1
+    bo, bi = sch.split(b, [None, lanes])
+    sch.reorder(n, m, j, bo, bi)
+    rf = sch.rfactor(bi, factor_axis=2)
+    n_rf, m_rf, j_rf, *_ = sch.get_loops(rf)
+    sch.reverse_compute_at(blk, m_rf)  # the lanes' sum under the same (n, m): acc lives per row
+    sch.parallel(n_rf)
+    sch.vectorize(sch.get_loops(rf)[-1])
+    sch.decompose_reduction(rf, j_rf)
+    return sch
