@@ -1,11 +1,12 @@
 """The CPU schedule of the block-quantized matrix product (nbits.py): one row of W per step, in registers.
 
-    for n in parallel(N):            # output rows split between the cores
+    for n4 in parallel(N / 4):       # output rows, four at a time, split between the cores
       for m in M:                    # tokens: one when decoding
-        acc[0:L] = 0                 # L lanes: one vector register (AVX-512) or two (AVX2)
+        acc[0:4, 0:L] = 0            # L lanes: one vector register (AVX-512) or two (AVX2) per row
         for j, b_outer in K/bs, bs/2/L:
-          acc[0:L] += s[n, j] · (x[m, ·] · (lo(q) − z) + x[m, ·] · (hi(q) − z))    # L bytes of W
-        y[m, n] = Σ acc
+          for r in unrolled(4):      # independent FMA chains; x's vectors loaded once for the four
+            acc[r, 0:L] += s[n, j] · (x[m, ·] · (lo(q) − z) + x[m, ·] · (hi(q) − z))    # L bytes of W
+        y[m, 4·n4 + r] = Σ acc[r]
 
 The reduction over a block's bytes is split by L and rfactor-ed, so the L lanes are independent
 partial sums: a vector of L bytes is loaded, widened, unpacked, converted and multiplied in
@@ -27,6 +28,7 @@ tvm = require_tvm()
 from tvm import s_tir, tirx  # noqa: E402
 
 LANES = 16
+ROWS = 4  # rows of W per step: four independent accumulator chains, one load of x for all four
 
 
 def schedule_nbits(func: Any, target: Any, _tunable: bool = False) -> Any:
@@ -42,11 +44,16 @@ def schedule_nbits(func: Any, target: Any, _tunable: bool = False) -> Any:
     ext = sch.get(b).extent
     lanes = min(int(ext), LANES) if isinstance(ext, tirx.IntImm) else 1
     bo, bi = sch.split(b, [None, lanes])
-    sch.reorder(n, m, j, bo, bi)
+    n_ext = sch.get(n).extent
+    rows = ROWS if isinstance(n_ext, tirx.IntImm) and int(n_ext) % ROWS == 0 else 1
+    no, ni = sch.split(n, [None, rows])
+    sch.reorder(no, m, j, bo, ni, bi)
     rf = sch.rfactor(bi, factor_axis=2)
-    n_rf, m_rf, j_rf, *_ = sch.get_loops(rf)
-    sch.reverse_compute_at(blk, m_rf)  # the lanes' sum under the same (n, m): acc lives per row
-    sch.parallel(n_rf)
-    sch.vectorize(sch.get_loops(rf)[-1])
+    no_rf, m_rf, j_rf, *_ = sch.get_loops(rf)
+    sch.reverse_compute_at(blk, m_rf)  # the lanes' sums under the same (rows, m): acc lives per tile
+    sch.parallel(no_rf)
+    *_, ni_rf, bi_rf = sch.get_loops(rf)
+    sch.vectorize(bi_rf)
+    sch.unroll(ni_rf)
     sch.decompose_reduction(rf, j_rf)
     return sch
