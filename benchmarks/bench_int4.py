@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""int4 decoding on the CPU: TVM with our kernels (backends/tvm/nbits.py) against onnxruntime's MatMulNBits,
+both from the same quantized graph, against the weight-bandwidth floor measured in the same run.
+
+  models     random weights in a shape's hyperparameters, quantized as `--quantize int4 --quantize-embeddings`
+             (blocks of 32, zero points, accuracy level 4 for onnxruntime: its fast int8 path; TVM computes in
+             float32 whatever the level). Contenders, each a Generator with the key/value cache on 2 threads:
+               tvm   --backend tvm (our decode kernel, nbits_schedule.py)
+               ort   --backend onnx --contrib-ops (MatMulNBits, GroupQueryAttention)
+             A prompt of 128 random ids and --new greedy tokens; rounds interleave the contenders after a
+             warm-up round. Reported: prefill and the median time per token (medians over rounds), and the
+             floor: the bytes of weights a step reads (all of them but the tables only gathered from) over
+             the bandwidth of a large streaming read (bench_llama.read_bandwidth). Greedy tokens must agree.
+  products   each distinct matrix of Qwen2.5-1.5B at one token: our kernel and one MatMulNBits (levels 0
+             and 4), as GB/s of int4 weights (codes and scales) against that bandwidth.
+
+Shapes: smollm2 (SmolLM2-135M), qwen0.5b (Qwen2.5-0.5B: 24 layers, d 896, 14/2 heads, d_mlp 4864,
+vocabulary 151936), qwen1.5b (Qwen2.5-1.5B: 28 layers, d 1536, 12/2 heads, d_mlp 8960; 7 GB of random
+float32 weights before quantization). genai's int4 builder is not a contender yet (see benchmarks/TVM.md).
+
+    python benchmarks/bench_int4.py                          # both parts, every shape
+    python benchmarks/bench_int4.py --shapes smollm2 --part models
+    python benchmarks/bench_int4.py --quick                  # a tiny Llama and small products: a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+SHAPES: dict[str, tuple[str, list[str]]] = {
+    "smollm2": ("models/llama.alg", ["L=30", "H=9", "H_kv=3", "d_e=576", "d_attn=64", "d_mlp=1536", "N_V=49152"]),
+    "qwen0.5b": ("models/qwen2.alg", ["L=24", "H=14", "H_kv=2", "d_e=896", "d_attn=64", "d_mlp=4864",
+                                      "N_V=151936"]),
+    "qwen1.5b": ("models/qwen2.alg", ["L=28", "H=12", "H_kv=2", "d_e=1536", "d_attn=128", "d_mlp=8960",
+                                      "N_V=151936"]),
+    "tiny": ("models/llama.alg", ["L=2", "H=4", "H_kv=2", "d_e=64", "d_attn=16", "d_mlp=128", "N_V=1000"]),
+}
+# (N, K) of each distinct product of Qwen2.5-1.5B: q, k and v, o, gate and up, down, the unembedding
+PRODUCTS = {"q, o": (1536, 1536), "k, v": (256, 1536), "gate, up": (8960, 1536), "down": (1536, 8960),
+            "unembedding": (151936, 1536)}
+QUICK_PRODUCTS = {"small": (256, 512), "tall": (2048, 256)}
+
+
+def machine() -> str:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{cpu}, {os.cpu_count()} CPUs, load average {load:.1f}"
+
+
+def step_bytes(graph: object, weights: dict[str, np.ndarray]) -> int:
+    """Bytes of weights a decode step reads: every weight but the tables only gathered from (one row each)."""
+    from pseudoformer.ir.ops import Op
+
+    other_readers = {s.attrs["name"] for n in graph.nodes() for s in n.src  # type: ignore[attr-defined]
+                     if s.op is Op.PARAM and n.op not in (Op.GATHER, Op.GATHER_NBITS)}
+    return sum(np.asarray(v).nbytes for k, v in weights.items() if k in other_readers)
+
+
+def models_part(args: argparse.Namespace, bandwidth: float) -> None:
+    from pseudoformer.passes.quantize import QuantizeOptions
+
+    opts = QuantizeOptions(bits=4, block_size=32, embeddings=True, accuracy_level=4)
+    print(f"## per token and prefill of {args.prompt}, int4 (blocks of 32, zero points, embeddings too), "
+          f"{args.threads} threads, {args.new} new tokens, medians of {args.rounds} rounds")
+    print()
+    print("| shape | weights read per step | floor | TVM per token (× floor) | ORT per token (× floor) | "
+          "TVM / ORT | TVM prefill | ORT prefill | TVM / ORT |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for shape in args.shapes:
+        print(time_shape(shape, args, opts, bandwidth))
+    print()
+
+
+def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: float) -> str:
+    """One row of the models table: TVM and ORT generating from the same random model, interleaved."""
+    from interleaved_timing import round_robin
+
+    from pseudoformer.generation import Generator, Sampling
+    from pseudoformer.model import load
+
+    path, defines = SHAPES[shape]
+    model = load(ROOT / path, defines=defines, seed=0)
+    gens = {"tvm": Generator(model, backend="tvm", quantize=opts),  # threads: TVM_NUM_THREADS, set in main
+            "ort": Generator(model, backend="onnx", quantize=opts, contrib_ops=True, threads=args.threads)}
+    vocab = int(dict(d.split("=") for d in defines)["N_V"])
+    prompt = np.random.default_rng(0).integers(0, vocab, (1, args.prompt))
+    greedy = Sampling(temperature=0)
+    runs: dict[str, list] = {name: [] for name in gens}
+
+    def call(name: str) -> None:
+        runs[name].append(gens[name].generate(prompt, max_new_tokens=args.new, sampling=greedy))
+
+    round_robin({name: (lambda n=name: call(n)) for name in gens}, reps=args.rounds, gap_s=0.3)
+    agree = runs["tvm"][-1].tokens == runs["ort"][-1].tokens
+    step = {n: statistics.median(statistics.median(g.step_seconds) for g in rs[1:]) for n, rs in runs.items()}
+    pre = {n: statistics.median(g.prefill_seconds for g in rs[1:]) for n, rs in runs.items()}
+    read = step_bytes(gens["tvm"].decoder.step, gens["tvm"].weights)
+    floor = read / bandwidth
+    return (f"| {shape} | {read / 1e6:.0f} MB | {floor * 1e3:.2f} ms | {step['tvm'] * 1e3:.2f} ms "
+            f"({step['tvm'] / floor:.1f}×) | {step['ort'] * 1e3:.2f} ms ({step['ort'] / floor:.1f}×) | "
+            f"{step['tvm'] / step['ort']:.2f} | {pre['tvm'] * 1e3:.0f} ms | {pre['ort'] * 1e3:.0f} ms | "
+            f"{pre['tvm'] / pre['ort']:.2f} |" + ("" if agree else " tokens differ (level 4's int8 activations)"))
+
+
+def _ort_matmulnbits(n: int, k: int, level: int, operands: list[np.ndarray], threads: int) -> object:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from pseudoformer.ir.ops.quantized import _unpack_nibbles
+
+    packed, scales = operands[0], operands[1]
+    half = packed.shape[-1]  # back from our nibble order to onnxruntime's: the same weights
+    codes = np.concatenate([packed & 15, packed >> 4], axis=-1)
+    ort_packed = (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+    assert (_unpack_nibbles(ort_packed)[..., :half] == (packed & 15)).all()
+    inits = [numpy_helper.from_array(ort_packed, "B"), numpy_helper.from_array(scales, "S")]
+    node = helper.make_node("MatMulNBits", ["A", "B", "S"], ["Y"], domain="com.microsoft", K=k, N=n, bits=4,
+                            block_size=32, accuracy_level=level)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                    helper.make_opsetid("com.microsoft", 1)], ir_version=10)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def block_medians(calls: dict[str, object], *, blocks: int, runs: int, gap_s: float = 0.3) -> dict[str, float]:
+    """interleaved_timing.block_medians with a pause before each block: onnxruntime's worker threads spin
+    on after its runs and take the cores TVM's pool is waiting for (6 ms for a 10 µs product, measured)."""
+    per_block: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(blocks):
+        for name, call in calls.items():
+            time.sleep(gap_s)
+            for _ in range(3):
+                call()  # type: ignore[operator]
+            start = time.perf_counter()
+            for _ in range(runs):
+                call()  # type: ignore[operator]
+            per_block[name].append((time.perf_counter() - start) / runs)
+    return {name: statistics.median(t) for name, t in per_block.items()}
+
+
+def products_part(args: argparse.Namespace, bandwidth: float) -> None:
+    import tvm
+
+    from pseudoformer.backends.tvm.build import make_target
+    from pseudoformer.backends.tvm.nbits_kernel import Shape, build, random_operands
+
+    target = make_target("llvm")
+    products = QUICK_PRODUCTS if args.quick else PRODUCTS
+    print(f"## one product at one token, int4 in blocks of 32, symmetric, {args.threads} threads "
+          f"(TVM: TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS')}); GB/s of weights read and % of "
+          f"{bandwidth / 1e9:.1f} GB/s")
+    print()
+    print("| product | N × K | weights | TVM (ours) | ORT level 0 | ORT level 4 |")
+    print("|---|---|---|---|---|---|")
+    dev = tvm.cpu()
+    for name, (n, k) in products.items():
+        shape = Shape(n, k)
+        ops, w = random_operands(shape)
+        x = np.random.default_rng(1).standard_normal((1, k)).astype(np.float32)
+        lib = build(shape, target)
+        targs = [tvm.runtime.tensor(a, dev) for a in [x, *ops, np.zeros((1, n), np.float32)]]
+        lib["main"](*targs)
+        want = x.astype(np.float64) @ w.T
+        assert np.abs(targs[-1].numpy() - want).max() <= 1e-4 * np.abs(want).max(), name
+        sessions = {lv: _ort_matmulnbits(n, k, lv, ops, args.threads) for lv in (0, 4)}
+        calls = {"tvm": lambda f=lib["main"], a=targs: f(*a),
+                 **{f"ort{lv}": (lambda s=s, x=x: s.run(None, {"A": x})) for lv, s in sessions.items()}}
+        times = block_medians(calls, blocks=5, runs=20 if n * k < 5e7 else 5)
+        cells = [f"{times[c] * 1e3:.3f} ms, {shape.weight_bytes / times[c] / 1e9:.1f} GB/s "
+                 f"({100 * shape.weight_bytes / times[c] / bandwidth:.0f} %)" for c in ("tvm", "ort0", "ort4")]
+        print(f"| {name} | {n} × {k} | {shape.weight_bytes / 1e6:.1f} MB | " + " | ".join(cells) + " |")
+    print()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", choices=["models", "products", "both"], default="both")
+    ap.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["smollm2", "qwen0.5b", "qwen1.5b"])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--quick", action="store_true", help="the tiny Llama, small products, short prompt: a smoke run")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.shapes, args.prompt, args.new, args.rounds = ["tiny"], 16, 4, 2
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM starts its pool (build.py keeps a set value)
+    from bench_llama import read_bandwidth
+
+    print(f"# bench_int4 on {machine()}")
+    bandwidth = read_bandwidth(args.threads)
+    print(f"# streaming read bandwidth: {bandwidth / 1e9:.1f} GB/s (bench_llama.read_bandwidth, {args.threads} threads)")
+    print()
+    if args.part in ("products", "both"):
+        products_part(args, bandwidth)
+    if args.part in ("models", "both"):
+        models_part(args, bandwidth)
+    print(f"# done; load average now {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,25 @@
+"""bench_int4.py runs end to end on a tiny Llama and two small products: each part prints its table, with
+a row per shape and product, the floor beside the model's. Timings are never asserted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tvm.relax", reason="bench_int4 times the TVM backend: pip install pseudoformer[tvm]")
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def test_quick_run_prints_both_tables() -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_int4.py"), "--quick"], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [line.split(" | ")[0].strip("| ") for line in proc.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| shape") and not line.startswith("| product")]
+    assert rows == ["small", "tall", "tiny"], proc.stdout
+    assert "streaming read bandwidth" in proc.stdout and "load average" in proc.stdout
+    assert "tokens differ" not in proc.stdout or "level 4" in proc.stdout
