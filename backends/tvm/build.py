@@ -250,7 +250,7 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
         raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
     _check_shapes(graph, weights)
     graph, folded = prepare(graph, weights, dtype, opt_level=opt_level, verify=verify, quantize=quantize)
-    lowered = to_relax(graph)
+    lowered = to_relax(graph, target_kind=tgt.kind.name)
     mod = lowered.mod
     names = [n for n, _ in lowered.params]
     if schedule and tgt.kind.name == "llvm":

@@ -53,9 +53,11 @@ class Lowered:
     params: list[tuple[str, TensorType]]  # the arguments after the inputs, in order
 
 
-def to_relax(graph: Graph, *, func_name: str = "main") -> Lowered:
-    """Lower `graph` to an IRModule whose `func_name` takes (*inputs, *params) and returns the outputs."""
-    return RelaxLowering(graph).lower(func_name)
+def to_relax(graph: Graph, *, func_name: str = "main", target_kind: str = "llvm") -> Lowered:
+    """Lower `graph` to an IRModule whose `func_name` takes (*inputs, *params) and returns the outputs.
+
+    `target_kind` ("llvm", "cuda") is for the lowerings whose computation depends on it (quantized.py)."""
+    return RelaxLowering(graph, target_kind).lower(func_name)
 
 
 def _var_name(name: str) -> str:
@@ -69,8 +71,9 @@ def _is_size(n: Node) -> bool:
 
 
 class RelaxLowering:
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, target_kind: str = "llvm") -> None:
         self.graph = graph
+        self.target_kind = target_kind
         self.bb = relax.BlockBuilder()
         self.dims: dict[str, Any] = {}  # IR dim name -> its size: a tirx.Var or an expression of them
         self.vals: dict[int, Any] = {}  # IR node id -> Relax expression

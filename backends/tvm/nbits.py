@@ -116,6 +116,34 @@ def matmul_nbits(x: te.Tensor, packed: te.Tensor, scales: te.Tensor, zp: te.Tens
     return te.compute((m_ext, n_ext), one, name="matmul_nbits")
 
 
+def dequantized(packed: te.Tensor, scales: te.Tensor, zp: te.Tensor | None, *, bits: int, block_size: int,
+                split: bool) -> te.Tensor:
+    """W [N, kb·bs] in float32 as a TE stage of its own: the form dlight's GPU rules (GEMV, matmul) take,
+    inlining it into the product's loads (MLC-LLM's dequantize-GEMV), so that it is never stored either."""
+    n_ext, kb = packed.shape[0], packed.shape[1]
+    bs = block_size
+
+    def weight(n: Any, c: Any) -> Any:
+        j, i = c // bs, c % bs
+        if bits == 4:
+            byte = packed[n, j, i % (bs // 2) if split else i // 2].astype("int32")
+            shift = (i // (bs // 2) if split else i % 2) * 4
+            code = (byte >> shift.astype("int32")) & 15
+        else:
+            code = packed[n, j, i].astype("int32")
+        return (code - _zero_point(zp, n, j, bits)).astype(F32) * scales[n, j].astype(F32)
+
+    return te.compute((n_ext, kb * bs), weight, name="dequantize")
+
+
+def matmul_dequantized(x: te.Tensor, packed: te.Tensor, scales: te.Tensor, zp: te.Tensor | None, *, bits: int,
+                       block_size: int, split: bool) -> te.Tensor:
+    """The product for GPU targets: `dequantized`, then y[m, n] = Σ_k x[m, k] · W[n, k] (dlight schedules both)."""
+    w = dequantized(packed, scales, zp, bits=bits, block_size=block_size, split=split)
+    k = te.reduce_axis((0, w.shape[1]), "k")
+    return te.compute((x.shape[0], w.shape[0]), lambda m, n: te.sum(x[m, k] * w[n, k], axis=k), name="matmul_nbits")
+
+
 def gather_nbits(packed: te.Tensor, ids: te.Tensor, scales: te.Tensor, zp: te.Tensor | None, *, bits: int,
                  block_size: int, k: int, split: bool) -> te.Tensor:
     """Rows ids [R] of W [N, K], dequantized: [R, K] in the scales' dtype. An index wraps (floormod),

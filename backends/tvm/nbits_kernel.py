@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.backends.tvm.guard import require_tvm
-from pseudoformer.backends.tvm.nbits import matmul_nbits, split_nibbles
+from pseudoformer.backends.tvm.nbits import matmul_dequantized, matmul_nbits, split_nibbles
 from pseudoformer.backends.tvm.schedule import schedule_passes
 from pseudoformer.ir.ops.quantized import dequantize, k_blocks, pack
 
@@ -36,20 +36,29 @@ class Shape:
         return self.n * kb * self.block_size * self.bits // 8 + self.n * kb * 4 + zp
 
 
+def scheduled(shape: Shape, target: Any) -> Any:
+    """The IRModule of main(x, packed, scales[, zero points], y), scheduled for `target` as in a model:
+    our rule on a CPU, dlight's on a GPU (nbits.matmul_dequantized). Sizes are int64, as Relax's are."""
+    kb = k_blocks(shape.k, shape.block_size)
+
+    def i64(*dims: int) -> tuple[Any, ...]:
+        return tuple(tirx.IntImm("int64", d) for d in dims)
+
+    m = tirx.Var("m", "int64")
+    x = te.placeholder((m, *i64(kb * shape.block_size)), "float32", "x")
+    p = te.placeholder(i64(shape.n, kb, shape.block_size * shape.bits // 8), "uint8", "packed")
+    s = te.placeholder(i64(shape.n, kb), "float32", "scales")
+    z = te.placeholder(i64(shape.n, -(-kb * shape.bits // 8)), "uint8", "zero_points") if shape.zero_points else None
+    kernel = matmul_nbits if target.kind.name == "llvm" else matmul_dequantized
+    y = kernel(x, p, s, z, bits=shape.bits, block_size=shape.block_size, split=shape.bits == 4)
+    func = te.create_prim_func([x, p, s, *([z] if z is not None else []), y])
+    with target:
+        return tvm.transform.Sequential(schedule_passes(target))(tvm.IRModule({"main": func}))
+
+
 def build(shape: Shape, target: Any) -> Any:
     """The compiled function main(x, packed, scales[, zero points], y) for `target` (a tvm Target)."""
-    kb = k_blocks(shape.k, shape.block_size)
-    m = tirx.Var("m", "int64")
-    x = te.placeholder((m, kb * shape.block_size), "float32", "x")
-    p = te.placeholder((shape.n, kb, shape.block_size * shape.bits // 8), "uint8", "packed")
-    s = te.placeholder((shape.n, kb), "float32", "scales")
-    z = te.placeholder((shape.n, -(-kb * shape.bits // 8)), "uint8", "zero_points") if shape.zero_points else None
-    y = matmul_nbits(x, p, s, z, bits=shape.bits, block_size=shape.block_size, split=shape.bits == 4)
-    func = te.create_prim_func([x, p, s, *([z] if z is not None else []), y])
-    mod = tvm.IRModule({"main": func})
-    with target:
-        mod = tvm.transform.Sequential(schedule_passes(target))(mod)
-    return tvm.compile(mod, target=target)
+    return tvm.compile(scheduled(shape, target), target=target)
 
 
 def random_operands(shape: Shape, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:

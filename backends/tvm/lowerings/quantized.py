@@ -1,8 +1,9 @@
 """MATMUL_NBITS and GATHER_NBITS → TVM: our own kernels (nbits.py), called with call_tir.
 
 Float32 activations only (a float16 model's quantized ops take their formula, passes/decompose.py).
-The product's PrimFunc is marked opaque, and scheduled by its own rule (nbits_schedule.py), so that fusion
-leaves it whole: its bias and its neighbours are separate kernels.
+On a CPU the product's PrimFunc is marked opaque, and scheduled by its own rule (nbits_schedule.py), so that fusion
+leaves it whole: its bias and its neighbours are separate kernels. For a GPU it is a dequantize stage
+and a product, which dlight's GPU rules schedule together (nbits.matmul_dequantized).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pseudoformer.backends.tvm.lowerings.registry import R, lowers, tirx
-from pseudoformer.backends.tvm.nbits import gather_nbits, matmul_nbits, split_params
+from pseudoformer.backends.tvm.nbits import gather_nbits, matmul_dequantized, matmul_nbits, split_params
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
 from pseudoformer.ir.ops.quantized import operands
@@ -52,11 +53,14 @@ def _matmul_nbits(lw: RelaxLowering, n: Node) -> Any:
         x = lw.emit(R.nn.pad(x, [0, 0, 0, kb * bs - k]))
     weights = [lw.tensor(t) for t in (o.packed, o.scales, o.zero_points) if t is not None]
     has_zp = o.zero_points is not None
-    call = lw.bb.call_te(lambda a, p, s, *z: matmul_nbits(a, p, s, z[0] if has_zp else None, bits=bits,
-                                                          block_size=bs, split=_split(lw, o.packed)),
+    cpu = lw.target_kind == "llvm"
+    kernel = matmul_nbits if cpu else matmul_dequantized
+    call = lw.bb.call_te(lambda a, p, s, *z: kernel(a, p, s, z[0] if has_zp else None, bits=bits, block_size=bs,
+                                                    split=_split(lw, o.packed)),
                          x, *weights, primfunc_name_hint=f"matmul_nbits{bits}")
-    gv = call.args[0]
-    lw.bb.update_func(gv, lw.bb.get()[gv].with_attr("op_pattern", _OPAQUE))
+    if cpu:
+        gv = call.args[0]
+        lw.bb.update_func(gv, lw.bb.get()[gv].with_attr("op_pattern", _OPAQUE))
     y = lw.emit(call)
     if o.bias is not None:
         y = lw.emit(R.add(y, lw.tensor(o.bias)))
