@@ -84,7 +84,8 @@ def _zero_point(zp: te.Tensor | None, n: Any, j: Any, bits: int) -> Any:
     return (byte >> ((j % 2) * 4).astype("int32")) & 15
 
 
-def _codes(q: Any, bits: int) -> tuple[Any, Any]:
+def _nibbles(q: Any) -> tuple[Any, Any]:
+    """A packed byte's low and high 4-bit codes, as int32."""
     q = q.astype("int32")
     return (q & 15), (q >> 4)
 
@@ -101,7 +102,7 @@ def matmul_nbits(x: te.Tensor, packed: te.Tensor, scales: te.Tensor, zp: te.Tens
         k_lo, k_hi = ((j * bs + b, j * bs + bs // 2 + b) if split else (j * bs + 2 * b, j * bs + 2 * b + 1))
 
         def pair(m: Any, n: Any) -> Any:
-            lo, hi = _codes(packed[n, j, b], 4)
+            lo, hi = _nibbles(packed[n, j, b])
             z = _zero_point(zp, n, j, 4)
             dot = x[m, k_lo] * (lo - z).astype(F32) + x[m, k_hi] * (hi - z).astype(F32)
             return te.sum(dot * scales[n, j].astype(F32), axis=[j, b])
@@ -116,6 +117,19 @@ def matmul_nbits(x: te.Tensor, packed: te.Tensor, scales: te.Tensor, zp: te.Tens
     return te.compute((m_ext, n_ext), one, name="matmul_nbits")
 
 
+def _weight(packed: te.Tensor, scales: te.Tensor, zp: te.Tensor | None, n: Any, c: Any, bits: int, bs: int,
+            split: bool) -> Any:
+    """W[n, c] in float32, one weight unpacked and scaled (the gather and the GPU product's dequantize stage)."""
+    j, i = c // bs, c % bs
+    if bits == 4:
+        byte = packed[n, j, i % (bs // 2) if split else i // 2].astype("int32")
+        shift = (i // (bs // 2) if split else i % 2) * 4
+        code = (byte >> shift.astype("int32")) & 15
+    else:
+        code = packed[n, j, i].astype("int32")
+    return (code - _zero_point(zp, n, j, bits)).astype(F32) * scales[n, j].astype(F32)
+
+
 def dequantized(packed: te.Tensor, scales: te.Tensor, zp: te.Tensor | None, *, bits: int, block_size: int,
                 split: bool) -> te.Tensor:
     """W [N, kb·bs] in float32 as a TE stage of its own: the form dlight's GPU rules (GEMV, matmul) take,
@@ -123,17 +137,8 @@ def dequantized(packed: te.Tensor, scales: te.Tensor, zp: te.Tensor | None, *, b
     n_ext, kb = packed.shape[0], packed.shape[1]
     bs = block_size
 
-    def weight(n: Any, c: Any) -> Any:
-        j, i = c // bs, c % bs
-        if bits == 4:
-            byte = packed[n, j, i % (bs // 2) if split else i // 2].astype("int32")
-            shift = (i // (bs // 2) if split else i % 2) * 4
-            code = (byte >> shift.astype("int32")) & 15
-        else:
-            code = packed[n, j, i].astype("int32")
-        return (code - _zero_point(zp, n, j, bits)).astype(F32) * scales[n, j].astype(F32)
-
-    return te.compute((n_ext, kb * bs), weight, name="dequantize")
+    return te.compute((n_ext, kb * bs), lambda n, c: _weight(packed, scales, zp, n, c, bits, bs, split),
+                      name="dequantize")
 
 
 def matmul_dequantized(x: te.Tensor, packed: te.Tensor, scales: te.Tensor, zp: te.Tensor | None, *, bits: int,
@@ -152,14 +157,6 @@ def gather_nbits(packed: te.Tensor, ids: te.Tensor, scales: te.Tensor, zp: te.Te
 
     def row(r: Any, c: Any) -> Any:
         n = tirx.floormod(ids[r], n_ext)
-        j, i = c // bs, c % bs
-        if bits == 4:
-            byte = packed[n, j, i % (bs // 2) if split else i // 2].astype("int32")
-            shift = (i // (bs // 2) if split else i % 2) * 4
-            code = (byte >> shift.astype("int32")) & 15
-        else:
-            code = packed[n, j, i].astype("int32")
-        w = (code - _zero_point(zp, n, j, bits)).astype(F32) * scales[n, j].astype(F32)
-        return w.astype(scales.dtype)
+        return _weight(packed, scales, zp, n, c, bits, bs, split).astype(scales.dtype)
 
     return te.compute((ids.shape[0], k), row, name="gather_nbits")
