@@ -212,8 +212,11 @@ def _inspect(args: argparse.Namespace) -> int:
     opt = args.opt if args.opt is not None else 0
     if compile_options is not None and backend != "onnx":
         raise UsageError("inspect follows the onnx backend's compile pipeline (--passes lists tvm's)")
+    # The graph alone unless a pass computes with the weights (quantize): inspect shows none, so
+    # none are drawn (model.load, bind_weights).
+    needs_weights = compile_options is not None and getattr(compile_options, "quantize", None) is not None
     model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, include=args.include,
-                 max_nodes=args.max_nodes)
+                 max_nodes=args.max_nodes, bind_weights=needs_weights)
     given = {"compile_options": compile_options, "weights": model.weights}
     if args.refusals:
         notes = refusals(model.graph, max(opt, 2), **given)
