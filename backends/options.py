@@ -26,7 +26,13 @@ class CompileOptions:
     functions: each algorithm call an ONNX local function. metadata: the model's metadata_props.
     check: run onnx's checker on the result. kv_buffers (with contrib_ops, for a derived decode step):
     the name of an int64 [1] input giving the cache's past length, so that the past keys and values
-    can be buffers of any greater length that GroupQueryAttention appends to in place."""
+    can be buffers of any greater length that GroupQueryAttention appends to in place.
+    lazy_weights: the weights a pass makes (quantized matrices) are LazyTensors, each computed when the
+    writer loads it (passes/quantized_params.py), for a compile whose weights are written once.
+    fold_weights: what is computed from weights alone (per-head projections stacked and transposed) is
+    computed lazily and read as new weights named folded.<i> (passes/fold_constants.py): onnxruntime then
+    folds nothing when a session starts, which cost the folded weights' bytes a second time; for files
+    nobody reads by the paper's names (generation's)."""
 
     opt_level: int = 0
     padding_mask: bool = False
@@ -39,6 +45,8 @@ class CompileOptions:
     metadata: Mapping[str, str] | None = field(default=None, compare=False)
     check: bool = True
     kv_buffers: str | None = None
+    lazy_weights: bool = False
+    fold_weights: bool = False
 
     def with_fields(self, given: Mapping[str, Any]) -> CompileOptions:
         """These options with `given` (keyword arguments of to_onnx) set; a name that is no field is a TypeError."""

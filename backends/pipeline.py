@@ -64,7 +64,8 @@ def run(graph: Graph, names: list[str], *, weights: Mapping[str, np.ndarray] | N
     """`graph` after the passes `names`, and the weights as they then are (quantized, in float16, folded)."""
     registry = passes()
     quantize = options.quantize if options is not None else None
-    ctx = PassContext(accepts=accepts, weights=dict(weights or {}), quantize=quantize)
+    ctx = PassContext(accepts=accepts, weights=dict(weights or {}), quantize=quantize,
+                      lazy=options is not None and options.lazy_weights)
     graph = run_passes(graph, [registry[n] for n in names], check=check, after=after, ctx=ctx)
     if refusals is not None:
         refusals.extend(ctx.refusals)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.ir.graph import Graph
+from pseudoformer.ir.lazy_tensor import LazyTensor, materialize
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import EvalError, Op, op_def
 from pseudoformer.ir.ops.gelu import erf, erfc, gelu
@@ -77,7 +78,8 @@ def _bind_arguments(graph: Graph, inputs: Mapping[str, Any], params: Mapping[str
         if name not in params:
             problems.append(f"missing param {name!r}: {n.type}")
             continue
-        why = _mismatch(np.asarray(params[name]), n.type, sizes)
+        value = params[name]  # a LazyTensor has the shape and dtype to check, and loads when read
+        why = _mismatch(value if isinstance(value, LazyTensor) else np.asarray(value), n.type, sizes)
         if why:
             problems.append(f"param {name!r}: {why}")
     if problems:
@@ -111,7 +113,7 @@ def run(graph: Graph, inputs: Mapping[str, np.ndarray], params: Mapping[str, np.
             if id(n) not in values:
                 if n.op is Op.INPUT:
                     raise InterpreterError(f"%{i} is an input node that is not among the graph's inputs")
-                out = np.asarray(params[n.attrs["name"]]) if n.op is Op.PARAM else None
+                out = materialize(params[n.attrs["name"]]) if n.op is Op.PARAM else None
                 try:
                     if out is None:
                         out = op_def(n.op).impl(n, [values[id(s)] for s in n.src])

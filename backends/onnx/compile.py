@@ -50,6 +50,10 @@ def lower_model(graph: Graph, weights: Mapping[str, np.ndarray], options: Compil
     checked_opset(options)
     check_names(graph)
     graph, weights = prepare(graph, weights, options, check=verify)
+    if options.fold_weights:
+        from pseudoformer.passes.fold_constants import fold_constants
+
+        graph, weights = fold_constants(graph, weights, lazy=True)
     sizes = {}
     if options.kv_buffers is not None:
         try:

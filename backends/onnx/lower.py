@@ -23,6 +23,7 @@ from pseudoformer.backends.onnx.lowerings import LOWERINGS
 from pseudoformer.backends.options import CompileOptions
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
+from pseudoformer.ir.lazy_tensor import LazyTensor, materialize
 from pseudoformer.ir.ops import Op
 from pseudoformer.ir.types import DType, TensorType
 from pseudoformer.version import __version__
@@ -95,7 +96,8 @@ def checked_opset(options: CompileOptions) -> int:
 
 class LoweredModel:
     """An ONNX model kept in two parts: `skeleton`, the ModelProto without its initializers (a few
-    hundred KB), and `weights`, the initializers' values as numpy arrays, by name, in order.
+    hundred KB), and `weights`, the initializers' values as numpy arrays, by name, in order (or
+    LazyTensors, loaded one at a time when the model is written).
 
     Each array is C-contiguous, little-endian and of the dtype the initializer stores, so its
     buffer is the initializer's raw_data byte for byte: save_model writes it to the file as it
@@ -103,13 +105,15 @@ class LoweredModel:
     a copy into the message, and one or two more when it is serialised.
     """
 
-    def __init__(self, skeleton: onnx.ModelProto, weights: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, skeleton: onnx.ModelProto, weights: Mapping[str, np.ndarray | LazyTensor]) -> None:
         if len(skeleton.graph.initializer):
             raise ValueError("a LoweredModel's skeleton holds no initializers: they are its weights")
         self.skeleton = skeleton
-        self.weights: dict[str, np.ndarray] = {}
+        self.weights: dict[str, np.ndarray | LazyTensor] = {}
         for name, arr in weights.items():
-            if not arr.flags.c_contiguous or arr.dtype.str[0] not in "<|":  # raw_data is little-endian
+            if isinstance(arr, LazyTensor):  # loaded as a C-contiguous array of its dtype
+                arr = arr if arr.dtype.str[0] in "<|" else arr.astype(arr.dtype.newbyteorder("<"))
+            elif not arr.flags.c_contiguous or arr.dtype.str[0] not in "<|":  # raw_data is little-endian
                 raise ValueError(f"weight {name}: need a C-contiguous little-endian array, got {arr.dtype.str}")
             self.weights[name] = arr
 
@@ -168,9 +172,9 @@ def _fill_header(t: onnx.TensorProto, name: str, arr: np.ndarray) -> None:
     t.dims.extend(arr.shape)
 
 
-def _fill_tensor(t: onnx.TensorProto, name: str, arr: np.ndarray) -> None:
+def _fill_tensor(t: onnx.TensorProto, name: str, arr: np.ndarray | LazyTensor) -> None:
     _fill_header(t, name, arr)
-    t.raw_data = arr.tobytes()
+    t.raw_data = materialize(arr).tobytes()
 
 
 def check_names(graph: Graph) -> None:
@@ -188,16 +192,18 @@ def _weights(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[str, np.nda
     missing = [p.attrs["name"] for p in graph.params() if p.attrs["name"] not in params]
     if missing:
         raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
-    out = {}
+    out: dict[str, np.ndarray | LazyTensor] = {}
     for p in graph.params():  # one per distinct name, so tied weights are stored once
         name, t = p.attrs["name"], p.type
-        arr = np.asarray(params[name])
+        given = params[name]
+        arr = given if isinstance(given, LazyTensor) else np.asarray(given)
         if len(arr.shape) != t.rank or any(
             isinstance(d, int) and d != s for d, s in zip(t.shape, arr.shape, strict=True)
         ):
             raise BackendError(f"parameter {name} has shape {arr.shape}, the graph wants {t}")
         # ONNX raw data is little-endian whatever the host.
-        out[name] = np.ascontiguousarray(arr, dtype=np.dtype(NUMPY[ELEM[t.dtype]]).newbyteorder("<"))
+        want = np.dtype(NUMPY[ELEM[t.dtype]]).newbyteorder("<")
+        out[name] = arr.astype(want) if isinstance(arr, LazyTensor) else np.ascontiguousarray(arr, dtype=want)
     return out
 
 

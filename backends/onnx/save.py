@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable
+import shutil
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -26,6 +27,8 @@ from onnx import TensorProto, helper
 from pseudoformer.atomic_write import OutputError, atomic_path, write_atomic
 from pseudoformer.backends.onnx.lower import LoweredModel, initializer_header
 from pseudoformer.errors import BackendError
+from pseudoformer.ir.lazy_tensor import LazyTensor, materialize
+from pseudoformer.limits import show_bytes
 
 # Protobuf refuses to serialise a message of 2 GiB or more; keep a margin for the graph itself.
 EXTERNAL_DATA_THRESHOLD = 2**31 - 2**26
@@ -36,25 +39,28 @@ _ALIGN = 4096
 
 
 def save_model(model: onnx.ModelProto | LoweredModel, path: str | os.PathLike, *,
-               external_threshold: int | None = None) -> Path:
+               external_threshold: int | None = None, check: bool = True) -> Path:
     """Write `model` (a ModelProto, or a LoweredModel) to `path` atomically; return the path.
 
     A model bigger than `external_threshold` bytes (default: just under protobuf's 2 GiB limit)
     has its large weights written to one file `<path>.data` next to it, also atomically, and
-    the saved pair is then checked with onnx.checker from the path. A LoweredModel below the
+    the saved pair is then checked with onnx.checker from the path (unless not `check`: a LoweredModel
+    was checked when it was lowered, and the checker reads the weights back). A LoweredModel below the
     threshold is written as the one file that onnx.save_model(model.to_proto()) would write,
     byte for byte, without building that ModelProto.
     """
     path = Path(path)
     threshold = EXTERNAL_DATA_THRESHOLD if external_threshold is None else external_threshold
+    if isinstance(model, LoweredModel):
+        _check_room(path, model.nbytes + model.skeleton.ByteSize())
     try:
         if isinstance(model, LoweredModel):
             if model.nbytes + model.skeleton.ByteSize() > threshold:
-                _save_external_lowered(model, path)
+                _save_external_lowered(model, path, check)
             else:
                 write_atomic(path, lambda f: _write_inline(model, f))
         elif _byte_size(model, threshold) > threshold:
-            _save_external(model, path)
+            _save_external(model, path, check)
         else:
             with atomic_path(path) as tmp:
                 onnx.save_model(model, tmp, format="protobuf")
@@ -63,6 +69,17 @@ def save_model(model: onnx.ModelProto | LoweredModel, path: str | os.PathLike, *
     except OSError as e:  # strerror, when there is one: the exception's own text names a temporary file
         raise BackendError(f"cannot write {path}: {e.strerror or e}") from e
     return path
+
+
+def _check_room(path: Path, nbytes: int) -> None:
+    """Refuse, before writing, a model the destination's disk has no room for (the old file stays)."""
+    try:
+        free = shutil.disk_usage(path.parent if str(path.parent) else ".").free
+    except OSError:
+        return  # no such directory: the write says so
+    if nbytes > free:
+        raise BackendError(f"cannot write {path}: the model takes {show_bytes(nbytes)} and its disk has "
+                           f"{show_bytes(free)} free")
 
 
 def data_path(path: str | os.PathLike) -> Path:
@@ -84,13 +101,13 @@ def _byte_size(model: onnx.ModelProto, threshold: int) -> int:
     return raw if raw > threshold else model.ByteSize()
 
 
-def _save_external(model: onnx.ModelProto, path: Path) -> None:
+def _save_external(model: onnx.ModelProto, path: Path, check: bool = True) -> None:
     tensors = [t for t in model.graph.initializer if _raw_bytes(t) >= _MIN_EXTERNAL_TENSOR]
     # The caller's model is borrowed, not copied (a copy would double a multi-GiB footprint):
     # tensors are pointed at the data file for serialisation and restored afterwards.
     originals = [t.raw_data for t in tensors]
     try:
-        _write_external(model, zip(tensors, originals, strict=True), path)
+        _write_external(model, zip(tensors, originals, strict=True), path, check)
     finally:
         for t, raw in zip(tensors, originals, strict=True):
             t.ClearField("external_data")
@@ -98,22 +115,25 @@ def _save_external(model: onnx.ModelProto, path: Path) -> None:
             t.raw_data = raw
 
 
-def _save_external_lowered(lowered: LoweredModel, path: Path) -> None:
+def _save_external_lowered(lowered: LoweredModel, path: Path, check: bool = True) -> None:
     model = onnx.ModelProto()
     model.CopyFrom(lowered.skeleton)
-    outside = []
-    for name, arr in lowered.weights.items():
-        t = model.graph.initializer.add()
-        t.CopyFrom(initializer_header(name, arr))
-        if arr.nbytes >= _MIN_EXTERNAL_TENSOR:
-            outside.append((t, _bytes_of(arr)))
-        else:
-            t.raw_data = arr.tobytes()
-    _write_external(model, outside, path)
+
+    def outside() -> Iterator[tuple[TensorProto, np.ndarray]]:
+        # one weight at a time: a LazyTensor is computed here, written, and released before the next
+        for name, arr in lowered.weights.items():
+            t = model.graph.initializer.add()
+            t.CopyFrom(initializer_header(name, arr))
+            if arr.nbytes >= _MIN_EXTERNAL_TENSOR:
+                yield t, _bytes_of(arr)
+            else:
+                t.raw_data = materialize(arr).tobytes()
+
+    _write_external(model, outside(), path, check)
 
 
 def _write_external(model: onnx.ModelProto, tensors: Iterable[tuple[TensorProto, bytes | np.ndarray]],
-                    path: Path) -> None:
+                    path: Path, check: bool = True) -> None:
     """Write each tensor's bytes to `<path>.data`, point the tensor at them, then write `model`."""
     data = data_path(path)
     # Nested, the inner file is moved into place first: the weights, since a model file that names
@@ -126,6 +146,8 @@ def _write_external(model: onnx.ModelProto, tensors: Iterable[tuple[TensorProto,
                 f.write(raw)
                 _point_at(t, data.name, offset, len(raw))
         onnx.save_model(model, model_tmp, format="protobuf")
+    if not check:
+        return
     try:
         onnx.checker.check_model(str(path), full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
@@ -203,6 +225,7 @@ def _write_inline(lowered: LoweredModel, f: IO[bytes]) -> None:
     f.write(tail.SerializeToString())
 
 
-def _bytes_of(arr: np.ndarray) -> np.ndarray:
-    """`arr`'s buffer as a 1-d uint8 array (a view, no copy), which file.write and len take as bytes."""
-    return arr.reshape(-1).view(np.uint8)
+def _bytes_of(arr: np.ndarray | LazyTensor) -> np.ndarray:
+    """`arr`'s buffer as a 1-d uint8 array (a view, no copy), which file.write and len take as bytes;
+    a LazyTensor's is computed."""
+    return materialize(arr).reshape(-1).view(np.uint8)

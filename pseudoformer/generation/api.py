@@ -57,7 +57,9 @@ def prepare(path: str | Path, *, inference: str | None = None, config: str | Pat
     output = model.output_names[0]
     generator = Generator(model, decoder_input=inputs[0], encoder_input=plan.encoder_input, output=output,
                           model_output=plan.model_output, backend=backend, cache=cache, threads=threads,
-                          quantize=quantize, contrib_ops=contrib_ops)
+                          quantize=quantize, contrib_ops=contrib_ops,
+                          # the model was loaded here to generate: onnxruntime's copy of the weights is the only one
+                          keep_weights=backend != "onnx")
     return Prepared(plan, generator, dict(model.config.hyperparameters))
 
 

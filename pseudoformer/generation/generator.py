@@ -50,12 +50,16 @@ class Generator:
 
     contrib_ops (ONNX): onnxruntime's GroupQueryAttention and Skip(Simplified)LayerNormalization where
     they compute the same, and the cache in buffers the attention appends to where every attention
-    over it is the kernel's (generation/runtimes.py); the tokens are the standard decoder's."""
+    over it is the kernel's (generation/runtimes.py); the tokens are the standard decoder's.
+
+    keep_weights=False (ONNX): the model's weight arrays are released (`model.weights` emptied) once
+    onnxruntime's files are written and before its sessions load them, so that the weights are held
+    once, by onnxruntime, and not twice; for a caller that made the model only to generate with it."""
 
     def __init__(self, model: Model, *, decoder_input: str = "x", encoder_input: str | None = None,
                  output: str | None = None, model_output: str = "logits", backend: str = "onnx",
                  opt_level: int = 2, cache: bool = True, threads: int | None = None, provider: str = "cpu",
-                 quantize: QuantizeOptions | None = None, contrib_ops: bool = False) -> None:
+                 quantize: QuantizeOptions | None = None, contrib_ops: bool = False, keep_weights: bool = True) -> None:
         from pseudoformer.backends.options import CompileOptions
         from pseudoformer.backends.pipeline import model_passes, run
         from pseudoformer.optimize import check_level, debugging
@@ -76,8 +80,9 @@ class Generator:
         self.model, self.decoder_input, self.encoder_input = model, decoder_input, encoder_input
         self.model_output, self.cache = model_output, cache
         # The model's passes of a compile (backends/pipeline.py): the level's, then quantization, before
-        # the decoder is derived, so that prefill, step and uncached runs read the same weights.
-        options = CompileOptions(opt_level=opt_level, quantize=quantize)
+        # the decoder is derived, so that prefill, step and uncached runs read the same weights. For ONNX
+        # each matrix is quantized as its file is written (runtimes.OnnxRuntime, lazy_weights).
+        options = CompileOptions(opt_level=opt_level, quantize=quantize, lazy_weights=backend == "onnx")
         graph, self.weights = run(model.graph, model_passes(options), weights=model.weights, options=options,
                                   check=debugging())
         seq = graph.input(decoder_input).shape[1]
@@ -100,12 +105,17 @@ class Generator:
                                          positions=seq)
             self.decoder: IncrementalDecoder | None = dec
             self.runtime: Runtime = _runtime(backend, dec, self.output, model, self.weights, threads, provider,
-                                             contrib_ops)
+                                             contrib_ops, self._release if not keep_weights else None)
         else:
             self.decoder = None
             full = run_passes(graph, named_pipeline("generation-uncached"), ctx=ctx)
             self.runtime = _FullRuntime(full, self.output, self.weights, backend, decoder_input, threads, provider,
-                                        contrib_ops)
+                                        contrib_ops, self._release if not keep_weights else None)
+
+    def _release(self) -> None:
+        """Drop the weight arrays (the runtime has written what it needs): the model's and the quantized ones."""
+        self.model.weights.clear()
+        self.weights = {}
 
     def generate(self, prompt: Any, *, max_new_tokens: int, sampling: Sampling | None = None, seed: int | None = None,
                  eos_token: int | None = None, encoder_inputs: Mapping[str, Any] | None = None,
@@ -181,14 +191,14 @@ def _ids(value: Any, what: str) -> np.ndarray:
 
 
 def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, weights: Mapping[str, np.ndarray],
-             threads: int | None, provider: str, contrib_ops: bool) -> Runtime:
+             threads: int | None, provider: str, contrib_ops: bool, release: Callable[[], None] | None) -> Runtime:
     if backend == "numpy":
         return NumpyRuntime(dec, output, weights)
     if backend == "onnx":
         from pseudoformer.model import model_metadata
 
         return OnnxRuntime(dec, output, weights, provider=provider, threads=threads,
-                           metadata=model_metadata(model, 2), contrib_ops=contrib_ops)
+                           metadata=model_metadata(model, 2), contrib_ops=contrib_ops, release=release)
     from pseudoformer.generation.tvm_runtime import TvmRuntime
 
     return TvmRuntime(dec, output, weights, threads=threads)  # takes dec.step unsliced
@@ -198,14 +208,21 @@ class _FullRuntime:
     """Algorithm 14 as written: every step runs the model on the whole sequence so far."""
 
     def __init__(self, graph: Graph, output: str, weights: Mapping[str, np.ndarray], backend: str,
-                 decoder_input: str, threads: int | None, provider: str, contrib_ops: bool) -> None:
+                 decoder_input: str, threads: int | None, provider: str, contrib_ops: bool,
+                 release: Callable[[], None] | None = None) -> None:
         self.graph, self.output, self.weights, self.x = graph, output, weights, decoder_input
         self.encoder_values: dict[str, Any] = {}
         if backend == "onnx":
-            from pseudoformer.backends.onnx import OnnxRunner, to_onnx
+            from pseudoformer.backends.onnx import OnnxRunner
+            from pseudoformer.backends.onnx.compile import lower_model
+            from pseudoformer.generation.onnx_files import OnnxFiles
 
-            self.runner: Any = OnnxRunner(to_onnx(graph, weights, contrib_ops=contrib_ops), provider=provider,
-                                          threads=threads)
+            self.files = OnnxFiles()  # a session from a file, as OnnxRuntime's
+            path = self.files.write("full", lower_model(graph, weights, contrib_ops=contrib_ops, fold_weights=True))
+            if release is not None:
+                release()
+                self.weights = {}
+            self.runner: Any = OnnxRunner(path, provider=provider, threads=threads)
         elif backend == "numpy":
             self.runner = None
         else:

@@ -8,11 +8,13 @@ between steps), TVM NDArrays for TVM.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
 
+from pseudoformer.generation.onnx_files import OnnxFiles, load_proto
 from pseudoformer.ir import Graph, TensorType
 from pseudoformer.passes.kv_cache import IncrementalDecoder
 
@@ -71,31 +73,50 @@ class OnnxRuntime:
 
     def __init__(self, dec: IncrementalDecoder, output: str, weights: Mapping[str, np.ndarray], *,
                  provider: str = "cpu", threads: int | None = None, metadata: Mapping[str, str] | None = None,
-                 contrib_ops: bool = False) -> None:
-        from pseudoformer.backends.onnx import OnnxRunner, to_onnx
+                 contrib_ops: bool = False, release: Callable[[], None] | None = None) -> None:
+        from pseudoformer.backends.onnx import OnnxRunner
+        from pseudoformer.backends.onnx.compile import lower_model
         from pseudoformer.errors import BackendError
 
         self.dec, self.output = dec, output
         self.buffered = False
+        # Each graph is written to a file with its weights outside (onnx_files.py), and the sessions
+        # are made from the files: no protobuf of the weights, no 2 GiB limit, and `release` lets the
+        # caller drop its arrays before onnxruntime takes its own copy.
+        self.files = OnnxFiles()
         if contrib_ops:
             try:
-                self.step_model = to_onnx(dec.step, weights, metadata=metadata, contrib_ops=True,
-                                          kv_buffers=PAST_LENGTH)
+                step = lower_model(dec.step, weights, metadata=metadata, contrib_ops=True, kv_buffers=PAST_LENGTH,
+                                   fold_weights=True)
                 self.buffered = True
             except BackendError:  # some attention is not GroupQueryAttention's: a cache of values, as below
-                self.step_model = to_onnx(dec.step, weights, metadata=metadata, contrib_ops=True)
+                step = lower_model(dec.step, weights, metadata=metadata, contrib_ops=True, fold_weights=True)
         else:
-            self.step_model = to_onnx(dec.step, weights, metadata=metadata)
-        self.runner = OnnxRunner(self.step_model, provider=provider, threads=threads)
-        self.encoder_model = (to_onnx(dec.encoder, weights, metadata=metadata, contrib_ops=contrib_ops)
-                              if dec.encoder is not None else None)
-        self.encoder = (OnnxRunner(self.encoder_model, provider=provider, threads=threads)
-                        if self.encoder_model is not None else None)
+            step = lower_model(dec.step, weights, metadata=metadata, fold_weights=True)
+        self.step_path = self.files.write("step", step)
+        del step
+        self.encoder_path = (self.files.write("encoder", lower_model(dec.encoder, weights, metadata=metadata,
+                                                                      contrib_ops=contrib_ops, fold_weights=True))
+                             if dec.encoder is not None else None)
+        if release is not None:
+            release()
+        self.runner = OnnxRunner(self.step_path, provider=provider, threads=threads)
+        self.encoder = (OnnxRunner(self.encoder_path, provider=provider, threads=threads)
+                        if self.encoder_path is not None else None)
         self.ort = self.runner._ort
         self.device = self.runner.device
         self._binding: Any = None
         self._capacity = self._output_index = 0
         self._output_buffer: Any = None
+
+    @functools.cached_property
+    def step_model(self) -> Any:
+        """The step graph as one onnx.ModelProto, read back from its file (for tests and tools)."""
+        return load_proto(self.step_path)
+
+    @functools.cached_property
+    def encoder_model(self) -> Any:
+        return load_proto(self.encoder_path) if self.encoder_path is not None else None
 
     def encode(self, inputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
         assert self.encoder is not None
