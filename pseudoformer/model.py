@@ -32,6 +32,7 @@ from pseudoformer.ir import Graph
 from pseudoformer.limits import MAX_NODES
 from pseudoformer.model_checks import check_finite, check_memory
 from pseudoformer.run_settings import check_max_nodes, check_seed
+from pseudoformer.tied_weights import tie
 from pseudoformer.version import __version__
 from pseudoformer.weights import (
     WeightsError,
@@ -153,6 +154,8 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
             raise UsageError(str(e)) from None
         if not allow_nonfinite:
             check_finite(params, wpath)
+        # A tied unembedding (W_u = W_eᵀ) read as W_e's transpose: held and stored once (tied_weights.py).
+        graph, params = tie(graph, params)
     else:
         params = random_weights(expected, seed=seed)
     alg = find_entry(prog, entry or cfg.entry)

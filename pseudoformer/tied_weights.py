@@ -1,0 +1,52 @@
+"""Parameters a checkpoint ties, found by their values and read as one.
+
+Llama's W_u is a parameter of its own (mistral.alg, qwen2.alg likewise); a checkpoint with
+tie_word_embeddings gives it the embedding's values, W_u = W_eᵀ. Kept as two parameters, the
+embedding is held twice and stored twice in every compiled file (Qwen2.5-0.5B: 0.54 GB of its
+2.5 GB fp32 file). Where two matrices hold the same values one transposed of the other, the graph
+reads the second as the transpose of the first (GPT-2's form, `W_eᵀ X`), and only the first is kept:
+every pass and backend then sees a weight read in two ways (quantize.py's tied embedding among them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from pseudoformer.ir import Graph, Node, Op
+from pseudoformer.passes.rebuild import rebuild
+
+_ROWS = 1024  # rows compared at a time: no temporary the size of the matrix
+
+
+def transposed_twins(params: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """{name: the earlier name whose transpose it equals}, for 2-d float parameters."""
+    mats = [(k, v) for k, v in params.items() if getattr(v, "ndim", 0) == 2 and v.shape[0] != v.shape[1]]
+    twins: dict[str, str] = {}
+    for i, (first, a) in enumerate(mats):
+        for second, b in mats[i + 1:]:
+            if second in twins or first in twins or b.shape != a.shape[::-1] or b.dtype != a.dtype:
+                continue
+            if not np.array_equal(a[0], b[:, 0]):  # cheap refusal: untied or random weights differ at once
+                continue
+            if all(np.array_equal(a[r:r + _ROWS], b[:, r:r + _ROWS].T) for r in range(0, a.shape[0], _ROWS)):
+                twins[second] = first
+    return twins
+
+
+def tie(graph: Graph, params: dict[str, np.ndarray]) -> tuple[Graph, dict[str, np.ndarray]]:
+    """The graph reading each transposed twin as the transpose of its first, and the weights without the twins."""
+    twins = transposed_twins(params)
+    if not twins:
+        return graph, params
+    firsts = {p.attrs["name"]: p for p in graph.params() if p.attrs["name"] in twins.values()}
+
+    def replace(n: Node, _src: tuple[Node, ...]) -> Node | None:
+        if n.op is Op.PARAM and n.attrs["name"] in twins:
+            first = firsts[twins[n.attrs["name"]]]
+            return Node(Op.TRANSPOSE, (first,), {"perm": [1, 0]}, span=n.span, scope=n.scope)
+        return None
+
+    tied, _ = rebuild(graph, replace)
+    return tied, {k: v for k, v in params.items() if k not in twins}
