@@ -97,6 +97,7 @@ def accuracy_part(args: argparse.Namespace, work: Path, weights: Path, vocab: in
                 start = time.perf_counter()
                 if who == "ours":
                     opts = QuantizeOptions(bits=bits, block_size=args.block_size, symmetric=sym, embeddings=emb,
+                                           output=emb,
                                            method=method, accuracy_level=0)
                     compile_ours(args.alg, weights, out, opts)
                 else:

@@ -21,6 +21,7 @@ class PassContext:
 
     accepts: Callable[[Node], bool] | None = None  # the backend's lowerings (decompose keeps what it accepts)
     weights: dict[str, np.ndarray] | None = None  # read by constant folding and quantization, which add weights
+    lazy: bool = False  # the weights those passes add may be LazyTensors, computed when a writer loads them
     quantize: QuantizeOptions | None = None  # how the quantize pass quantizes the weights
     output: str | None = None  # the output that last_position cuts
     positions: str | None = None  # ... along this run-time dim

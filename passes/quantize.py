@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from pseudoformer.ir.types import DType, TensorType
 from pseudoformer.passes.fold_constants import weight_only
 from pseudoformer.passes.pass_base import Pass, PassContext
 from pseudoformer.passes.quantize_weights import METHODS, Quantized, quantize
+from pseudoformer.passes.quantized_params import lazy_quantized, rows_key
 from pseudoformer.passes.rebuild import rebuild
 
 
@@ -43,7 +45,10 @@ class QuantizeOptions:
     # onnxruntime's MatMulNBits: 4 quantizes the activations to int8 inside the op, the only level its CPU
     # kernels are fast at (int8 weights at 0 run 13× slower than fp32); 0 computes what the reference does
     accuracy_level: int = 4
-    embeddings: bool = False  # also the embedding tables and the unembedding
+    embeddings: bool = False  # also every embedding table (and the unembedding)
+    # the unembedding (output projection), and an embedding tied to it, as onnxruntime-genai's builder
+    # does by default: most of a small model's step reads it. False keeps them in fp32, for accuracy.
+    output: bool = True
     method: str = "balanced"
     bias: bool = True  # a bias added to the product goes into the op
 
@@ -57,11 +62,13 @@ class QuantizeOptions:
             out.append(f"accuracy level {self.accuracy_level} is not one of {', '.join(map(str, ACCURACY_LEVELS))}")
         if self.method not in METHODS:
             out.append(f"unknown quantization method {self.method!r} (choose {', '.join(METHODS)})")
+        if self.embeddings and not self.output:
+            out.append("quantizing the embeddings and keeping the output projection in fp32 contradict each other")
         return out
 
     def describe(self) -> str:
         kind = "symmetric" if self.symmetric else "asymmetric"
-        extra = ", embeddings too" if self.embeddings else ""
+        extra = ", embeddings too" if self.embeddings else "" if self.output else ", output projection fp32"
         return (f"int{self.bits}, blocks of {self.block_size}, {kind}, {self.method}, "
                 f"accuracy level {self.accuracy_level}{extra}")
 
@@ -73,30 +80,46 @@ class _Site:
     kind: str  # "right" (x · W), "left" (W · x), "gather" (rows), "gather_columns"
 
 
-def quantize_graph(graph: Graph, weights: Mapping[str, np.ndarray], opts: QuantizeOptions,
+def quantize_graph(graph: Graph, weights: Mapping[str, np.ndarray], opts: QuantizeOptions, *, lazy: bool = False,
                    ) -> tuple[Graph, dict[str, np.ndarray], bool]:
-    """The graph with its weight matmuls (and, by option, embeddings) block-quantized, and its weights."""
+    """The graph with its weight matmuls (and, by option, embeddings) block-quantized, and its weights.
+
+    lazy: each matrix is quantized when its packed codes, scales or zero points are first loaded
+    (LazyTensors, quantized_params.py), so that a writer holds one matrix's at a time; the same
+    matrix read twice (a tied embedding and unembedding, one PARAM read as itself and transposed) is
+    recognised by its parameter instead of by its values."""
     nodes = graph.nodes()
     static = weight_only(nodes)
     sites = _sites(nodes, static, opts)
     if not sites:
         return graph, dict(weights), False
-    wanted = {id(s.weight): s.weight for s in sites}
-    values = interpreter.run(Graph([], [(f"w{i}", w) for i, w in enumerate(wanted.values())], {}), {}, weights)
-    matrix = dict(zip(wanted, values.values(), strict=True))
+    matrix: dict[int, np.ndarray] = {}
+    if not lazy:
+        wanted = {id(s.weight): s.weight for s in sites}
+        values = interpreter.run(Graph([], [(f"w{i}", w) for i, w in enumerate(wanted.values())], {}), {}, weights)
+        matrix = dict(zip(wanted, values.values(), strict=True))
     taken = {p.attrs["name"] for p in graph.params()}
     out = dict(weights)
     made: dict[tuple, tuple[Node, ...]] = {}  # the same matrix (tied weights) → the same parameters
     replacement: dict[int, Node] = {}
     for site in sites:
-        w = np.asarray(matrix[id(site.weight)], dtype=np.float32)
-        rows = np.ascontiguousarray(w.T if site.kind in ("right", "gather_columns") else w)  # [N, K]: blocks along K
-        key = (rows.shape, hashlib.blake2b(rows.tobytes(), digest_size=16).digest())
-        if key not in made:
-            q = quantize(rows, bits=opts.bits, block_size=opts.block_size, symmetric=opts.symmetric,
-                         method=opts.method)
-            made[key] = _params(q, _base_name(site.weight, taken), taken, out)
-        replacement[id(site.node)] = _replace(site, made[key], rows.shape[1], opts)
+        flip = site.kind in ("right", "gather_columns")  # [N, K]: blocks along K
+        if lazy:
+            key = rows_key(site.weight, flip)
+            n, k = site.weight.shape[::-1] if flip else site.weight.shape
+            if key not in made:
+                q: Any = lazy_quantized(site.weight, flip, weights, (int(n), int(k)), opts)
+                made[key] = _params(q, _base_name(site.weight, taken), taken, out)
+        else:
+            w = np.asarray(matrix[id(site.weight)], dtype=np.float32)
+            rows = np.ascontiguousarray(w.T if flip else w)
+            n, k = rows.shape
+            key = (rows.shape, hashlib.blake2b(rows.tobytes(), digest_size=16).digest())
+            if key not in made:
+                q = quantize(rows, bits=opts.bits, block_size=opts.block_size, symmetric=opts.symmetric,
+                             method=opts.method)
+                made[key] = _params(q, _base_name(site.weight, taken), taken, out)
+        replacement[id(site.node)] = _replace(site, made[key], int(k), opts)
     new, _ = rebuild(graph, lambda n, src: _with_operands(replacement[id(n)], n, src)
                      if id(n) in replacement else None)
     if opts.bias:
@@ -115,7 +138,8 @@ def _sites(nodes: list[Node], static: set[int], opts: QuantizeOptions) -> list[_
     # the vocabulary: rows of the tables token ids index (not positions': ℓ_max may equal some width)
     vocab = {e.weight.shape[0 if e.kind == "gather" else 1] for e in embeddings if e.node.src[1].op is Op.INPUT}
     embedded = {p.attrs["name"] for e in embeddings for p in e.weight.walk() if p.op is Op.PARAM}
-    sites = embeddings if opts.embeddings else []
+    sites = list(embeddings) if opts.embeddings else []
+    output_params: set[str] = set()
     for n in nodes:
         if n.op is not Op.MATMUL:
             continue
@@ -129,8 +153,13 @@ def _sites(nodes: list[Node], static: set[int], opts: QuantizeOptions) -> list[_
         width = site.weight.shape[1 if site.kind == "right" else 0]
         unembedding = width in vocab or any(p.op is Op.PARAM and p.attrs["name"] in embedded
                                             for p in site.weight.walk())
-        if opts.embeddings or not unembedding:
+        if opts.embeddings or opts.output or not unembedding:
             sites.append(site)
+            if unembedding:
+                output_params |= {p.attrs["name"] for p in site.weight.walk() if p.op is Op.PARAM}
+    if opts.output and not opts.embeddings:  # an embedding tied to the output projection: the same packed arrays
+        sites += [e for e in embeddings
+                  if output_params & {p.attrs["name"] for p in e.weight.walk() if p.op is Op.PARAM}]
     return sites
 
 
@@ -148,7 +177,7 @@ def _base_name(weight: Node, taken: set[str]) -> str:
     return ".".join([*common, "packed"]) if common else "packed"
 
 
-def _params(q: Quantized, base: str, taken: set[str], out: dict[str, np.ndarray]) -> tuple[Node, ...]:
+def _params(q: Quantized | Any, base: str, taken: set[str], out: dict[str, np.ndarray]) -> tuple[Node, ...]:
     arrays = {"quant": q.packed, "scales": q.scales}
     if q.zero_points is not None:
         arrays["zero_points"] = q.zero_points
@@ -240,7 +269,7 @@ def _fuse_bias(graph: Graph) -> Graph:
 def _quantize(graph: Graph, ctx: PassContext) -> tuple[Graph, bool]:
     if ctx.weights is None or ctx.quantize is None:
         raise ValueError("the quantize pass needs the weights and its options (PassContext.weights, .quantize)")
-    graph, ctx.weights, changed = quantize_graph(graph, ctx.weights, ctx.quantize)
+    graph, ctx.weights, changed = quantize_graph(graph, ctx.weights, ctx.quantize, lazy=ctx.lazy)
     return graph, changed
 
 

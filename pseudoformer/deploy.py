@@ -99,7 +99,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
             tvm_params: str | None = None, include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES,
             allow_nonfinite: bool = False, functions: bool = False, quantize: str | QuantizeOptions | None = None,
             block_size: int | None = None, symmetric: bool = False, accuracy_level: int | None = None,
-            quantize_embeddings: bool = False, contrib_ops: bool = False) -> CompiledModel | TVMCompiledModel:
+            quantize_embeddings: bool = False, contrib_ops: bool = False,
+            quantize_output: bool = True) -> CompiledModel | TVMCompiledModel:
     """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
 
     backend="onnx" gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so for
@@ -109,10 +110,10 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     quantize="int4" or "int8" stores the weight matrices in 4 or 8 bits, in blocks of `block_size`
     (32) along K with a scale each and a zero point unless `symmetric`; `accuracy_level` is
     MatMulNBits' (4, the default: int8 activations, fast on a CPU; 0: computes as the reference
-    does); `quantize_embeddings`
-    also quantizes the embedding tables and the unembedding. A QuantizeOptions sets all of these
-    (and the method). On the tvm backend every accuracy level computes in float32, as level 0 does
-    (backends/tvm/nbits.py); see docs/quantization.md.
+    does); the output projection (unembedding) and an embedding tied to it are quantized too unless
+    not `quantize_output`; `quantize_embeddings` also quantizes every embedding table. A QuantizeOptions
+    sets all of these (and the method). On the tvm backend every accuracy level computes in float32, as
+    level 0 does (backends/tvm/nbits.py); see docs/quantization.md.
     padding_mask=True adds an `attention_mask` input per token input (ONNX only; see
     passes/padding_mask.py) so that right-padded batches of different lengths run together.
     include, max_nodes, allow_nonfinite: as for `load`.
@@ -138,7 +139,7 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     from pseudoformer.quantization import options
 
     quant = options(quantize, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level,
-                    embeddings=quantize_embeddings)
+                    embeddings=quantize_embeddings, output=quantize_output)
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed, include=include,
                  max_nodes=max_nodes, allow_nonfinite=allow_nonfinite)
     if backend == "tvm":
@@ -166,8 +167,10 @@ def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt
     metadata = model_metadata(model, opt_level)
     if quantize is not None:
         metadata["quantization"] = quantize.describe()
+    # lazy_weights: each matrix quantized as the writer reaches it (save_model), not all of them up front
     options = CompileOptions(opt_level=opt_level, padding_mask=padding_mask, quantize=quantize, dtype=dtype,
-                             contrib_ops=contrib_ops, opset=opset, functions=functions, metadata=metadata)
+                             contrib_ops=contrib_ops, opset=opset, functions=functions, metadata=metadata,
+                             lazy_weights=True)
     try:
         lowered = lower_model(model.graph, model.weights, options, verify=debugging())
     except PaddingMaskError as e:

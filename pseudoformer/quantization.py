@@ -22,12 +22,13 @@ KINDS = {"int4": 4, "int8": 8}
 
 def options(quantize: str | QuantizeOptions | None, *, block_size: int | None = None, symmetric: bool = False,
             accuracy_level: int | None = None, embeddings: bool = False, method: str | None = None,
-            ) -> QuantizeOptions | None:
+            output: bool = True) -> QuantizeOptions | None:
     """The options of `quantize` ("int4", "int8", a QuantizeOptions, or None: no quantization)."""
     from pseudoformer.passes.quantize import QuantizeOptions
 
     details = {"block size": block_size, "symmetric": symmetric or None, "accuracy level": accuracy_level,
-               "quantize embeddings": embeddings or None, "method": method}
+               "quantize embeddings": embeddings or None, "method": method,
+               "keep output fp32": None if output else True}
     given = [k for k, v in details.items() if v is not None]
     if quantize is None:
         if given:
@@ -44,7 +45,7 @@ def options(quantize: str | QuantizeOptions | None, *, block_size: int | None = 
         opts = QuantizeOptions(bits=KINDS[quantize], block_size=d.block_size if block_size is None else block_size,
                                symmetric=symmetric,
                                accuracy_level=d.accuracy_level if accuracy_level is None else accuracy_level,
-                               embeddings=embeddings, method=method or d.method)
+                               embeddings=embeddings, method=method or d.method, output=output)
     problems = opts.problems()
     if problems:
         raise UsageError("--quantize: " + "; ".join(problems))
@@ -61,7 +62,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "quantizes the activations to int8 inside the op, the fast one on a CPU; 0 computes as the "
                    "reference does (int8 weights then run far slower than fp32)")
     p.add_argument("--quantize-embeddings", action="store_true",
-                   help="also the embedding tables and the unembedding (a tied pair is stored once)")
+                   help="also every embedding table (the output projection and an embedding tied to it are "
+                   "quantized by default; a tied pair is stored once)")
+    p.add_argument("--keep-output-fp32", action="store_true",
+                   help="keep the output projection (unembedding), and an embedding tied to it, in fp32: "
+                   "more accurate, bigger and slower (docs/quantization.md)")
     p.add_argument("--quantize-method", choices=["balanced", "mse", "rtn"],
                    help="balanced (default): mse with each block's errors summing to about zero; mse: per block, "
                    "the clipping with the least squared error; rtn: round to nearest")
@@ -70,4 +75,4 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def from_arguments(args: Any) -> QuantizeOptions | None:
     return options(args.quantize, block_size=args.block_size, symmetric=args.symmetric,
                    accuracy_level=args.accuracy_level, embeddings=args.quantize_embeddings,
-                   method=args.quantize_method)
+                   method=args.quantize_method, output=not args.keep_output_fp32)

@@ -42,10 +42,27 @@ def test_compile_int4_writes_matmulnbits_and_runs(cli: Cli, out_dir: Path) -> No
     (["--quantize", "int4", "--block-size", "48"], "block size 48 is not supported"),
     (["--quantize", "int4", "--accuracy-level", "5"], "accuracy level 5"),
     (["--quantize", "int3"], "invalid choice: 'int3'"),
+    (["--keep-output-fp32"], "add --quantize int4|int8"),
+    (["--quantize", "int4", "--keep-output-fp32", "--quantize-embeddings"], "contradict"),
 ])
 def test_bad_quantization_options(cli: Cli, out_dir: Path, args: list[str], fragment: str) -> None:
     assert_user_error(cli("compile", GPT2, *SMALL_GPT2, "-o", out_dir / "m.onnx", *args), fragment,
                       left_empty=out_dir)
+
+
+def test_int4_quantizes_the_output_projection_unless_kept_fp32(cli: Cli, out_dir: Path) -> None:
+    """GPT-2 ties W_u = W_eᵀ: by default the unembedding and the embedding are one quantized table
+    (GatherBlockQuantized reads it); --keep-output-fp32 leaves both products of W_e in fp32."""
+    default, kept = out_dir / "int4.onnx", out_dir / "kept.onnx"
+    code, _, err = cli("compile", GPT2, *WIDER, "-o", default, "--quantize", "int4")
+    assert code == 0, err
+    code, _, err = cli("compile", GPT2, *WIDER, "-o", kept, "--quantize", "int4", "--keep-output-fp32")
+    assert code == 0, err
+    assert "output projection fp32" in err
+    ops = {p: {n.op_type for n in onnx.load(str(p)).graph.node} for p in (default, kept)}
+    assert "GatherBlockQuantized" in ops[default] and "MatMul" not in ops[default]
+    assert "GatherBlockQuantized" not in ops[kept] and "MatMul" in ops[kept]
+    assert default.stat().st_size < kept.stat().st_size
 
 
 def test_generate_quantized(cli: Cli) -> None:
