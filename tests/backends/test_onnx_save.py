@@ -121,3 +121,40 @@ def test_a_model_over_two_gib_saves_and_runs(tmp_path):
     assert path.stat().st_size < 2**20
     out = OnnxRunner(path).run({"x": np.array([rows - 1, 0])})["y"]
     assert (out[0] == 7).all() and (out[1] == 0).all()
+
+
+def _lazy_lowered(calls: list[str]):
+    """block()'s LoweredModel with every weight a LazyTensor that records when it is computed."""
+    from pseudoformer.backends.onnx.lower import LoweredModel, lower_model
+    from pseudoformer.ir.lazy_tensor import LazyTensor
+
+    eager = lower_model(block(**BIG), block_params(**BIG))
+
+    def lazy(name: str, arr: np.ndarray) -> LazyTensor:
+        return LazyTensor(arr.shape, arr.dtype, lambda: (calls.append(name), arr.copy())[1])
+
+    return eager, LoweredModel(eager.skeleton, {k: lazy(k, v) for k, v in eager.weights.items()})
+
+
+@pytest.mark.parametrize("threshold", [None, 0])
+def test_lazy_weights_are_computed_once_each_as_they_are_written(tmp_path, threshold):
+    calls: list[str] = []
+    eager, lazy = _lazy_lowered(calls)
+    assert calls == []  # lowering, the checker and the sizes need no values
+    save_model(eager, tmp_path / "eager.onnx", external_threshold=threshold)
+    save_model(lazy, tmp_path / "lazy.onnx", external_threshold=threshold)
+    assert sorted(calls) == sorted(eager.weights)  # each once, by the writer
+    a, b = onnx.load(str(tmp_path / "eager.onnx")), onnx.load(str(tmp_path / "lazy.onnx"))
+    assert {t.name: t.raw_data for t in a.graph.initializer} == {t.name: t.raw_data for t in b.graph.initializer}
+
+
+def test_a_disk_without_room_is_refused_before_writing(tmp_path, model, monkeypatch):
+    path = save_model(model, tmp_path / "m.onnx")
+    before = path.read_bytes()
+    _, lazy = _lazy_lowered(calls := [])
+    free = type("Usage", (), {"free": 1000, "total": 10**9, "used": 10**9})()
+    monkeypatch.setattr(save_module.shutil, "disk_usage", lambda p: free)
+    with pytest.raises(BackendError, match=r"takes .* and its disk has 1000 bytes free"):
+        save_model(lazy, path)
+    assert calls == []  # refused before any weight was computed
+    assert path.read_bytes() == before and _listing(tmp_path) == ["m.onnx"]
