@@ -44,24 +44,24 @@ class Quantized:
 
 
 def quantize(w: np.ndarray, *, bits: int, block_size: int, symmetric: bool, method: str = "balanced") -> Quantized:
-    """W [N, K] (N outputs, blocks along K) → its packed codes, scales and zero points."""
+    """W [N, K] (N outputs, blocks along K; any strides) → its packed codes, scales and zero points."""
     if method not in METHODS:
         raise ValueError(f"unknown quantization method {method!r} (choose {', '.join(METHODS)})")
     n, k = w.shape
     kb = k_blocks(k, block_size)
-    padded = np.zeros((n, kb * block_size), np.float32)
-    padded[:, :k] = w  # zeros: exactly representable, so the padding adds no error and moves no range
-    blocks = padded.reshape(n * kb, block_size)
-    codes = np.empty(blocks.shape, np.uint8)
+    codes = np.empty((n * kb, block_size), np.uint8)
     scales = np.empty(n * kb, np.float32)
     zeros = np.empty(n * kb, np.uint8)
-    rows = max(1, _CHUNK // block_size)
+    rows = max(1, _CHUNK // (kb * block_size))  # rows of W at a time: `w` may be a view (transposed), never copied whole
 
     def chunk(start: int) -> None:
-        part = slice(start, start + rows)
-        codes[part], scales[part], zeros[part] = _blocks(blocks[part], bits, symmetric, method)
+        part = w[start:start + rows]
+        padded = np.zeros((len(part), kb * block_size), np.float32)
+        padded[:, :k] = part  # zeros: exactly representable, so the padding adds no error and moves no range
+        out = slice(start * kb, (start + len(part)) * kb)
+        codes[out], scales[out], zeros[out] = _blocks(padded.reshape(-1, block_size), bits, symmetric, method)
 
-    starts = range(0, n * kb, rows)
+    starts = range(0, n, rows)
     if len(starts) == 1 or _WORKERS == 1:
         for start in starts:
             chunk(start)

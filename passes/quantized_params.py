@@ -53,7 +53,7 @@ def lazy_quantized(weight: Node, flip: bool, weights: Mapping[str, np.ndarray], 
     def part(name: str) -> np.ndarray:
         if "q" not in cache:
             w = np.asarray(interpreter.run(sub, {}, weights)["w"], dtype=np.float32)
-            cache["q"] = quantize(np.ascontiguousarray(w.T if flip else w), bits=opts.bits,
+            cache["q"] = quantize(w.T if flip else w, bits=opts.bits,  # a view: quantize copies a chunk at a time
                                   block_size=opts.block_size, symmetric=opts.symmetric, method=opts.method)
             pending.update(parts)
         value = getattr(cache["q"], name)
