@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import stat
 import tempfile
@@ -172,9 +173,22 @@ class _LiveFiles:
     def _ended(self, signum: int, frame: Any) -> None:
         for p in list(self.paths):
             with contextlib.suppress(OSError):
-                p.unlink()
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
 
 _live = _LiveFiles()
+
+
+def remove_on_signal(path: Path) -> None:
+    """Remove `path` (a temporary file or directory of this process) if SIGTERM or SIGINT ends it."""
+    _live.add(path)
+
+
+def keep_on_signal(path: Path) -> None:
+    """Undo remove_on_signal (the path has been removed or moved into place)."""
+    _live.discard(path)

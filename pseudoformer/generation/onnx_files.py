@@ -7,7 +7,8 @@ not generate. Written to a temporary directory, each weight goes from its array 
 the offsets being page-aligned), so the arrays can be released before a session is made
 (Generator(keep_weights=False), what `pseudoformer generate` does).
 
-The directory lives as long as the generator's runtime and is removed with it (or at exit).
+The directory lives as long as the generator's runtime and is removed with it, at exit, or when SIGTERM
+or SIGINT ends the process (atomic_write.remove_on_signal).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from pseudoformer.atomic_write import keep_on_signal, remove_on_signal
 from pseudoformer.errors import UsageError
 from pseudoformer.limits import show_bytes
 
@@ -30,7 +32,8 @@ class OnnxFiles:
 
     def __init__(self) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="pseudoformer-generate-"))
-        self._cleanup = weakref.finalize(self, shutil.rmtree, self.directory, True)
+        remove_on_signal(self.directory)  # an interrupted or terminated generation leaves nothing behind
+        self._cleanup = weakref.finalize(self, _remove, self.directory)
 
     def write(self, name: str, lowered: Any) -> Path:
         """Save `lowered` (a LoweredModel) as NAME.onnx with every weight in NAME.onnx.data; return the path.
@@ -51,6 +54,11 @@ class OnnxFiles:
 
     def close(self) -> None:
         self._cleanup()
+
+
+def _remove(directory: Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+    keep_on_signal(directory)
 
 
 def load_proto(path: Path) -> Any:
