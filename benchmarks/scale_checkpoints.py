@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 import math
 import struct
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 CHUNK = 1 << 22  # values drawn at a time (16 MB of float32)
 
@@ -82,6 +84,8 @@ def parameter_count(config: dict[str, Any]) -> int:
 
 
 def _bf16_chunks(n: int, rng: np.random.Generator, gain: bool) -> Iterator[bytes]:
+    import numpy as np
+
     for start in range(0, n, CHUNK):
         x = rng.standard_normal(min(CHUNK, n - start), dtype=np.float32)
         x = 1.0 + 0.1 * x if gain else 0.02 * x
@@ -93,6 +97,8 @@ def _bf16_chunks(n: int, rng: np.random.Generator, gain: bool) -> Iterator[bytes
 
 def write_checkpoint(directory: Path, config: dict[str, Any], seed: int = 0) -> int:
     """Write config.json and model.safetensors of a random model of `config`'s shape; return the bytes."""
+    import numpy as np
+
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config, indent=1))
     shapes = tensor_shapes(config)
@@ -115,3 +121,20 @@ def write_checkpoint(directory: Path, config: dict[str, Any], seed: int = 0) -> 
                 f.write(chunk)
     tmp.replace(path)
     return offset
+
+
+def write_tokenizer(directory: Path) -> None:
+    """A word-level tokenizer of 256 ids: onnxruntime-genai's builder will not build a model without one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(256)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="w1", eos_token="w2").save_pretrained(directory)
+
+
+if __name__ == "__main__":  # python scale_checkpoints.py RUNG DIRECTORY [LAYERS]
+    rung, where = sys.argv[1], Path(sys.argv[2])
+    shape = {**SHAPES[rung], **({"num_hidden_layers": int(sys.argv[3])} if len(sys.argv) > 3 else {})}
+    print(write_checkpoint(where, shape))
+    write_tokenizer(where)
