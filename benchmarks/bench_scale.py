@@ -14,8 +14,9 @@ survives exec), so a parent that had held a 512 MB probe reported every child at
                  peak RSS, per-token seconds against the bandwidth floor (the int4 file's bytes read once
                  per token, at the bandwidth this machine streams memory at)
 
-`--layers 12,24,48` adds compile times of SmolLM2-135M's shape at those layer counts (int4): the
-compile must grow linearly in the layers. `--genai` also runs onnxruntime-genai's model builder
+`--layers 12,24,48` adds compile times of SmolLM2-135M's shape at those layer counts (fp32: the passes and
+the writer; quantization's time is per weight, linear by construction): the compile must grow linearly in
+the layers. `--genai` also runs onnxruntime-genai's model builder
 (`-p int4`) on each rung in its own virtual environment (benchmarks/.genai-venv, as bench_llama.py makes
 it); the builder loads the checkpoint with transformers.
 
@@ -217,11 +218,11 @@ def main(argv: list[str] | None = None) -> int:
               "genai int4 GB |\n|---|---|---|---|---|---|---|")
         print("\n".join(genai_rows))
     if args.layers:
-        print("\n| layers | int4 compile s | int4 RSS GB |\n|---|---|---|")
+        print("\n| layers | fp32 compile s | fp32 RSS GB |\n|---|---|---|")
         for layers in [int(x) for x in args.layers.split(",")]:
             ckpt = args.dir / f"SmolLM2-L{layers}"
             write_checkpoint(ckpt, "SmolLM2-135M", layers)
-            r = compile_rung(ROOT / "models" / "llama.alg", ckpt, args.dir / f"L{layers}.onnx", True,
+            r = compile_rung(ROOT / "models" / "llama.alg", ckpt, args.dir / f"L{layers}.onnx", False,
                              args.dir / f"L{layers}.log")
             print(f"| {layers} | {r['s']:.1f} | {gb(r['rss'])} |", flush=True)
             shutil.rmtree(ckpt)
