@@ -125,7 +125,8 @@ def test_a_model_over_two_gib_saves_and_runs(tmp_path):
 
 def _lazy_lowered(calls: list[str]):
     """block()'s LoweredModel with every weight a LazyTensor that records when it is computed."""
-    from pseudoformer.backends.onnx.lower import LoweredModel, lower_model
+    from pseudoformer.backends.onnx.compile import lower_model
+    from pseudoformer.backends.onnx.lower import LoweredModel
     from pseudoformer.ir.lazy_tensor import LazyTensor
 
     eager = lower_model(block(**BIG), block_params(**BIG))
