@@ -113,9 +113,10 @@ class Generator:
                                         contrib_ops, self._release if not keep_weights else None)
 
     def _release(self) -> None:
-        """Drop the weight arrays (the runtime has written what it needs): the model's and the quantized ones."""
+        """Drop the weight arrays (the runtime has written what it needs): the model's and the passes' (a dict
+        of their own, which the runtime was given: emptied, not merely replaced)."""
         self.model.weights.clear()
-        self.weights = {}
+        self.weights.clear()
 
     def generate(self, prompt: Any, *, max_new_tokens: int, sampling: Sampling | None = None, seed: int | None = None,
                  eos_token: int | None = None, encoder_inputs: Mapping[str, Any] | None = None,
