@@ -1,32 +1,30 @@
-"""HuggingFace checkpoint directories: config.json, model type dispatch, and (sharded) tensors."""
+"""HuggingFace checkpoint directories: config.json, the family table of each model type, (sharded) tensors.
+
+Every family is a table (hf_gpt2, hf_bert, hf_bart, hf_llama: hf_table.Table) and one engine
+(hf_engine) applies it. A new family is a new table listed in FAMILIES.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from pseudoformer.file_access import FileAccessError, read_text
 
-from . import hf_bart, hf_bert, hf_gpt2, hf_llama
+from . import hf_bart, hf_bert, hf_engine, hf_gpt2, hf_llama
 from .errors import WeightsError
-from .hf_common import Collector
-from .safetensors_io import FOREIGN_FILES, PICKLE_SUFFIXES, read_safetensors, refuse_pickle
+from .hf_engine import Expected, Plan
+from .hf_table import Table
+from .safetensors_io import FOREIGN_FILES, PICKLE_SUFFIXES, open_safetensors, refuse_pickle
+from .tensor_ref import TensorRef
 
-Mapper = Callable[[Mapping[str, np.ndarray], Mapping[str, object], Collection[str]], Collector]
-
-_HYPERPARAMETERS: dict[str, Callable[[Mapping[str, object]], dict[str, int | float]]] = {
-    "gpt2": hf_gpt2.hyperparameters,
-    "bert": hf_bert.hyperparameters,
-    "bart": hf_bart.hyperparameters,
-    **{t: hf_llama.hyperparameters for t in hf_llama.MODEL_TYPES},
-}
-MAPPERS: dict[str, Mapper] = {"gpt2": hf_gpt2.to_ours, "bert": hf_bert.to_ours, "bart": hf_bart.to_ours,
-                              **{t: hf_llama.to_ours for t in hf_llama.MODEL_TYPES}}
-SUPPORTED = tuple(sorted(MAPPERS))
+FAMILIES: tuple[Table, ...] = (hf_gpt2.TABLE, hf_bert.TABLE, hf_bart.TABLE, *hf_llama.TABLES)
+TABLES: dict[str, Table] = {t: table for table in FAMILIES for t in table.model_types}
+SUPPORTED = tuple(sorted(TABLES))
+# Every algorithm whose parameters some table names (GPT2, BERT, Llama, ...).
+MODEL_ALGORITHMS = frozenset(a for table in FAMILIES for a in table.algorithms)
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -56,7 +54,7 @@ def _read_json(path: Path, what: str, kind: str) -> Any:
 
 def _model_type(config: Mapping[str, object], where: str | Path) -> str:
     model_type = config.get("model_type")
-    if not isinstance(model_type, str) or model_type not in MAPPERS:
+    if not isinstance(model_type, str) or model_type not in TABLES:
         raise WeightsError(
             f"{where}: model_type {model_type!r} is not supported; supported types: {', '.join(SUPPORTED)}"
         )
@@ -74,7 +72,7 @@ def hf_hyperparameters(config_json: Mapping[str, object]) -> dict[str, int | flo
     Raises WeightsError naming every config setting that describes a variant our model sources
     do not implement, since loading such weights would compute something else without complaint.
     """
-    return _HYPERPARAMETERS[_model_type(config_json, "config.json")](config_json)
+    return hf_engine.hyperparameters(TABLES[_model_type(config_json, "config.json")], config_json)
 
 
 def _shard_path(directory: Path, name: object) -> Path:
@@ -86,21 +84,21 @@ def _shard_path(directory: Path, name: object) -> Path:
     return directory / name
 
 
-def _read_sharded(directory: Path) -> dict[str, np.ndarray]:
+def _open_sharded(directory: Path) -> dict[str, TensorRef]:
     index_path = directory / INDEX_FILE
     index = _read_json(index_path, "shard index", "shard index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict):
         raise WeightsError(f"shard index '{index_path}' has no weight_map object")
-    tensors: dict[str, np.ndarray] = {}
+    tensors: dict[str, TensorRef] = {}
     problems: list[str] = []
     for shard in sorted({_shard_path(directory, s) for s in weight_map.values()}):
-        for name, array in read_safetensors(shard).items():
+        for name, ref in open_safetensors(shard).items():
             if name in tensors:
                 problems.append(f"{name}: stored in more than one shard (again in {shard.name})")
             elif weight_map.get(name) != shard.name:
                 problems.append(f"{name}: found in {shard.name}, but the index says {weight_map.get(name)!r}")
-            tensors[name] = array
+            tensors[name] = ref
     problems += [
         f"{n}: listed in the index for {s}, but not in it" for n, s in weight_map.items() if n not in tensors
     ]
@@ -109,13 +107,13 @@ def _read_sharded(directory: Path) -> dict[str, np.ndarray]:
     return tensors
 
 
-def read_hf_tensors(directory: str | Path) -> dict[str, np.ndarray]:
-    """All tensors of a HF checkpoint directory by their HF names, from safetensors files only."""
+def open_hf_tensors(directory: str | Path) -> dict[str, TensorRef]:
+    """Every tensor of a HF checkpoint directory by its HF name, from safetensors files only, unread."""
     directory = Path(directory)
     if (directory / SINGLE_FILE).exists():
-        return read_safetensors(directory / SINGLE_FILE)
+        return open_safetensors(directory / SINGLE_FILE)
     if (directory / INDEX_FILE).exists():
-        return _read_sharded(directory)
+        return _open_sharded(directory)
     if any((directory / f).exists() for f in FOREIGN_FILES) or any(
         p.suffix in PICKLE_SUFFIXES for p in directory.iterdir()
     ):
@@ -123,11 +121,20 @@ def read_hf_tensors(directory: str | Path) -> dict[str, np.ndarray]:
     raise WeightsError(f"'{directory}' holds neither {SINGLE_FILE} nor {INDEX_FILE}")
 
 
-def map_hf_checkpoint(directory: str | Path, expected: Collection[str]) -> Collector:
-    """Read a HF checkpoint directory and map it to our names (problems collected, not raised)."""
+def map_hf_checkpoint(directory: str | Path, expected: Expected | Collection[str], *,
+                      group: str | None = None) -> Plan:
+    """The plan that maps a HF checkpoint directory to our names (problems collected, not raised).
+
+    Nothing but the headers is read: each planned tensor reads itself when loaded. ``group``: the
+    parameter group the checkpoint fills (``theta`` for a ``θ : GPT2``), our names then under it.
+    """
     config = read_hf_config(directory)
     model_type = _model_type(config, Path(directory) / "config.json")
-    # Refuse unsupported variants here too, so weights never load into a model that computes
-    # something other than what the checkpoint was trained for.
-    hf_hyperparameters(config)
-    return MAPPERS[model_type](read_hf_tensors(directory), config, expected)
+    # The plan reads the hyperparameters, so unsupported variants are refused here too: weights never
+    # load into a model that computes something other than what the checkpoint was trained for.
+    return hf_engine.plan(TABLES[model_type], open_hf_tensors(directory), config, expected, group=group)
+
+
+def table_for(config: Mapping[str, object]) -> Table:
+    """The family table of a parsed config.json (its model_type checked)."""
+    return TABLES[_model_type(config, "config.json")]

@@ -1,157 +1,77 @@
-"""HuggingFace GPT-2 checkpoints -> our parameter names and hyperparameters.
+"""HuggingFace GPT-2 checkpoints -> gpt2.alg: the mapping table.
 
 HF's GPT-2 uses Conv1D layers whose weights are stored [in, out] (y = x W), while the paper writes
-y = W x with W in R^{out x in}; so every matrix is transposed here. The fused c_attn projection
-holds q|k|v side by side along its output axis, each block split into heads of n_embd / n_head
-consecutive columns.
+y = W x with W in R^{out x in}; so every matrix is transposed. The fused c_attn projection holds
+q|k|v side by side along its output axis (the last), each block split into heads of n_embd / n_head
+consecutive columns. gpt2.alg unembeds with W_eᵀ: a separate lm_head can only be dropped if it
+equals wte (transformers 5 leaves a tied one out of the save; older saves carry it).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Collection, Mapping
-
-import numpy as np
-
-from .errors import Problem, WeightsError, fmt_shape
-from .hf_common import (
-    Collector,
-    Handler,
-    apply_rules,
-    check_ndim,
-    config_float,
-    config_int,
-    split_heads,
-    strip_prefix,
+from .hf_table import (
+    Allowed,
+    Derived,
+    Divisible,
+    Flag,
+    Float,
+    Heads,
+    Ignore,
+    Int,
+    Table,
+    Tensor,
+    Tie,
+    Transpose,
+    head_size,
 )
 
-PREFIX = "transformer."
+T = (Transpose(),)
 # GPT-2's tanh approximation of GELU goes by two names in HF; both are the function gpt2.alg uses.
 TANH_GELU = ("gelu_new", "gelu_pytorch_tanh")
 
-IGNORED = (
-    # Causal-mask buffers that older transformers versions saved with the weights.
-    re.compile(r"h\.\d+\.attn\.(bias|masked_bias)"),
+TABLE = Table(
+    model_types=("gpt2",),
+    label="GPT-2",
+    kind="gpt2",
+    prefix="transformer.",
+    algorithms=("GPT2",),
+    config=(
+        Int("d_e", "n_embd", 768),
+        Int("H", "n_head", 12),
+        Int("L", "n_layer", 12),
+        Int("ell_max", "n_positions", 1024),
+        Int("N_V", "vocab_size", 50257),
+        Int("d_mlp", "n_inner", lambda h: 4 * int(h["d_e"])),
+        Float("eps", "layer_norm_epsilon", 1e-5),
+        Derived("d_attn", head_size),
+        Derived("d_mid", head_size),
+    ),
+    refusals=(
+        Allowed("activation_function", "gelu_new", TANH_GELU, "gpt2.alg uses the tanh GELU ('gelu_new')"),
+        Flag("scale_attn_by_inverse_layer_idx", False,
+             "attention scores are scaled by 1/sqrt(d_attn) only"),
+        Flag("scale_attn_weights", True, "the paper's attention always scales by 1/sqrt(d_attn)"),
+        Flag("add_cross_attention", False, "gpt2.alg is decoder-only, without cross-attention"),
+        Divisible("d_e", "H"),
+    ),
+    tensors=(
+        Tie(sources=("wte.weight",), copies=("lm_head.weight",), ours="W_e", transforms=T,
+            message="shape {shape}, not equal to wte.weight, but the model unembeds with W_e "
+                    "(tie_word_embeddings = false is not supported)"),
+        Tensor("wpe.weight", "W_p", 2, T),
+        Tensor("ln_f.weight", "gamma", 1),
+        Tensor("ln_f.bias", "beta", 1),
+        Tensor("h.{l}.ln_{i:1|2}.weight", "layers.{l}.gamma_{i}", 1),
+        Tensor("h.{l}.ln_{i:1|2}.bias", "layers.{l}.beta_{i}", 1),
+        Tensor("h.{l}.attn.c_attn.weight", "layers.{l}.W.heads.{h}.W_{part}", 2, T, Heads("H", -1, ("q", "k", "v"))),
+        Tensor("h.{l}.attn.c_attn.bias", "layers.{l}.W.heads.{h}.b_{part}", 1, (), Heads("H", -1, ("q", "k", "v"))),
+        Tensor("h.{l}.attn.c_proj.weight", "layers.{l}.W.W_o", 2, T),
+        Tensor("h.{l}.attn.c_proj.bias", "layers.{l}.W.b_o", 1),
+        Tensor("h.{l}.mlp.c_fc.weight", "layers.{l}.W_mlp1", 2, T),
+        Tensor("h.{l}.mlp.c_fc.bias", "layers.{l}.b_mlp1", 1),
+        Tensor("h.{l}.mlp.c_proj.weight", "layers.{l}.W_mlp2", 2, T),
+        Tensor("h.{l}.mlp.c_proj.bias", "layers.{l}.b_mlp2", 1),
+        # Causal-mask buffers that older transformers versions saved with the weights.
+        Ignore("h.{l}.attn.{b:bias|masked_bias}"),
+    ),
 )
-
-
-def hyperparameters(config: Mapping[str, object]) -> dict[str, int | float]:
-    """Our hyperparameters from a GPT-2 config.json (absent keys take GPT2Config's defaults)."""
-    d_e = config_int(config, "n_embd", 768)
-    heads = config_int(config, "n_head", 12)
-    refusals: list[str] = []
-    act = config.get("activation_function", "gelu_new")
-    if act not in TANH_GELU:
-        refusals.append(f"activation_function = {act!r}: gpt2.alg uses the tanh GELU ('gelu_new')")
-    if config.get("scale_attn_by_inverse_layer_idx", False):
-        refusals.append(
-            "scale_attn_by_inverse_layer_idx = true: attention scores are scaled by 1/sqrt(d_attn) only"
-        )
-    if not config.get("scale_attn_weights", True):
-        refusals.append("scale_attn_weights = false: the paper's attention always scales by 1/sqrt(d_attn)")
-    if config.get("add_cross_attention", False):
-        refusals.append("add_cross_attention = true: gpt2.alg is decoder-only, without cross-attention")
-    if d_e % heads:
-        refusals.append(f"n_embd = {d_e} is not divisible by n_head = {heads}")
-    if refusals:
-        raise WeightsError("config.json describes a GPT-2 variant this model does not implement", refusals)
-    d_head = d_e // heads
-    return {
-        "d_e": d_e,
-        "H": heads,
-        "L": config_int(config, "n_layer", 12),
-        "ell_max": config_int(config, "n_positions", 1024),
-        "N_V": config_int(config, "vocab_size", 50257),
-        "d_mlp": config_int(config, "n_inner", 4 * d_e),
-        "eps": config_float(config, "layer_norm_epsilon", 1e-5),
-        "d_attn": d_head,
-        "d_mid": d_head,
-    }
-
-
-def _transposed(ours: str) -> Handler:
-    def handle(m: re.Match[str], a: np.ndarray, col: Collector) -> None:
-        if check_ndim(a, 2, col):
-            col.put(ours.format(*m.groups()), a.T)
-
-    return handle
-
-
-def _as_is(ours: str, ndim: int = 1) -> Handler:
-    def handle(m: re.Match[str], a: np.ndarray, col: Collector) -> None:
-        if check_ndim(a, ndim, col):
-            col.put(ours.format(*m.groups()), a)
-
-    return handle
-
-
-def _c_attn(heads: int) -> Handler:
-    def handle(m: re.Match[str], a: np.ndarray, col: Collector) -> None:
-        layer, what = m.groups()
-        is_weight = what == "weight"
-        if not check_ndim(a, 2 if is_weight else 1, col):
-            return
-        # The output axis is the last one for both the [in, out] weight and the [out] bias.
-        blocks = split_heads(a, a.ndim - 1, 3, heads, col)
-        for part, row in zip("qkv", blocks, strict=False):
-            for h, piece in enumerate(row):
-                base = f"layers.{layer}.W.heads.{h}"
-                col.put(
-                    f"{base}.W_{part}" if is_weight else f"{base}.b_{part}", piece.T if is_weight else piece
-                )
-
-    return handle
-
-
-def to_ours(
-    tensors: Mapping[str, np.ndarray], config: Mapping[str, object], expected: Collection[str]
-) -> Collector:
-    """Map a GPT-2 checkpoint's tensors to our names; problems are collected, not raised."""
-    del expected  # every GPT-2 tensor we know is used by the one GPT-2 model
-    heads = config_int(config, "n_head", 12)
-    col = Collector()
-    rules: list[tuple[re.Pattern[str], Handler]] = [
-        (re.compile(p), h)
-        for p, h in [
-            (r"wte\.weight", _transposed("W_e")),
-            (r"wpe\.weight", _transposed("W_p")),
-            (r"ln_f\.weight", _as_is("gamma")),
-            (r"ln_f\.bias", _as_is("beta")),
-            (r"h\.(\d+)\.ln_(1|2)\.weight", _as_is("layers.{0}.gamma_{1}")),
-            (r"h\.(\d+)\.ln_(1|2)\.bias", _as_is("layers.{0}.beta_{1}")),
-            (r"h\.(\d+)\.attn\.c_attn\.(weight|bias)", _c_attn(heads)),
-            (r"h\.(\d+)\.attn\.c_proj\.weight", _transposed("layers.{0}.W.W_o")),
-            (r"h\.(\d+)\.attn\.c_proj\.bias", _as_is("layers.{0}.W.b_o")),
-            (r"h\.(\d+)\.mlp\.c_fc\.weight", _transposed("layers.{0}.W_mlp1")),
-            (r"h\.(\d+)\.mlp\.c_fc\.bias", _as_is("layers.{0}.b_mlp1")),
-            (r"h\.(\d+)\.mlp\.c_proj\.weight", _transposed("layers.{0}.W_mlp2")),
-            (r"h\.(\d+)\.mlp\.c_proj\.bias", _as_is("layers.{0}.b_mlp2")),
-            (r"lm_head\.weight", lambda m, a, c: None),  # checked against wte below
-        ]
-    ]
-    short = strip_prefix(tensors, PREFIX)
-    apply_rules(short, rules, IGNORED, "gpt2", col)
-    _check_tied(short, col)
-    return col
-
-
-def _check_tied(short: Mapping[str, tuple[str, np.ndarray]], col: Collector) -> None:
-    """gpt2.alg unembeds with W_e^T; a separate lm_head can only be dropped if it equals wte.
-
-    transformers 5 leaves tied lm_head.weight out of the save entirely; older saves and
-    tie_word_embeddings=false models carry it.
-    """
-    if "lm_head.weight" not in short:
-        return
-    stored, head = short["lm_head.weight"]
-    wte = short.get("wte.weight")
-    if wte is not None and head.shape == wte[1].shape and np.array_equal(head, wte[1]):
-        return
-    col.problems.append(
-        Problem(
-            stored,
-            "untied",
-            f"shape {fmt_shape(head.shape)}, not equal to wte.weight, but the model unembeds with W_e "
-            "(tie_word_embeddings = false is not supported)",
-        )
-    )

@@ -6,19 +6,32 @@ import math
 import mmap
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
 from .errors import Problem, WeightsError, fmt_shape
 from .hf_checkpoint import map_hf_checkpoint
+from .hf_engine import Planned
 from .random_init import random_weights
 from .safetensors_io import PICKLE_SUFFIXES, read_safetensors, refuse_pickle
 
 Expected = Mapping[str, tuple[tuple[int, ...], str]]
 
 
+class _Tensor(Protocol):
+    """What fit needs to judge a tensor before reading it: an array, or a planned HF tensor."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+def _read(tensor: np.ndarray | Planned) -> np.ndarray:
+    return tensor if isinstance(tensor, np.ndarray) else tensor.load()
+
+
 def fit(
-    tensors: Mapping[str, np.ndarray],
+    tensors: Mapping[str, np.ndarray | Planned],
     expected: Expected,
     source: str | Path,
     *,
@@ -28,10 +41,12 @@ def fit(
 ) -> dict[str, np.ndarray]:
     """Check ``tensors`` against ``expected`` and return them cast, or raise every problem at once.
 
-    ``origin`` names the file tensor each of ours came from (for HF checkpoints), so a shape
-    complaint points at something the user can find in their checkpoint. ``private``: the
-    tensors are views of buffers that nothing else holds (what safetensors read into memory for
-    a HF mapping), so one that is already contiguous is returned as it is instead of copied.
+    ``tensors`` are arrays, or planned HF tensors (hf_engine.Planned) that are judged by their
+    shapes and dtypes and read only once every one of them fits, one after another in the plan's
+    order. ``origin`` names the file tensor each of ours came from (for HF checkpoints), so a shape
+    complaint points at something the user can find in their checkpoint. ``private``: the tensors
+    are views of buffers that nothing else holds (what safetensors read into memory for a HF
+    mapping), so one that is already contiguous is returned as it is instead of copied.
     """
     origin = origin or {}
     found = list(problems or [])
@@ -39,30 +54,30 @@ def fit(
     def where(name: str) -> str:
         return f" (from {origin[name]})" if name in origin else ""
 
-    out: dict[str, np.ndarray] = {}
-    for name, (shape, dtype) in expected.items():
+    for name, (shape, _) in expected.items():
         shape = tuple(int(d) for d in shape)
         if name not in tensors:
             found.append(Problem(name, "missing", f"expected shape {fmt_shape(shape)}"))
             continue
-        array = tensors[name]
-        if tuple(array.shape) != shape:
+        tensor: _Tensor = tensors[name]
+        if tuple(tensor.shape) != shape:
             found.append(
                 Problem(
                     name,
                     "mis-shaped",
-                    f"expected {fmt_shape(shape)}, got {fmt_shape(array.shape)}{where(name)}",
+                    f"expected {fmt_shape(shape)}, got {fmt_shape(tensor.shape)}{where(name)}",
                 )
             )
-        elif not np.issubdtype(array.dtype, np.floating):
+        elif not np.issubdtype(tensor.dtype, np.floating):
             # Casting integers to float would "work" and produce nonsense; this is a wrong tensor.
-            found.append(Problem(name, "invalid", f"dtype {array.dtype} is not floating-point{where(name)}"))
-        else:
-            out[name] = contiguous(array, np.dtype(dtype))
+            found.append(Problem(name, "invalid", f"dtype {tensor.dtype} is not floating-point{where(name)}"))
     for name in tensors.keys() - expected.keys():
         found.append(Problem(name, "unexpected", f"shape {fmt_shape(tensors[name].shape)}{where(name)}"))
     if found:
         raise WeightsError.misfit(source, found)
+    # In the order of `tensors`: a plan lists the pieces of one HF tensor together, so each is read once.
+    cast = {name: contiguous(_read(t), np.dtype(expected[name][1])) for name, t in tensors.items()}
+    out = {name: cast[name] for name in expected}
     if private:
         return out
     # Own every buffer: callers may mutate or keep these after the source file is gone.
@@ -121,7 +136,7 @@ def _check_expected(expected: Expected) -> None:
 
 
 def load_weights(
-    path: str | Path | None, expected: Expected, *, seed: int | None = None
+    path: str | Path | None, expected: Expected, *, seed: int | None = None, group: str | None = None
 ) -> dict[str, np.ndarray]:
     """The model's parameters, by our names, as contiguous arrays of the expected shapes and dtypes.
 
@@ -131,6 +146,8 @@ def load_weights(
         model.safetensors.index.json) of model_type gpt2, bert, bart, llama, mistral or qwen2, mapped to our names;
       * ``None``: seeded random weights (``random_weights(expected, seed or 0)``).
     ``seed`` only means something without a path; giving both is refused rather than ignored.
+    ``group``: the checkpoint fills the parameter group of that name (``theta`` for ``θ : GPT2``, whose
+    parameters are ``theta.W_e``, ...): its names, HF's mapped or ours, are read under it.
 
     Raises WeightsError listing every missing, unexpected or mis-shaped tensor. Pickle formats
     (pytorch_model.bin, .pt, ...) are refused by name and never opened.
@@ -144,10 +161,13 @@ def load_weights(
         )
     path = Path(path).expanduser()
     if path.is_dir():
-        col = map_hf_checkpoint(path, expected.keys())
-        # safetensors copies each tensor out of the file into memory of its own (read_safetensors),
+        plan = map_hf_checkpoint(path, expected, group=group)
+        # safetensors copies each tensor out of the file into memory of its own (open_safetensors),
         # and the mapping's views of those are disjoint: no second copy is needed to own them.
-        return fit(col.tensors, expected, path, origin=col.origin, problems=col.problems, private=True)
+        try:
+            return fit(plan.tensors, expected, path, origin=plan.origin, problems=plan.verify(), private=True)
+        finally:
+            plan.release()
     if not path.exists():
         raise WeightsError(f"weights '{path}': no such file or directory")
     if path.suffix in PICKLE_SUFFIXES:
@@ -158,6 +178,8 @@ def load_weights(
             f"weights '{path}': expected a .safetensors file or a HuggingFace checkpoint directory{hint}"
         )
     tensors = read_safetensors(path)
+    if group:
+        tensors = {f"{group}.{name}": array for name, array in tensors.items()}
     try:
         return fit(tensors, expected, path)
     except WeightsError as e:

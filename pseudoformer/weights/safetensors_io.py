@@ -19,6 +19,7 @@ from pseudoformer.atomic_write import atomic_path
 from pseudoformer.file_access import FileAccessError, regular_file
 
 from .errors import WeightsError
+from .tensor_ref import TensorRef
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 # Other frameworks' formats that a HF directory may hold instead of safetensors.
@@ -53,6 +54,12 @@ def refuse_pickle(path: Path, *, directory: bool = False) -> WeightsError:
     )
 
 
+# safetensors' dtype names -> what a tensor of that dtype is read as (bfloat16 widened to float32).
+_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.float32, "I64": np.int64,
+           "I32": np.int32, "I16": np.int16, "I8": np.int8, "U64": np.uint64, "U32": np.uint32, "U16": np.uint16,
+           "U8": np.uint8, "BOOL": np.bool_}
+
+
 def _bf16_tensor(path: Path, name: str) -> np.ndarray:
     """Read one bfloat16 tensor as float32; numpy has no bfloat16, so safetensors.numpy cannot.
 
@@ -70,27 +77,45 @@ def _bf16_tensor(path: Path, name: str) -> np.ndarray:
     return (raw.astype(np.uint32) << 16).view(np.float32).reshape(info["shape"])
 
 
-def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
-    """All tensors of one .safetensors file, by name, in their stored dtype (bfloat16 -> float32)."""
+def _read_one(path: Path, name: str, stored: str) -> np.ndarray:
+    try:
+        if stored == "BF16":
+            return _bf16_tensor(path, name)
+        with safe_open(str(path), framework="numpy") as f:
+            return f.get_tensor(name)
+    except Exception as e:  # the file changed or broke since its header was read
+        raise WeightsError(f"cannot read tensor {name} of safetensors file '{path}': {e}") from e
+
+
+def open_safetensors(path: str | Path) -> dict[str, TensorRef]:
+    """Every tensor of one .safetensors file, by name, as a reference: shapes and dtypes from the
+    header, each tensor's data read (a copy of its own) when it is loaded."""
     path = Path(path)
     try:
         regular_file(path, "weights file")
     except FileAccessError as e:
         raise WeightsError(e.message) from None
     try:
-        out: dict[str, np.ndarray] = {}
+        out: dict[str, TensorRef] = {}
         with safe_open(str(path), framework="numpy") as f:
             for name in f.keys():
-                dtype = f.get_slice(name).get_dtype()
-                if dtype == "BF16":
-                    out[name] = _bf16_tensor(path, name)
-                else:
-                    out[name] = f.get_tensor(name)
+                piece = f.get_slice(name)
+                stored = piece.get_dtype()
+                if stored not in _DTYPES:
+                    raise WeightsError(f"cannot read safetensors file '{path}': tensor {name} has dtype {stored}, "
+                                       "which is not read here")
+                out[name] = TensorRef(tuple(int(d) for d in piece.get_shape()), np.dtype(_DTYPES[stored]),
+                                      lambda n=name, s=stored: _read_one(path, n, s))
         return out
     except WeightsError:
         raise
-    except Exception as e:  # safetensors raises its own SafetensorError, numpy TypeError for odd dtypes
+    except Exception as e:  # safetensors raises its own SafetensorError
         raise WeightsError(f"cannot read safetensors file '{path}': {e}") from e
+
+
+def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
+    """All tensors of one .safetensors file, by name, in their stored dtype (bfloat16 -> float32)."""
+    return {name: ref.load() for name, ref in open_safetensors(path).items()}
 
 
 def save_weights(weights: Mapping[str, np.ndarray], path: str | Path) -> None:
