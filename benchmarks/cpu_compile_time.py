@@ -29,6 +29,8 @@ STAGES = [
     ("pseudoformer.model", "load_program", "parse .alg"),
     ("pseudoformer.model", "elaborate", "elaborate"),
     ("pseudoformer.weights.hf_checkpoint", "read_hf_tensors", "read safetensors"),
+    ("pseudoformer.weights.safetensors_io", "_read_one", "read safetensors"),  # tensors read one at a time
+    ("pseudoformer.weights.loader", "map_hf_checkpoint", "map HF names"),  # the plan (headers, names, shapes)
     ("pseudoformer.weights.loader", "fit", "fit (transposes, copies)"),
     ("pseudoformer.model", "model_metadata", "metadata (source sha256)"),
     ("pseudoformer.optimize", "optimize", "passes (-O2)"),
@@ -83,10 +85,10 @@ class StageClock:
                     old = getattr(module, attr)
                     setattr(module, attr, self.wrap(old, stage))
                     undo.append(lambda m=module, a=attr, o=old: setattr(m, a, o))
-            with contextlib.suppress(ImportError):  # the HF name mappings, called through this table
+            with contextlib.suppress(ImportError):  # older commits: the HF name mappings, called through a table
                 from pseudoformer.weights import hf_checkpoint
 
-                for key, old in list(hf_checkpoint.MAPPERS.items()):
+                for key, old in list(getattr(hf_checkpoint, "MAPPERS", {}).items()):
                     hf_checkpoint.MAPPERS[key] = self.wrap(old, "map HF names")
                     undo.append(lambda k=key, o=old: hf_checkpoint.MAPPERS.__setitem__(k, o))
             yield

@@ -118,14 +118,13 @@ def test_stage_clock_counts_exclusive_time(monkeypatch: pytest.MonkeyPatch) -> N
 def test_stage_clock_wraps_the_compiler_and_restores_it(monkeypatch: pytest.MonkeyPatch) -> None:
     stages = bench_module("cpu_compile_time", monkeypatch)
     model = importlib.import_module("pseudoformer.model")
-    from pseudoformer.weights import hf_checkpoint
 
-    before, mappers = model.load_program, dict(hf_checkpoint.MAPPERS)
+    loader = importlib.import_module("pseudoformer.weights.loader")
+    before, mapping = model.load_program, loader.map_hf_checkpoint
     sc = stages.StageClock()
     with sc.installed():
-        assert model.load_program is not before
-    assert model.load_program is before
-    assert hf_checkpoint.MAPPERS == mappers
+        assert model.load_program is not before and loader.map_hf_checkpoint is not mapping
+    assert model.load_program is before and loader.map_hf_checkpoint is mapping
 
 
 def test_command_line_defaults_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
