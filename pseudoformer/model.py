@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.checkpoint_group import checkpoint_group
 from pseudoformer.config import Config, resolve
 from pseudoformer.errors import AlgError, CompileError, UsageError
 from pseudoformer.frontend.ast import Algorithm, callees, is_training
@@ -116,6 +117,7 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
     check_max_nodes(max_nodes)
     src = resolve_source(path)
     hf = None
+    hf_config: dict[str, Any] = {}
     hf_note = ""
     wpath = Path(weights) if weights is not None else None
     if wpath is not None:
@@ -146,8 +148,12 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
     expected = {p.attrs["name"]: (tuple(int(d) for d in p.type.shape), "float32") for p in graph.params()}
     check_memory(graph, expected)
     if wpath is not None:
+        # An entry that wraps the model (`θ : GPT2`) takes the model's checkpoint into that group.
+        group = checkpoint_group(prog, entry or cfg.entry, hf_config if hf is not None else None)
+        if group is not None and hf_note:
+            hf_note += f", mapped onto the parameter group {group}"
         try:
-            params = load_weights(wpath, expected)
+            params = load_weights(wpath, expected, group=group)
         except WeightsError as e:
             if hf_note:  # name the checkpoint's kind: a misfit list alone reads like a corrupt file
                 e.summary += f" ({hf_note})"

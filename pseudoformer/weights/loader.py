@@ -178,7 +178,7 @@ def load_weights(
             f"weights '{path}': expected a .safetensors file or a HuggingFace checkpoint directory{hint}"
         )
     tensors = read_safetensors(path)
-    if group:
+    if group and not any(name.startswith(f"{group}.") for name in tensors):  # the model's own names
         tensors = {f"{group}.{name}": array for name, array in tensors.items()}
     try:
         return fit(tensors, expected, path)

@@ -21,8 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"pseudoformer": "pseudoformer", "pseudoformer.frontend": "frontend", "pseudoformer.ir": "ir",
            "pseudoformer.passes": "passes", "pseudoformer.backends": "backends"}
 SHARED = {"pseudoformer.errors", "pseudoformer.version", "pseudoformer.weights.errors",
-          "pseudoformer.weights.safetensors_io", "pseudoformer.limits", "pseudoformer.regular_file",
-          "pseudoformer.file_access", "pseudoformer.atomic_write", "pseudoformer.submodules"}
+          "pseudoformer.weights.safetensors_io", "pseudoformer.weights.tensor_ref", "pseudoformer.limits",
+          "pseudoformer.regular_file", "pseudoformer.file_access", "pseudoformer.atomic_write",
+          "pseudoformer.submodules"}
 # What each stage may import besides itself and the shared modules.
 ALLOWED = {
     "ir": set(),
