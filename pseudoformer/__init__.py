@@ -1,26 +1,46 @@
-"""pseudoformer: compile transformer architectures written as in Formal Algorithms for Transformers."""
+"""pseudoformer: compile transformer architectures written as in Formal Algorithms for Transformers.
+
+The Python API (docs/api.md):
+
+- ``load(path, weights=..., seed=...)`` -> a ``Model``: checked, elaborated, weights bound
+  (``.weights`` by name, ``.graph``, ``.run(x=...)`` on the numpy reference interpreter);
+- ``compile(path, backend="onnx"|"tvm", quantize="int4"|...)`` -> a ``CompiledModel`` that ``.save``\\ s
+  and ``.run``\\ s;
+- ``generate(path, prompt_ids, max_new_tokens=...)`` -> token ids, by the file's Algorithm 14 or 15;
+- ``check(path)`` -> the names of the algorithms checked;
+- ``QuantizeOptions``: how ``quantize`` quantizes, where a string ("int4", "int8") is not enough.
+"""
+
+from importlib import import_module as _import_module
+from importlib.util import find_spec as _find_spec
 
 from pseudoformer.version import __version__
 
-__all__ = ["__version__"]
+# Each name of the API and the module it lives in. They are imported on first use, so that
+# `import pseudoformer` (and `pseudoformer --version`) reads neither numpy nor onnx.
+_API = {
+    "load": "pseudoformer.model",
+    "check": "pseudoformer.model",
+    "Model": "pseudoformer.model",
+    "compile": "pseudoformer.deploy",
+    "CompiledModel": "pseudoformer.deploy",
+    "generate": "pseudoformer.generation.api",
+    "QuantizeOptions": "pseudoformer.passes.quantize",
+}
+# `train` (Algorithms 11-13, the training issue) lives in pseudoformer/training/: listed once it is there.
+if _find_spec("pseudoformer.training") is not None:
+    _API["train"] = "pseudoformer.training"
+
+__all__ = ["__version__", *_API]
 
 
 def __getattr__(name: str) -> object:
-    # The API is imported on first use, so `pseudoformer --version` stays instant.
-    if name in ("compile", "CompiledModel"):
-        from pseudoformer import deploy
-
-        return getattr(deploy, name)
-    if name in ("load", "check", "Model"):
-        from pseudoformer import model as model_api
-
-        return getattr(model_api, name)
-    if name == "QuantizeOptions":
-        from pseudoformer.passes.quantize import QuantizeOptions
-
-        return QuantizeOptions
-    if name == "generate":
-        from pseudoformer.generation.api import generate
-
-        return generate
+    if name in _API:
+        value = getattr(_import_module(_API[name]), name)
+        globals()[name] = value  # later look-ups skip this function
+        return value
     raise AttributeError(f"module 'pseudoformer' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_API})

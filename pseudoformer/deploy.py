@@ -154,16 +154,19 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
 
 def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,
           padding_mask: bool = False, whole: bool = True, functions: bool = False,
-          quantize: QuantizeOptions | None = None, contrib_ops: bool = False) -> Any:
+          quantize: str | QuantizeOptions | None = None, contrib_ops: bool = False) -> Any:
     """The optimised model as an onnx.ModelProto; with whole=False as a LoweredModel (graph + arrays).
-    One pipeline of passes (backends/pipeline.py) takes the model's graph to the one lowered."""
+    One pipeline of passes (backends/pipeline.py) takes the model's graph to the one lowered.
+    quantize: "int4", "int8" or a QuantizeOptions, as for `compile`."""
     from pseudoformer.backends.onnx import BackendError
     from pseudoformer.backends.onnx.compile import lower_model
     from pseudoformer.backends.options import CompileOptions
     from pseudoformer.optimize import check_level, debugging
     from pseudoformer.passes.padding_mask import PaddingMaskError
+    from pseudoformer.quantization import options as quantize_options
 
     check_level(opt_level)
+    quantize = quantize_options(quantize)
     metadata = model_metadata(model, opt_level)
     if quantize is not None:
         metadata["quantization"] = quantize.describe()

@@ -23,7 +23,11 @@ KINDS = {"int4": 4, "int8": 8}
 def options(quantize: str | QuantizeOptions | None, *, block_size: int | None = None, symmetric: bool = False,
             accuracy_level: int | None = None, embeddings: bool = False, method: str | None = None,
             output: bool = True) -> QuantizeOptions | None:
-    """The options of `quantize` ("int4", "int8", a QuantizeOptions, or None: no quantization)."""
+    """The options of `quantize` ("int4", "int8", a QuantizeOptions, or None: no quantization).
+
+    The one reader of quantize options: compile, generate, prepare, Generator, lower and the command
+    line all take them through here, so each takes the same spellings.
+    """
     from pseudoformer.passes.quantize import QuantizeOptions
 
     details = {"block size": block_size, "symmetric": symmetric or None, "accuracy level": accuracy_level,

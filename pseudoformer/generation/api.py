@@ -38,10 +38,11 @@ def prepare(path: str | Path, *, inference: str | None = None, config: str | Pat
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
             backend: str = "onnx", cache: bool = True, threads: int | None = None,
             include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False,
-            quantize: QuantizeOptions | None = None, contrib_ops: bool = False) -> Prepared:
+            quantize: str | QuantizeOptions | None = None, contrib_ops: bool = False) -> Prepared:
     """Check `path`'s inference algorithm and build the generator for the model it calls.
 
-    include, max_nodes, allow_nonfinite: as for `pseudoformer.load`; contrib_ops: as for Generator.
+    include, max_nodes, allow_nonfinite: as for `pseudoformer.load`; quantize ("int4", "int8" or a
+    QuantizeOptions) and contrib_ops: as for `generate`.
     """
     from pseudoformer.frontend.inference import plan_inference
     from pseudoformer.frontend.modules import load_program
@@ -115,10 +116,8 @@ def generate(path: str | Path, prompt_ids: Sequence[int] | Sequence[Sequence[int
     `contrib_ops` (ONNX) uses onnxruntime's GroupQueryAttention and Skip(Simplified)LayerNormalization
     where they compute the same, with the cache kept in buffers they append to (docs/generation.md).
     """
-    from pseudoformer.quantization import options
-
     prepared = prepare(path, inference=inference, config=config, defines=defines, weights=weights,
-                       backend=backend, cache=cache, quantize=options(quantize), contrib_ops=contrib_ops)
+                       backend=backend, cache=cache, quantize=quantize, contrib_ops=contrib_ops)
     result, _ = run_plan(prepared, prompt_ids=prompt_ids, encoder_ids=encoder_ids, max_new_tokens=max_new_tokens,
                          temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, eos_token=eos_token)
     single = prompt_ids is None or isinstance(prompt_ids[0], int)

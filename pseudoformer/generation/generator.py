@@ -59,11 +59,13 @@ class Generator:
     def __init__(self, model: Model, *, decoder_input: str = "x", encoder_input: str | None = None,
                  output: str | None = None, model_output: str = "logits", backend: str = "onnx",
                  opt_level: int = 2, cache: bool = True, threads: int | None = None, provider: str = "cpu",
-                 quantize: QuantizeOptions | None = None, contrib_ops: bool = False, keep_weights: bool = True) -> None:
+                 quantize: str | QuantizeOptions | None = None, contrib_ops: bool = False, keep_weights: bool = True) -> None:
         from pseudoformer.backends.options import CompileOptions
         from pseudoformer.backends.pipeline import model_passes, run
         from pseudoformer.optimize import check_level, debugging
+        from pseudoformer.quantization import options as quantize_options
 
+        quantize = quantize_options(quantize)  # "int4", "int8" or a QuantizeOptions, as everywhere
         if backend not in BACKENDS:
             raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
         check_threads(threads)
