@@ -1,0 +1,106 @@
+"""Every command-line flag that README.md and docs/*.md name exists in the parser (pseudoformer/cli.py).
+
+The flags are read from the parser itself (build_parser), so a flag added to the command line is known
+here at once. In the docs, flags are looked for in code: shell blocks and `inline` spans. A flag after
+`pseudoformer SUBCOMMAND` must be one of that subcommand's; a flag standing alone (`--padding-mask`) one
+of any subcommand's; a flag after another program (`python benchmarks/bench_quant.py --part`, `pip`)
+is that program's and is not checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+
+from pseudoformer.cli import build_parser
+from tests.conftest import ROOT
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+INLINE = re.compile(r"`([^`\n]+)`")
+SHELL = ("", "sh", "bash", "shell", "console")
+SEPARATORS = ("&&", "||", "|", ";")
+OTHER_PROGRAMS = ("python", "python3", "pip", "pip3", "pytest", "git", "ruff", "uv", "genai", "optimum-cli")
+
+
+def _flags(parser: argparse.ArgumentParser) -> set[str]:
+    return {s for a in parser._actions for s in a.option_strings if s.startswith("--")}
+
+
+def parser_flags() -> tuple[set[str], dict[str, set[str]]]:
+    """The top-level parser's flags, and each subcommand's (its own and the top level's)."""
+    top = build_parser()
+    common = _flags(top)
+    subs: dict[str, set[str]] = {}
+    for action in top._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            subs = {name: _flags(p) | common for name, p in action.choices.items()}
+    return common, subs
+
+
+def commands(text: str) -> list[str]:
+    """The pieces of code in a page that may hold a command: shell lines (continuations joined) and
+    inline spans outside the fenced blocks."""
+    out: list[str] = []
+    for lang, body in FENCE.findall(text):
+        if lang in SHELL:
+            out += [line for line in body.replace("\\\n", " ").splitlines() if line.strip()]
+    out += INLINE.findall(FENCE.sub("", text))
+    return out
+
+
+def unknown_flags(command: str, common: set[str], subs: dict[str, set[str]]) -> list[str]:
+    """What in one command names a flag or subcommand the parser does not have."""
+    try:
+        tokens = shlex.split(command, comments=True)
+    except ValueError:  # an unbalanced quote in a span of prose
+        tokens = command.split()
+    anywhere = set().union(common, *subs.values())
+    program: str | None = None  # None: no program named (a bare flag); "": another program's
+    bad: list[str] = []
+    for token in tokens:
+        if token in SEPARATORS:
+            program = None
+        elif token == "pseudoformer" or token.endswith("/bin/pseudoformer"):
+            program = "pseudoformer"
+        elif program == "pseudoformer" and re.fullmatch(r"[a-z][a-z-]*", token):
+            if token not in subs:
+                bad.append(f"pseudoformer {token}: no such subcommand")
+            program = token
+        elif token in OTHER_PROGRAMS or token.endswith(".py") or token == "-m":
+            program = ""
+        elif token.startswith("--") and len(token) > 2 and program != "":
+            flag = token.split("=", 1)[0]
+            allowed = anywhere if program is None else subs.get(program, common)
+            if flag not in allowed:
+                where = f"pseudoformer {program}" if program and program != "pseudoformer" else "the parser"
+                bad.append(f"{flag}: not a flag of {where}")
+    return bad
+
+
+def test_every_flag_in_the_docs_is_in_the_parser() -> None:
+    common, subs = parser_flags()
+    problems = [f"{page.relative_to(ROOT)}: `{command}`: {p}"
+                for page in DOCS for command in commands(page.read_text(encoding="utf-8"))
+                for p in unknown_flags(command, common, subs)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_check_finds_what_is_not_there() -> None:
+    """The checker itself: a made-up flag is found where it is a pseudoformer flag, not elsewhere."""
+    common, subs = parser_flags()
+    assert {"compile", "generate", "inspect", "run", "check"} <= subs.keys()
+    assert "--quantize" in subs["compile"] and "--version" in common
+    page = "\n".join([
+        "Use `--padding-mask` or `--no-such-flag`; `python benchmarks/bench_quant.py --part ops` is not ours.",
+        "```sh",
+        "pseudoformer compile models/gpt2.alg --quantize int4 \\",
+        "    --prompt-ids '1 2'   # generate's flag, not compile's",
+        "pip install --upgrade pseudoformer && pseudoformer run m.onnx --input x=1.npy -o y.npz",
+        "pseudoformer frobnicate --help",
+        "```",
+    ])
+    found = [p for c in commands(page) for p in unknown_flags(c, common, subs)]
+    assert found == ["--prompt-ids: not a flag of pseudoformer compile", "pseudoformer frobnicate: no such subcommand",
+                     "--no-such-flag: not a flag of the parser"]
