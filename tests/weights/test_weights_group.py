@@ -101,3 +101,12 @@ def test_a_checkpoint_of_another_family_names_the_misfit(checkpoints: dict[str, 
     # A BERT checkpoint for a GPT-2 group: no group of its family, so its names stay unmapped and misfit.
     with pytest.raises(UsageError, match="do not fit the model"):
         pseudoformer.load(WRAPPED, entry="WrappedGPT2", weights=checkpoints["BERT"])
+
+
+def test_every_family_has_its_wrapper_here() -> None:
+    """A family added to hf_checkpoint.FAMILIES is tested here too (its wrapper in groups/wrapped.alg)."""
+    from pseudoformer.weights.hf_checkpoint import TABLES
+
+    assert {source for source, *_ in FAMILIES.values()} == set(TABLES)
+    for family in FAMILIES:
+        assert family in TABLES[FAMILIES[family][0]].algorithms
