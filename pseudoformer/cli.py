@@ -12,9 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from pseudoformer.atomic_write import check_output, write_atomic
 from pseudoformer.errors import AlgError, CompileError, UsageError
@@ -23,6 +21,9 @@ from pseudoformer.limits import MAX_NODES
 from pseudoformer.quantization import add_arguments as add_quantize_arguments
 from pseudoformer.run_settings import check_seed, check_threads
 from pseudoformer.version import __version__
+
+if TYPE_CHECKING:  # numpy is imported where it is used: `pseudoformer --version` needs none of it
+    import numpy as np
 
 
 class _Parser(argparse.ArgumentParser):
@@ -283,6 +284,8 @@ def _read_inputs(specs: list[str]) -> dict[str, np.ndarray]:
 
 def _json_array(name: str, text: str) -> np.ndarray:
     """An inline --input, JSON (never eval'ed): a list of numbers, nested as deep as the array's rank."""
+    import numpy as np
+
     try:
         value = json.loads(text)
     except (json.JSONDecodeError, ValueError) as e:
@@ -402,6 +405,8 @@ def _run(args: argparse.Namespace) -> int:
                 if isinstance(e.__cause__, IndexError):
                     raise UsageError(f"an input index is out of range: {e.__cause__}") from None
                 raise
+    import numpy as np
+
     write_atomic(Path(args.output), lambda fh: np.savez(fh, **outputs))
     shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in outputs.items())
     print(f"wrote {args.output}: {shapes}", file=sys.stderr)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from pseudoformer.errors import UsageError
 from pseudoformer.limits import FILE_CAPS, available_memory, show_bytes
 from pseudoformer.regular_file import NotRegularFile, open_regular, read_at_most
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class FileAccessError(UsageError):
@@ -101,6 +103,8 @@ def read_text(path: str | Path, what: str, kind: str) -> str:
 
 
 def load_npy(path: str | Path, what: str) -> np.ndarray:
+    import numpy as np  # here: the command line imports this module, and `--version` needs no numpy
+
     """A .npy array, its header checked before any data is read: a plain dtype (never unpickled), and a
     file exactly as long as the shape says, within the input cap."""
     cap = FILE_CAPS["input"]

@@ -9,6 +9,9 @@ from __future__ import annotations
 from pseudoformer.errors import UsageError
 from pseudoformer.limits import THREADS_PER_CORE, cores, max_threads
 
+# The backends `generate` runs on (generation/generator.py); here, where the command line reads it cheaply.
+GENERATION_BACKENDS = ("onnx", "numpy", "tvm")
+
 
 def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)

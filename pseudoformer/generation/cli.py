@@ -11,11 +11,10 @@ from pathlib import Path
 
 from pseudoformer.errors import UsageError
 from pseudoformer.file_access import regular_file
-from pseudoformer.generation.generator import BACKENDS
 from pseudoformer.limits import FILE_CAPS
 from pseudoformer.quantization import add_arguments as add_quantize_arguments
 from pseudoformer.quantization import from_arguments
-from pseudoformer.run_settings import check_seed
+from pseudoformer.run_settings import GENERATION_BACKENDS, check_seed
 
 
 def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None]) -> None:
@@ -37,7 +36,7 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     g.add_argument("--top-p", type=float, metavar="P", help="sample among the fewest tokens holding mass P")
     g.add_argument("--seed", type=int, help="seed of the sampler (a whole number ≥ 0), for reproducible samples")
     g.add_argument("--eos-token-id", type=int, metavar="ID", help="stop a row at this token (default: eos_token)")
-    g.add_argument("--backend", choices=BACKENDS, default="onnx", help="onnx (default), tvm, or numpy")
+    g.add_argument("--backend", choices=GENERATION_BACKENDS, default="onnx", help="onnx (default), tvm, or numpy")
     g.add_argument("--no-cache", action="store_true",
                    help="re-run the model on the whole sequence every step, as the algorithm is written")
     g.add_argument("--threads", type=int, help="onnxruntime threads, 1 to 4 × the cores (default: all cores)")

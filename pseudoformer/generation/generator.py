@@ -30,9 +30,9 @@ from pseudoformer.passes.generation_passes import incremental
 from pseudoformer.passes.kv_cache import IncrementalDecoder
 from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
 from pseudoformer.passes.quantize import QuantizeOptions
-from pseudoformer.run_settings import check_seed, check_threads
+from pseudoformer.run_settings import GENERATION_BACKENDS, check_seed, check_threads
 
-BACKENDS = ("onnx", "numpy", "tvm")
+BACKENDS = GENERATION_BACKENDS
 
 
 @dataclass
