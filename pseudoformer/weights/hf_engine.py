@@ -246,21 +246,25 @@ class _Planner:
             return
         if self.shaped(stored, ref.shape, rule.ndim, ()) is None:
             return
-        heads, parts = int(self.ctx.hyper[rule.heads.count]), rule.heads.parts
+        parts, count = rule.heads.parts, rule.heads.count
+        counts = [int(self.ctx.hyper[c]) if isinstance(c, str) else c
+                  for c in (count if isinstance(count, tuple) else (count,) * len(parts))]
         axis = rule.heads.axis % len(ref.shape)
         size = ref.shape[axis]
-        if size % (len(parts) * heads):
+        if size % sum(counts):
+            split = f"{len(parts)} x {counts[0]}" if len(set(counts)) == 1 else " + ".join(map(str, counts))
             self.problem(stored, "invalid", f"axis {axis} of shape {fmt_shape(ref.shape)} does not split into "
-                         f"{len(parts)} x {heads} heads")
+                         f"{split} heads")
             return
-        block = size // len(parts)
-        width = block // heads
-        for p, part in enumerate(parts):
+        width = size // sum(counts)
+        start = 0
+        for part, heads in zip(parts, counts, strict=True):
             for h in range(heads):
-                steps = (Cut(axis, p * block + h * width, p * block + (h + 1) * width), *rule.transforms)
+                steps = (Cut(axis, start, start + width), *rule.transforms)
+                start += width
                 shape = self.shaped(stored, ref.shape, rule.ndim, steps)
                 if shape is not None:
-                    self.put(rule.ours.format(**names, h=h, part=part), stored, ref, shape, steps)
+                    self.put(rule.ours.replace("{part}", part).format(**names, h=h), stored, ref, shape, steps)
 
     def tie(self, tie: Tie, short: Mapping[str, tuple[str, TensorRef]]) -> None:
         present = [n for n in tie.sources if n in short]

@@ -245,14 +245,16 @@ class Cut:
 
 @dataclass(frozen=True)
 class Heads:
-    """Cut ``axis`` into ``len(parts)`` equal blocks (GPT-2's fused q|k|v), each into ``count`` heads.
+    """Cut ``axis`` into ``len(parts)`` blocks (GPT-2's fused q|k|v), each into heads of one width.
 
-    ``count`` names the hyperparameter (H, H_kv). The rule's ``ours`` names each piece with ``{h}``
-    (the head, from 0) and ``{part}``. A size that does not divide is refused, since a guess at the
-    split would silently scramble the heads.
+    ``count``: the heads of every block (a hyperparameter's name, H or H_kv, or a number), or one count
+    per block: Phi-3's packed qkv_proj is ``("H", "H_kv", "H_kv")``, its gate_up_proj ``1`` (two halves).
+    The rule's ``ours`` names each piece with ``{h}`` (the head, from 0) and ``{part}``, and a part may
+    itself hold ``{h}`` (``"heads.{h}.W_q"``, ``"g.{h}.W_k"``: blocks of different head families). A
+    size that does not divide is refused, since a guess at the split would silently scramble the heads.
     """
 
-    count: str
+    count: str | int | tuple[str | int, ...]
     axis: int = 0
     parts: tuple[str, ...] = ("",)
 

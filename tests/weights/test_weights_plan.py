@@ -129,3 +129,34 @@ def test_shape_problems_are_found_without_reading() -> None:
 def test_name_patterns(pattern: str, name: str, groups: dict | None) -> None:
     m = _pattern(pattern).fullmatch(name)
     assert (m.groupdict() if m else None) == groups
+
+
+def test_blocks_of_different_head_counts() -> None:
+    """A packed projection whose blocks have different head counts (Phi-3's qkv_proj: H queries, then H_kv
+    keys and H_kv values) and one cut in two halves without heads (its gate_up_proj)."""
+    from dataclasses import replace
+
+    from pseudoformer.weights.hf_table import Heads, Tensor
+
+    packed = replace(hf_llama.LLAMA, tensors=(
+        Tensor("layers.{l}.self_attn.qkv_proj.weight", "layers.{l}.W.{part}", 2,
+               heads=Heads(("H", "H_kv", "H_kv"), 0, ("heads.{h}.W_q", "g.{h}.W_k", "g.{h}.W_v"))),
+        Tensor("layers.{l}.mlp.gate_up_proj.weight", "layers.{l}.{part}", 2, heads=Heads(1, 0, ("W_1", "W_3"))),
+    ))
+    config = {"model_type": "llama", "hidden_size": 16, "num_attention_heads": 4, "num_key_value_heads": 2}
+    qkv = np.arange((4 + 2 + 2) * 4 * 16, dtype=np.float32).reshape(32, 16)
+    gate_up = np.arange(2 * 24 * 16, dtype=np.float32).reshape(48, 16)
+    checkpoint = Counted({"model.layers.0.self_attn.qkv_proj.weight": qkv, "model.layers.0.mlp.gate_up_proj.weight":
+                          gate_up})
+    mapped = plan(packed, checkpoint.refs(), config)
+    got = {p.name: np.array(a) for p, a in mapped.stream()}
+    assert sorted(got) == sorted([*(f"layers.0.W.heads.{h}.W_q" for h in range(4)),
+                                  *(f"layers.0.W.g.{g}.W_{kv}" for g in range(2) for kv in "kv"),
+                                  "layers.0.W_1", "layers.0.W_3"])
+    np.testing.assert_array_equal(got["layers.0.W.heads.3.W_q"], qkv[12:16])
+    np.testing.assert_array_equal(got["layers.0.W.g.1.W_k"], qkv[20:24])
+    np.testing.assert_array_equal(got["layers.0.W.g.0.W_v"], qkv[24:28])
+    np.testing.assert_array_equal(got["layers.0.W_3"], gate_up[24:])
+    bad = Counted({"model.layers.0.self_attn.qkv_proj.weight": qkv[:30]})
+    [problem] = plan(packed, bad.refs(), config).problems
+    assert problem.detail == "axis 0 of shape (30, 16) does not split into 4 + 2 + 2 heads"
