@@ -2,10 +2,12 @@
 
 Parameters are named tensors laid out as in Formal Algorithms for Transformers: features x
 positions, and matrices W in R^{out x in} so that y = W x. Only safetensors is ever read.
+A HuggingFace family is a table (hf_table.Table: hf_gpt2, hf_bert, hf_bart, hf_llama) that one engine
+(hf_engine) applies; map_hf_checkpoint plans a checkpoint's mapping, to read it one tensor at a time.
 """
 
 from .errors import Problem, WeightsError
-from .hf_checkpoint import SUPPORTED, hf_hyperparameters, hf_model_type, read_hf_config
+from .hf_checkpoint import SUPPORTED, hf_hyperparameters, hf_model_type, map_hf_checkpoint, read_hf_config
 from .loader import load_weights
 from .random_init import random_weights
 from .safetensors_io import save_weights
@@ -17,6 +19,7 @@ __all__ = [
     "hf_hyperparameters",
     "hf_model_type",
     "load_weights",
+    "map_hf_checkpoint",
     "random_weights",
     "read_hf_config",
     "save_weights",
