@@ -2,7 +2,8 @@
 
 The flags are read from the parser itself (build_parser), so a flag added to the command line is known
 here at once. In the docs, flags are looked for in code: shell blocks and `inline` spans. A flag after
-`pseudoformer SUBCOMMAND` must be one of that subcommand's; a flag standing alone (`--padding-mask`) one
+`pseudoformer SUBCOMMAND` must be one of that subcommand's (and the subcommand one of the parser's);
+a flag right after `pseudoformer` one of the top level's; a flag standing alone (`--padding-mask`) one
 of any subcommand's; a flag after another program (`python benchmarks/bench_quant.py --part`, `pip`)
 is that program's and is not checked.
 """
@@ -52,8 +53,10 @@ def commands(text: str) -> list[str]:
 
 def unknown_flags(command: str, common: set[str], subs: dict[str, set[str]]) -> list[str]:
     """What in one command names a flag or subcommand the parser does not have."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)  # `a; b`, `a && b`: separate tokens
+    lexer.whitespace_split = True
     try:
-        tokens = shlex.split(command, comments=True)
+        tokens = list(lexer)
     except ValueError:  # an unbalanced quote in a span of prose
         tokens = command.split()
     anywhere = set().union(common, *subs.values())
@@ -65,15 +68,15 @@ def unknown_flags(command: str, common: set[str], subs: dict[str, set[str]]) -> 
         elif token == "pseudoformer" or token.endswith("/bin/pseudoformer"):
             program = "pseudoformer"
         elif program == "pseudoformer" and re.fullmatch(r"[a-z][a-z-]*", token):
-            if token not in subs:
-                bad.append(f"pseudoformer {token}: no such subcommand")
-            program = token
+            program = token  # a subcommand (prose may name one still to come; its flags cannot be checked)
         elif token in OTHER_PROGRAMS or token.endswith(".py") or token == "-m":
             program = ""
         elif token.startswith("--") and len(token) > 2 and program != "":
             flag = token.split("=", 1)[0]
-            allowed = anywhere if program is None else subs.get(program, common)
-            if flag not in allowed:
+            allowed = anywhere if program is None else common if program == "pseudoformer" else subs.get(program)
+            if allowed is None:
+                bad.append(f"{flag}: pseudoformer {program} is not a subcommand")
+            elif flag not in allowed:
                 where = f"pseudoformer {program}" if program and program != "pseudoformer" else "the parser"
                 bad.append(f"{flag}: not a flag of {where}")
     return bad
@@ -99,8 +102,10 @@ def test_the_check_finds_what_is_not_there() -> None:
         "    --prompt-ids '1 2'   # generate's flag, not compile's",
         "pip install --upgrade pseudoformer && pseudoformer run m.onnx --input x=1.npy -o y.npz",
         "pseudoformer frobnicate --help",
+        "pseudoformer --version; pseudoformer --quantize int4",
         "```",
     ])
     found = [p for c in commands(page) for p in unknown_flags(c, common, subs)]
-    assert found == ["--prompt-ids: not a flag of pseudoformer compile", "pseudoformer frobnicate: no such subcommand",
-                     "--no-such-flag: not a flag of the parser"]
+    assert found == ["--prompt-ids: not a flag of pseudoformer compile",
+                     "--help: pseudoformer frobnicate is not a subcommand",
+                     "--quantize: not a flag of the parser", "--no-such-flag: not a flag of the parser"]
