@@ -71,8 +71,8 @@ def unknown_flags(command: str, common: set[str], subs: dict[str, set[str]]) -> 
             program = token  # a subcommand (prose may name one still to come; its flags cannot be checked)
         elif token in OTHER_PROGRAMS or token.endswith(".py") or token == "-m":
             program = ""
-        elif token.startswith("--") and len(token) > 2 and program != "":
-            flag = token.split("=", 1)[0]
+        elif (m := re.match(r"--[a-z][a-z0-9-]*", token)) and program != "":
+            flag = m.group().rstrip("-")  # `--flag=value`, `--flag:` in a sentence
             allowed = anywhere if program is None else common if program == "pseudoformer" else subs.get(program)
             if allowed is None:
                 bad.append(f"{flag}: pseudoformer {program} is not a subcommand")
@@ -103,6 +103,7 @@ def test_the_check_finds_what_is_not_there() -> None:
         "pip install --upgrade pseudoformer && pseudoformer run m.onnx --input x=1.npy -o y.npz",
         "pseudoformer frobnicate --help",
         "pseudoformer --version; pseudoformer --quantize int4",
+        "pseudoformer compile m.alg --dtype=float16   # with --contrib-ops: the same",
         "```",
     ])
     found = [p for c in commands(page) for p in unknown_flags(c, common, subs)]
