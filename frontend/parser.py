@@ -9,12 +9,13 @@ from functools import cache
 from importlib import resources
 
 from lark import Lark, Token, Transformer, Tree, v_args
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import LarkError, UnexpectedInput
 
 from pseudoformer.errors import Pos
 from pseudoformer.frontend.ast import Expr, Type
 from pseudoformer.frontend.errors import AlgSyntaxError, LimitError
 from pseudoformer.frontend.layout import Kind, Line
+from pseudoformer.frontend.syntax_errors import at_offset, syntax_error
 from pseudoformer.limits import MAX_INT_DIGITS, MAX_NESTING
 
 _START = {Kind.HEADER: "header", Kind.SECTION: "section", Kind.CONTINUATION: "decl_line",
@@ -374,11 +375,11 @@ def parse_line(line: Line, module_path: str, start: str | None = None) -> Tree |
     rule = start or _START[line.kind]
     if m := _LONG_NUMBER.search(line.text):
         raise LimitError(f"a number of {len(m.group()):,} digits; at most {MAX_INT_DIGITS} are read",
-                         _at(line, m.start()))
+                         at_offset(line, m.start()))
     try:
         tree = grammar().parse(line.text, start=rule)
     except UnexpectedInput as e:
-        raise _syntax_error(e, line) from None
+        raise syntax_error(e, line) from None
     except LarkError as e:  # pragma: no cover - grammar bugs, reported rather than crashing
         raise AlgSyntaxError(f"cannot parse this line ({type(e).__name__})", line.pos) from None
     _check_nesting(tree, line)
@@ -404,10 +405,6 @@ def parse_script(text: str, pos: Pos) -> Expr | None:
 _LONG_NUMBER = re.compile(rf"\d{{{MAX_INT_DIGITS + 1},}}")
 
 
-def _at(line: Line, offset: int) -> Pos:
-    return Pos(line.pos.file, line.pos.line, line.pos.col + offset)
-
-
 def _check_nesting(tree: Tree, line: Line) -> None:
     """Refuse a line nested deeper than MAX_NESTING (parentheses, calls, chains of operators), found
     without recursion: turning it into an AST, then a graph, recurses once per level."""
@@ -419,97 +416,3 @@ def _check_nesting(tree: Tree, line: Line) -> None:
                              "function and operator of a chain is a level); split it over several lines",
                              _pos(line.pos, node.meta) if not node.meta.empty else line.pos)
         stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))
-
-
-def _syntax_error(e: UnexpectedInput, line: Line) -> AlgSyntaxError:
-    col = getattr(e, "column", 1)
-    pos = Pos(line.pos.file, line.pos.line, line.pos.col + (col - 1 if isinstance(col, int) and col > 0 else 0))
-    if (hint := _operator_hint(line.text, getattr(e, "pos_in_stream", None))) is not None:
-        return AlgSyntaxError(hint[0], _at(line, hint[1]))
-    if (at := _map_hint(line.text, getattr(e, "pos_in_stream", None))) is not None:
-        if isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
-            return AlgSyntaxError("this line ends too early: a block loop is written `For h ∈ [H]:` with its body "
-                                  "indented below, a map `for t ∈ [ℓ] : …` with its statement after the `:`",
-                                  _at(line, len(line.text.rstrip())))
-        return AlgSyntaxError("maps over several indices are written `for i ∈ [d], t ∈ [ℓ] : …` (ASCII "
-                              "`for i in [d], t in [ell] : …`): each index with its range, separated by commas, "
-                              "then `:` and the statement on the same line", _at(line, at))
-    if isinstance(e, UnexpectedCharacters):
-        ch = line.text[e.pos_in_stream] if e.pos_in_stream < len(line.text) else "?"
-        msg = f"unexpected character {ch!r}"
-    elif isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
-        pos = Pos(line.pos.file, line.pos.line, line.pos.col + len(line.text))
-        msg = "this line ends too early"
-    elif isinstance(e, UnexpectedToken):
-        msg = f"unexpected {e.token.value!r}"
-    else:
-        msg = "syntax error"
-    if (opened := _unclosed_paren(line.text, getattr(e, "pos_in_stream", None), getattr(e, "expected", ()))) \
-            is not None:
-        return AlgSyntaxError(f"{msg}: the '(' at column {line.pos.col + opened} is not closed; a parenthesised "
-                              "expression or condition ends with ')', as in [[(t ≤ t') ∧ ¬(t' − t < w)]]", pos)
-    # What the line should look like, rather than the grammar's tokens (which read as its internals).
-    if isinstance(e, UnexpectedToken) and e.token.value == ";":
-        return AlgSyntaxError(f"{msg}: ';' does not separate declarations or statements in the notation; "
-                              "put each on a line of its own", pos)
-    return AlgSyntaxError(f"{msg}: {_FORMS[line.kind]}", pos)
-
-
-_FORMS = {
-    Kind.HEADER: "a header reads `Algorithm 5: Ṽ ← MHAttention(X, Z | 𝒲, Mask)` (outputs ← name(data | parameters))",
-    Kind.SECTION: "a section line reads `Input: X ∈ ℝ^{d × ℓ}`, `Hyperparameters: H, d ∈ ℕ`, `Hyperparameters: "
-                  "d_attn = d_e / H` or `Parameters: W ∈ ℝ^{d × d}`, with a comment after a comma",
-    Kind.CONTINUATION: "a declaration reads `W ∈ ℝ^{d × d}`, `W_l : MHAttention`, `𝒲 consisting of:` or "
-                       "`For h ∈ [H]: W^h ∈ ℝ^{d × d}`",
-    Kind.BODY: "a body line is an assignment `X ← …`, `return Y = …`, a loop `for l = 1, 2, …, L do` or "
-               "`For h ∈ [H]:`, a map `for t ∈ [ℓ] : …`, `∀t, t' : if … then …` or `end`",
-    Kind.USE: "a use line reads `use MHAttention, layer_norm from \"primitives.alg\"` or `use \"primitives.alg\"`",
-}
-
-
-# Operators of programming languages that the notation spells otherwise: what to write instead.
-_OPERATOR_HINTS = {
-    "%": "'%' is not an operator of the notation: write a remainder as `a mod b` (LaTeX `a \\bmod b`)",
-    "//": "'//' is not an operator of the notation: write a floored division as ⌊a/b⌋ (ASCII `floor(a/b)`, "
-          "LaTeX `\\lfloor a/b \\rfloor`)",
-    "**": "'**' is not an operator of the notation: write a power as x^{k} or b^{e}",
-    "&&": "'&&' is not an operator of the notation: write `a ∧ b` (ASCII `a and b`, LaTeX `a \\land b`)",
-    "||": "'||' is not an operator of the notation: write `a ∨ b` (ASCII `a or b`, LaTeX `a \\lor b`)",
-}
-
-
-def _operator_hint(text: str, at: int | None) -> tuple[str, int] | None:
-    """What to write instead of the operator the parser stopped at (or whose second character it stopped at)."""
-    if at is None or not 0 <= at < len(text):
-        return None
-    for op, hint in _OPERATOR_HINTS.items():
-        for start in (at, at - 1):
-            if start >= 0 and text.startswith(op, start):
-                return hint, start
-    return None
-
-
-_MAP_START = re.compile(r"\s*[Ff]or\s+[^\s,=∈]+\s*(,|∈|\\in\b|in\b)")
-
-
-def _map_hint(text: str, at: int | None) -> int | None:
-    """Where a `for … ∈ …` line goes wrong before its `:` (`for i, t ∈ …`, a missing comma or colon):
-    the offset to point at, or None for other lines and for mistakes in the statement after the `:`."""
-    if at is None or not _MAP_START.match(text):
-        return None
-    colon = text.find(":")
-    return at if colon < 0 or at <= colon else None
-
-
-def _unclosed_paren(text: str, at: int | None, expected: object) -> int | None:
-    """The offset of the last '(' still open where the parser stopped, when it wanted a ')' there."""
-    if not expected or "RPAR" not in expected:  # type: ignore[operator]
-        return None
-    stack: list[int] = []
-    for i, ch in enumerate(text[:at if isinstance(at, int) and at >= 0 else len(text)]):
-        if ch == "(":
-            stack.append(i)
-        elif ch == ")" and stack:
-            stack.pop()
-    return stack[-1] if stack else None
-
