@@ -25,7 +25,7 @@ from pseudoformer.errors import UsageError
 from pseudoformer.ir import Graph, Node, Op
 from pseudoformer.ir.ops import NodeMaker, op_def
 from pseudoformer.ir.ops.cotangents import zeros_like
-from pseudoformer.ir.types import TensorType
+from pseudoformer.ir.types import TensorType, TupleType
 
 GRAD = "grad."  # the prefix of a gradient output's name: grad.<parameter name>
 QUANTIZED = (Op.MATMUL_NBITS, Op.GATHER_NBITS)
@@ -47,7 +47,8 @@ class _Maker(NodeMaker):
 
 
 def _differentiable(n: Node) -> bool:
-    return isinstance(n.type, TensorType) and n.dtype.is_float
+    # a tuple (cached attention's) counts, so that a loss that reads one reaches _vjp and is refused there
+    return isinstance(n.type, TupleType) or n.dtype.is_float
 
 
 def _needing(roots: list[Node], sources: set[int], stop: set[int]) -> tuple[list[Node], set[int]]:
@@ -103,6 +104,8 @@ def _accumulate(cts: dict[int, Node], n: Node, ct: Node, make: _Maker) -> None:
 
 
 def _vjp(n: Node, ct: Node, make: _Maker) -> tuple[Node | None, ...]:
+    if n.op is Op.GET:
+        n = n.src[0]
     d = op_def(n.op)
     if d.vjp is not None:
         return tuple(d.vjp(n, ct, make))
@@ -110,7 +113,8 @@ def _vjp(n: Node, ct: Node, make: _Maker) -> tuple[Node | None, ...]:
         formula = d.decompose(n, make)
         wanted = [s for s in n.src if _differentiable(s)]
         got = backprop([(formula, ct)], wanted, make, stop=n.src)
-        return tuple(got.get(id(s)) for s in n.src)
+        # an operand in several slots (self-attention's q = k = v) has its whole cotangent once
+        return tuple(got.pop(id(s), None) for s in n.src)
     where = f" ({n.span})" if n.span else ""
     raise AutodiffError(f"{n.op.value} has no derivative{where}: it appears only in inference graphs")
 
@@ -151,7 +155,7 @@ def objective(graph: Graph, output: str | None = None) -> Node:
     outs = dict(graph.outputs)
     name = output or graph.outputs[0][0]
     loss = outs[name]
-    if not _differentiable(loss) or loss.type.rank > 1:
+    if not isinstance(loss.type, TensorType) or not loss.dtype.is_float or loss.type.rank > 1:
         raise AutodiffError(f"the loss {name!r} is {loss.type}: training needs one number per example "
                             "(float32[batch]) or one number")
     if loss.type.rank == 0:
@@ -160,10 +164,11 @@ def objective(graph: Graph, output: str | None = None) -> Node:
 
 
 def gradients(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None = None, *,
-              output: str | None = None) -> Graph:
+              output: str | None = None, inputs: Iterable[str] = ()) -> Graph:
     """A graph of the same inputs and params with outputs `loss` (the objective) and `grad.<name>` for each
-    trainable parameter, in the order the model first uses them."""
+    trainable parameter, in the order the model first uses them, then for each float input named in `inputs`."""
     params = trainable_params(graph, train)
+    params.update({n.attrs["name"]: [n] for n in graph.inputs if n.attrs["name"] in set(inputs)})
     loss = objective(graph, output)
     nodes = [n for ns in params.values() for n in ns]
     order, needs = _needing([loss], {id(n) for n in nodes}, {id(n) for n in nodes})
