@@ -19,6 +19,10 @@ def __getattr__(name: str) -> object:
         from pseudoformer.passes.quantize import QuantizeOptions
 
         return QuantizeOptions
+    if name in ("train", "TrainResult"):
+        from pseudoformer.training import loop
+
+        return getattr(loop, name)
     if name == "generate":
         from pseudoformer.generation.api import generate
 
