@@ -10,6 +10,7 @@ and returns cleanly.
 from __future__ import annotations
 
 import math
+import re
 import signal
 import time
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer.errors import UsageError
+from pseudoformer.errors import CompileError, UsageError
 from pseudoformer.inputs import token_bounds
 from pseudoformer.model import Model, load
 from pseudoformer.passes.training_step import STEP, Optimizer
@@ -69,10 +70,29 @@ def _load(source: str | Path, weights: str | Path | None, seed: int, **kw: Any) 
     except UsageError:
         if wdir is None or not wdir.is_dir():
             raise
-    model = load(source, seed=seed, **kw)
+    model = _load_sized_by(wdir, source, seed, **kw)
     model.weights = hf_onto_group(wdir, list(model.weights))
     prefix = group_prefix(list(model.weights), {k.split(".", 1)[1]: None for k in model.weights if "." in k}) or ""
     return model, wdir, prefix
+
+
+def _load_sized_by(wdir: Path, source: str | Path, seed: int, **kw: Any) -> Model:
+    """The loss model at the sizes of the checkpoint's config.json, given as -D (those the loss algorithm
+    does not declare left out: the loader takes them as optional only when it binds the weights itself)."""
+    from pseudoformer.weights import hf_hyperparameters, read_hf_config
+
+    sizes = {k: v for k, v in hf_hyperparameters(read_hf_config(wdir)).items()}
+    user = list(kw.pop("defines", []) or [])
+    for _ in range(2):
+        try:
+            return load(source, seed=seed, defines=[f"{k}={v}" for k, v in sizes.items()] + user, **kw)
+        except CompileError as e:
+            unknown = re.search(r"unknown hyperparameters? (.+) for ", e.errors[0].message)
+            if unknown is None:
+                raise
+            for name in unknown.group(1).split(", "):
+                sizes.pop(name, None)
+    raise AssertionError("unreachable")
 
 
 def _plan_settings(model: Model) -> dict[str, Any]:
