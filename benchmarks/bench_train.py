@@ -220,6 +220,8 @@ def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> lis
                                   *(["--layers", str(args.layers)] if args.layers else [])],
                                  capture_output=True, text=True, timeout=3600)
             peak = json.loads(rss.stdout.strip().splitlines()[-1])["peak_rss_mib"] if rss.returncode == 0 else None
+            if peak is None:
+                print(f"peak RSS of {k}: the child failed: {rss.stderr[-800:]}", file=sys.stderr)
             rows.append({"workload": workload, "variant": k, "ms_per_step": med * 1e3,
                          "tokens_per_s": args.batch * args.seq / med, "gflops": work / med / 1e9,
                          "of_ceiling": work / med / 1e9 / ceiling, "peak_rss_mib": peak, "first_loss": first[k],
