@@ -108,7 +108,10 @@ def _vjp(n: Node, ct: Node, make: _Maker) -> tuple[Node | None, ...]:
         n = n.src[0]
     d = op_def(n.op)
     if d.vjp is not None:
-        return tuple(d.vjp(n, ct, make))
+        try:
+            return tuple(d.vjp(n, ct, make))
+        except NotImplementedError as e:  # a form of the op its rule does not cover
+            raise AutodiffError(f"no derivative yet for {e}{f' ({n.span})' if n.span else ''}") from None
     if d.decompose is not None and isinstance(n.type, TensorType):
         formula = d.decompose(n, make)
         wanted = [s for s in n.src if _differentiable(s)]
