@@ -64,12 +64,13 @@ class _Progress:
     def __init__(self, total: int) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, desc="generate", unit="token", file=sys.stderr, dynamic_ncols=True)
+        self.bar = tqdm(total=total, desc="generate", unit="token", file=sys.stderr,
+                        bar_format="{desc} ▕{bar:24}▏ {n_fmt}/{total_fmt} tokens {postfix}")
         self.start = time.perf_counter()
 
     def __call__(self, done: int) -> None:
         self.bar.update(done - self.bar.n)
-        self.bar.set_postfix_str(f"{(time.perf_counter() - self.start) / done * 1e3:.0f} ms/token")
+        self.bar.set_postfix_str(f"{(time.perf_counter() - self.start) / done * 1e3:5.0f} ms/token")
 
     def finish(self, done: int) -> None:
         self.bar.close()
