@@ -77,10 +77,10 @@ class OrtStep(StepRuntime):
                  threads: int | None = None, opset: int | None = None) -> None:
         import onnxruntime as ort
 
-        from pseudoformer.backends.onnx.lower import to_onnx
+        from pseudoformer.backends.onnx import to_onnx
 
         self.ort = ort
-        self.proto = to_onnx(graph, frozen, opset=opset)
+        self.proto = to_onnx(graph, frozen, **({"opset": opset} if opset is not None else {}))
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads

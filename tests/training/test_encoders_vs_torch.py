@@ -12,8 +12,7 @@ import pytest
 import torch
 from transformers import BartConfig, BartForConditionalGeneration, BertConfig, BertForMaskedLM
 
-from pseudoformer.backends.onnx.lower import to_onnx
-from pseudoformer.backends.onnx.runner import OnnxRunner
+from pseudoformer.backends.onnx import OnnxRunner, to_onnx
 from pseudoformer.ir.interpreter import run
 from pseudoformer.model import load
 from pseudoformer.passes.autodiff import GRAD, gradients

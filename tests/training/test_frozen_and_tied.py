@@ -14,10 +14,9 @@ from pseudoformer.ir import Op
 from pseudoformer.ir.interpreter import run
 from pseudoformer.model import load
 from pseudoformer.passes.autodiff import GRAD, AutodiffError, gradients
-from pseudoformer.passes.manager import pipeline, run_passes
+from pseudoformer.passes.manager import PassContext, named_pipeline, pipeline, run_passes
 from pseudoformer.passes.quantize import QuantizeOptions
 from pseudoformer.passes.training_step import Optimizer
-from pseudoformer.quantization import quantize_model_graph
 from pseudoformer.training.compile import compile_step, tied_unembedding
 from pseudoformer.training.runtimes import make_runtime
 from tests.training import torch_cases
@@ -74,8 +73,10 @@ def test_frozen_parameters_get_no_gradient_work() -> None:
 def _quantized_gpt2():  # type: ignore[no-untyped-def]
     model = load(HERE / "gpt2_loss.alg", defines=["L=1", "H=2", "d_e=32", "d_mlp=64", "d_attn=16", "d_mid=16",
                                                   "N_V=20", "ell_max=16", "eps=1e-5"], seed=1)
-    graph = run_passes(model.graph, pipeline(2))
-    return quantize_model_graph(graph, model.weights, QuantizeOptions(bits=8, block_size=16, accuracy_level=0))
+    ctx = PassContext(weights=dict(model.weights), quantize=QuantizeOptions(bits=8, block_size=16, accuracy_level=0))
+    graph = run_passes(run_passes(model.graph, pipeline(2)), named_pipeline("quantize"), ctx=ctx)
+    assert ctx.weights is not None
+    return graph, ctx.weights
 
 
 def test_quantized_weights_are_refused_by_name_and_frozen_ones_pass_gradients() -> None:

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from pseudoformer.backends.onnx.lower import to_onnx
+from pseudoformer.backends.onnx import to_onnx
 from pseudoformer.model import load
 from pseudoformer.passes.training_step import LR, NEW, Optimizer
 from pseudoformer.training.compile import compile_step

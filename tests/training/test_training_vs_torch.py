@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from pseudoformer.backends.onnx.lower import to_onnx
-from pseudoformer.backends.onnx.runner import OnnxRunner
+from pseudoformer.backends.onnx import OnnxRunner, to_onnx
 from pseudoformer.ir.interpreter import run
 from pseudoformer.passes.autodiff import GRAD, gradients
 from pseudoformer.passes.manager import named_pipeline, pipeline, run_passes
