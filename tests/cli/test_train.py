@@ -105,13 +105,15 @@ def test_a_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path: Pa
 
 def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path: Path, ids: Path) -> None:
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "pseudoformer", "train", LOSS, *TINY, "--seq-len", "8", "--batch-size", "4",
+    cmd = [sys.executable, "-c", "import sys; from pseudoformer.cli import main; sys.exit(main())", "train", LOSS, *TINY, "--seq-len", "8", "--batch-size", "4",
            "--data", str(ids), "--steps", "100000", "--lr", "1e-3", "--backend", "interpreter", "-o", str(out)]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stderr is not None
     seen = ""
     while "loss=" not in seen:  # the bar shows a loss once steps run
-        seen += proc.stderr.read(1)
+        c = proc.stderr.read(1)
+        assert c, f"train ended before its first step: {seen[-2000:]}"
+        seen += c
     proc.send_signal(signal.SIGINT)
     rest = proc.communicate(timeout=120)[1]
     assert proc.returncode == 0, rest
