@@ -58,7 +58,12 @@ def _ours(loss_alg: str, base: str, directory: Path, skip: tuple[str, ...] = ())
     plain = load(base, weights=directory)
     defines = [f"{k}={v}" for k, v in plain.config.hyperparameters.items() if k not in ("ell_gen", "tau", *skip)]
     model = load(HERE / loss_alg, defines=defines)
-    model.weights = {GROUP + k: v for k, v in plain.weights.items()}
+    weights = {GROUP + k: v for k, v in plain.weights.items()}
+    # a tied checkpoint loads as one matrix (pseudoformer/tied_weights.py): the loss model has both names
+    for a, b in (("W_e", "W_u"), ("W_u", "W_e")):
+        if GROUP + a in model.weights and GROUP + a not in weights and GROUP + b in weights:
+            weights[GROUP + a] = np.ascontiguousarray(weights[GROUP + b].T)
+    model.weights = weights
     return model
 
 
