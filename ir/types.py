@@ -12,13 +12,14 @@ Dim = int | str
 class DType(enum.Enum):
     float32 = "float32"
     float16 = "float16"
+    float64 = "float64"  # only for checking gradients against finite differences (tests); no frontend makes it
     int64 = "int64"
     uint8 = "uint8"  # packed block-quantized weights (ir/ops/quantized.py)
     bool = "bool"
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.float32, DType.float16)
+        return self in (DType.float32, DType.float16, DType.float64)
 
 
 @dataclass(frozen=True, slots=True)

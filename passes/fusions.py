@@ -11,6 +11,7 @@ and, for layer norm, more accurate than the sum-of-quotients form.
   swiglu_fusion       rules/swiglu.py      →  SWIGLU([W₁; W₃] X; axis)
   rotary_fusion       rules/rotary.py      →  ROTARY(x, cos θ, sin θ; axis)
   attention_fusion    rules/attention.py   →  ATTENTION(q, k, v[, mask]; scale, causal)
+  log_softmax         rules/log_softmax.py →  z − max z − log Σ exp(z − max z) for log ∘ softmax (training)
 
 They expect `cse` and `simplify` to have run (they also work on the raw graph, just with more to
 look through); attention fusion runs after CSE so that the causal mask each head rebuilds is one
@@ -23,13 +24,14 @@ from __future__ import annotations
 
 from pseudoformer.ir import Graph
 from pseudoformer.passes.rule import apply_rules
-from pseudoformer.passes.rules import attention, gelu_tanh, layer_norm, rms_norm, rotary, swiglu
+from pseudoformer.passes.rules import attention, gelu_tanh, layer_norm, log_softmax, rms_norm, rotary, swiglu
 
 NORM_RULES = [layer_norm.RULE, rms_norm.RULE]
 GELU_RULES = [gelu_tanh.RULE]
 ATTENTION_RULES = [attention.RULE]
 SWIGLU_RULES = [swiglu.RULE]
 ROTARY_RULES = [rotary.RULE]
+LOG_SOFTMAX_RULES = [log_softmax.RULE]
 
 
 def fuse_norms(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
@@ -55,3 +57,8 @@ def fuse_swiglu(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool
 def fuse_rotary(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
     """Replace every rotate-half rotary embedding with one ROTARY node."""
     return apply_rules(graph, ROTARY_RULES, refusals)
+
+
+def stable_log_softmax(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Replace log ∘ softmax (through the moves and one-hot picks between them) with a stable log-softmax."""
+    return apply_rules(graph, LOG_SOFTMAX_RULES, refusals)

@@ -23,7 +23,14 @@ __all__ = ["LEVELS", "PIPELINES", "Pass", "PassContext", "named_pipeline", "pass
 def _registry() -> dict[str, Pass]:
     from pseudoformer.passes import backend_prep, contrib_ops, generation_passes, quantize
     from pseudoformer.passes.cse import cse
-    from pseudoformer.passes.fusions import fuse_attention, fuse_gelu, fuse_norms, fuse_rotary, fuse_swiglu
+    from pseudoformer.passes.fusions import (
+        fuse_attention,
+        fuse_gelu,
+        fuse_norms,
+        fuse_rotary,
+        fuse_swiglu,
+        stable_log_softmax,
+    )
     from pseudoformer.passes.head_batching import batch_heads
     from pseudoformer.passes.layout import to_row_major
     from pseudoformer.passes.simplify import simplify
@@ -39,6 +46,8 @@ def _registry() -> dict[str, Pass]:
              "the rotate-half RoPE [x₁ cos θ − x₂ sin θ; x₂ cos θ + x₁ sin θ] → one rotary op"),
         Pass("attention_fusion", with_refusals(fuse_attention),
              "Algorithm 4's masked softmax(KᵀQ/√d) and V · A → one attention op; [[t ≤ t']] → causal"),
+        Pass("log_softmax", with_refusals(stable_log_softmax),
+             "log ∘ softmax (through slices, gathers and one-hot picks) → a stable log-softmax (training)"),
         Pass("head_batching", with_refusals(batch_heads),
              "Algorithm 5's H heads → one projection per Q/K/V (packed), one 4-D attention op"),
         Pass("layout", plain(to_row_major),
@@ -69,6 +78,8 @@ PIPELINES: dict[str, list[str]] = {
     "onnx-contrib": ["group_query_attention_fusion", "skip_norm_fusion"],
     "tvm": ["decompose", "float16", "fold_constants"],
     "padding": ["padding_mask"],
+    # before the autodiff of a loss graph (passes/autodiff.py): the loss's log ∘ softmax made stable
+    "training": ["log_softmax", "cse"],
     # weight quantization (--quantize), on the -O2 graph before generation derives its decoder from it
     "quantize": ["quantize"],
     # the incremental decoder of a -O2 graph: prefill, decode step, and the encoder's share

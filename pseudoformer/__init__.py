@@ -8,11 +8,12 @@ The Python API (docs/api.md):
   and ``.run``\\ s;
 - ``generate(path, prompt_ids, max_new_tokens=...)`` -> token ids, by the file's Algorithm 14 or 15;
 - ``check(path)`` -> the names of the algorithms checked;
+- ``train(path, data, ...)`` -> a ``TrainResult``: a loss algorithm or Algorithms 11-13 trained by gradient
+  steps (SGD, AdamW) on a compiled training step (docs/training.md);
 - ``QuantizeOptions``: how ``quantize`` quantizes, where a string ("int4", "int8") is not enough.
 """
 
 from importlib import import_module as _import_module
-from importlib.util import find_spec as _find_spec
 
 from pseudoformer.version import __version__
 
@@ -26,10 +27,9 @@ _API = {
     "CompiledModel": "pseudoformer.deploy",
     "generate": "pseudoformer.generation.api",
     "QuantizeOptions": "pseudoformer.passes.quantize",
+    "train": "pseudoformer.training.loop",
+    "TrainResult": "pseudoformer.training.loop",
 }
-# `train` (Algorithms 11-13, the training issue) lives in pseudoformer/training/: listed once it is there.
-if _find_spec("pseudoformer.training") is not None:
-    _API["train"] = "pseudoformer.training"
 
 __all__ = ["__version__", *_API]
 

@@ -1,4 +1,4 @@
-"""The `pseudoformer` command: check, inspect, run, compile, generate.
+"""The `pseudoformer` command: check, inspect, run, compile, generate, train.
 
 Every user mistake ends as one message on stderr (file:line:col, the line and a caret where the
 source is at fault) and exit code 1; a traceback means a bug in pseudoformer.
@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     from pseudoformer.generation.cli import add_parser as add_generate
 
     add_generate(sub, _model_args)
+    from pseudoformer.training.cli import add_parser as add_train
+
+    add_train(sub, _model_args)
     return ap
 
 
@@ -146,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = {"check": _check, "inspect": _inspect, "run": _run,
-                                                        "compile": _compile, "generate": _generate}[args.command]
+                                                        "compile": _compile, "generate": _generate,
+                                                        "train": _train}[args.command]
     try:
         return handler(args)
     except CompileError as e:
@@ -172,6 +176,12 @@ def _internal(e: Exception) -> int:
     print(f"pseudoformer: internal error: {type(e).__name__}: {e}\n"
           "  this is a bug in pseudoformer; PSEUDOFORMER_DEBUG=1 shows the traceback", file=sys.stderr)
     return 2
+
+
+def _train(args: argparse.Namespace) -> int:
+    from pseudoformer.training.cli import run as run_train
+
+    return run_train(args)
 
 
 def _generate(args: argparse.Namespace) -> int:

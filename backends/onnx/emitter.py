@@ -27,6 +27,7 @@ from pseudoformer.ir.types import DType, Span, TensorType
 ELEM = {
     DType.float32: TensorProto.FLOAT,
     DType.float16: TensorProto.FLOAT16,
+    DType.float64: TensorProto.DOUBLE,
     DType.int64: TensorProto.INT64,
     DType.uint8: TensorProto.UINT8,
     DType.bool: TensorProto.BOOL,
@@ -34,6 +35,7 @@ ELEM = {
 NUMPY = {
     TensorProto.FLOAT: np.float32,
     TensorProto.FLOAT16: np.float16,
+    TensorProto.DOUBLE: np.float64,
     TensorProto.INT64: np.int64,
     TensorProto.INT32: np.int32,  # GroupQueryAttention's sequence lengths
     TensorProto.UINT8: np.uint8,

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.ir.ops.cotangents import binary as grads
+from pseudoformer.ir.ops.cotangents import const, unbroadcast
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.registry import (
     Attr,
@@ -57,6 +59,7 @@ def unary(op: Op, doc: str, fn: Callable[..., np.ndarray], *, attrs: tuple[Attr,
         return [make(op, x, **case) for case in cases]
 
     traits.setdefault("example", example)
+    traits.setdefault("vjp", VJPS.get(op))
     return OpDef(op, doc, 1, lambda src, attrs: float_unary(src, attrs, op), impl, attrs=attrs,
                  elementwise=True, positions=every_operand, layout="elementwise", precision="follower", **traits)
 
@@ -109,7 +112,7 @@ def _binary_type(src: Sequence[TensorType], op: Op, result: DType | None = None,
 
 def binary(op: Op, doc: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray], *, result: DType | None = None,
            need: DType | None = None, precision: str = "half", values: tuple[Values | None, Values | None] = (None, None),
-           example: Example | None = None) -> OpDef:
+           example: Example | None = None, vjp: Any = None) -> OpDef:
     """An elementwise function of two operands of one dtype (`need`, if only one will do), broadcast.
 
     Its example takes a [batch, 4, seq] operand and a [4, 1] one, drawn by `values` (a base or a
@@ -124,7 +127,7 @@ def binary(op: Op, doc: str, fn: Callable[[np.ndarray, np.ndarray], np.ndarray],
 
     return OpDef(op, doc, 2, lambda src, attrs: _binary_type(src, op, result, need), lambda n, a: fn(a[0], a[1]),
                  elementwise=True, positions=every_operand, layout="elementwise", precision=precision,
-                 example=example or operands)
+                 example=example or operands, vjp=vjp)
 
 
 def _integer_cases(op: Op, divisor: Values) -> Example:
@@ -163,6 +166,54 @@ def _where(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
     return TensorType(src[1].dtype, broadcast_all(Op.WHERE, src))
 
 
+# ---- VJP rules (see cotangents.py): n is the result y, ct its cotangent; `m` makes nodes.
+M = Op.MUL
+
+
+def _one(f: Callable[[Any, Any, Any, Any], Any]) -> Callable[[Any, Any, NodeMaker], tuple[Any]]:
+    return lambda n, ct, m: (f(n, ct, m, n.src[0]),)
+
+
+def _where_vjp(n: Any, ct: Any, m: NodeMaker) -> tuple[Any, Any, Any]:
+    c, a, b = n.src
+    zero = const(m, 0, ct)
+    return None, unbroadcast(m, m(Op.WHERE, c, ct, zero), a), unbroadcast(m, m(Op.WHERE, c, zero, ct), b)
+
+
+def _pick(first: bool) -> Any:
+    """max/min: the cotangent goes to the operand that won (to a on a tie)."""
+    def rule(n: Any, ct: Any, m: NodeMaker, a: Any, b: Any) -> tuple[Any, Any]:
+        won = m(Op.GE if first else Op.LE, a, b)
+        zero = const(m, 0, ct)
+        return m(Op.WHERE, won, ct, zero), m(Op.WHERE, won, zero, ct)
+    return rule
+
+
+VJPS: dict[Op, Any] = {
+    Op.NEG: _one(lambda n, ct, m, x: m(Op.NEG, ct)),
+    Op.EXP: _one(lambda n, ct, m, x: m(M, ct, n)),
+    Op.LOG: _one(lambda n, ct, m, x: m(Op.DIV, ct, x)),
+    Op.SQRT: _one(lambda n, ct, m, x: m(Op.DIV, ct, m(M, n, const(m, 2, x)))),
+    Op.TANH: _one(lambda n, ct, m, x: m(M, ct, m(Op.SUB, const(m, 1, x), m(M, n, n)))),
+    Op.SIN: _one(lambda n, ct, m, x: m(M, ct, m(Op.COS, x))),
+    Op.COS: _one(lambda n, ct, m, x: m(Op.NEG, m(M, ct, m(Op.SIN, x)))),
+    Op.ABS: _one(lambda n, ct, m, x: m(Op.WHERE, m(Op.LT, x, const(m, 0, x)), m(Op.NEG, ct), ct)),
+    Op.RELU: _one(lambda n, ct, m, x: m(Op.WHERE, m(Op.GT, x, const(m, 0, x)), ct, const(m, 0, x))),
+    Op.FLOOR: lambda n, ct, m: (None,),  # piecewise constant: no gradient
+    Op.CEIL: lambda n, ct, m: (None,),
+    Op.CAST: _one(lambda n, ct, m, x: m(Op.CAST, ct, dtype=x.dtype) if x.dtype.is_float else None),
+    Op.ADD: grads(lambda n, ct, m, a, b: (ct, ct)),
+    Op.SUB: grads(lambda n, ct, m, a, b: (ct, m(Op.NEG, ct))),
+    Op.MUL: grads(lambda n, ct, m, a, b: (m(M, ct, b), m(M, ct, a))),
+    Op.DIV: grads(lambda n, ct, m, a, b: (m(Op.DIV, ct, b), m(Op.NEG, m(Op.DIV, m(M, ct, n), b)))),
+    Op.POW: grads(lambda n, ct, m, a, b: (m(M, ct, m(M, b, m(Op.POW, a, m(Op.SUB, b, const(m, 1, b))))),
+                                          m(M, ct, m(M, n, m(Op.LOG, a))))),
+    Op.MOD: grads(lambda n, ct, m, a, b: (ct, m(Op.NEG, m(M, ct, m(Op.FLOOR, m(Op.DIV, a, b)))))),
+    Op.MAX: grads(_pick(True)),
+    Op.MIN: grads(_pick(False)),
+    Op.WHERE: _where_vjp,
+}
+
 # Comparisons by their relation symbol, as INDEX_MASK and the frontend spell them.
 RELATIONS = {"<": Op.LT, "<=": Op.LE, ">": Op.GT, ">=": Op.GE, "==": Op.EQ, "!=": Op.NE}
 COMPARE_FNS: dict[Op, Callable[[Any, Any], np.ndarray]] = {
@@ -186,23 +237,24 @@ register(
           positions=every_operand, layout="elementwise", example=_not_example),
     OpDef(Op.CAST, "x converted to dtype", 1, _cast, lambda n, a: a[0].astype(np.dtype(n.attrs["dtype"].value)),
           attrs=(Attr("dtype", "dtype"),), elementwise=True, positions=every_operand, layout="elementwise",
-          precision="follower", example=_cast_example),
-    binary(Op.ADD, "a + b", np.add, precision="follower"),
-    binary(Op.SUB, "a − b", np.subtract, precision="follower"),
-    binary(Op.MUL, "a ⊙ b", np.multiply, precision="follower"),
+          precision="follower", example=_cast_example, vjp=VJPS[Op.CAST]),
+    binary(Op.ADD, "a + b", np.add, precision="follower", vjp=VJPS[Op.ADD]),
+    binary(Op.SUB, "a − b", np.subtract, precision="follower", vjp=VJPS[Op.SUB]),
+    binary(Op.MUL, "a ⊙ b", np.multiply, precision="follower", vjp=VJPS[Op.MUL]),
     binary(Op.DIV, "a / b (integers truncate toward zero)", _div, precision="follower",
-           example=_integer_cases(Op.DIV, uniform(0.5, 2))),
-    binary(Op.POW, "a^b", np.power, precision="follower", values=(uniform(0.1, 3), None)),
+           example=_integer_cases(Op.DIV, uniform(0.5, 2)), vjp=VJPS[Op.DIV]),
+    binary(Op.POW, "a^b", np.power, precision="follower", values=(uniform(0.1, 3), None), vjp=VJPS[Op.POW]),
     OpDef(Op.MOD, "a mod b, floored: the remainder has the sign of b (integers or floats)", 2,
           lambda src, attrs: _binary_type(src, Op.MOD), lambda n, a: np.mod(a[0], a[1]), elementwise=True,
           positions=every_operand, layout="elementwise", precision="anchor", decompose=_mod_formula,
-          example=_integer_cases(Op.MOD, lambda rng, shape: rng.choice([-3.0, -0.5, 0.75, 3.0], shape).astype(np.float32))),
-    binary(Op.MAX, "max(a, b)", np.maximum, precision="follower"),
-    binary(Op.MIN, "min(a, b)", np.minimum, precision="follower"),
+          vjp=VJPS[Op.MOD], example=_integer_cases(Op.MOD, lambda rng, shape: rng.choice([-3.0, -0.5, 0.75, 3.0], shape).astype(np.float32))),
+    binary(Op.MAX, "max(a, b)", np.maximum, precision="follower", vjp=VJPS[Op.MAX]),
+    binary(Op.MIN, "min(a, b)", np.minimum, precision="follower", vjp=VJPS[Op.MIN]),
     *(binary(op, f"a {rel} b", COMPARE_FNS[op], result=DType.bool, values=(integers(-2, 3, np.float32),) * 2)
       for rel, op in RELATIONS.items()),  # whole numbers, which are often equal
     binary(Op.AND, "a ∧ b", np.logical_and, need=DType.bool),
     binary(Op.OR, "a ∨ b", np.logical_or, need=DType.bool),
     OpDef(Op.WHERE, "where(cond, a, b)", 3, _where, lambda n, a: np.where(a[0], a[1], a[2]), elementwise=True,
-          positions=every_operand, layout="elementwise", precision="follower", example=_where_example),
+          positions=every_operand, layout="elementwise", precision="follower", example=_where_example,
+          vjp=_where_vjp),
 )

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.ir.ops.cotangents import zeros_like
 from pseudoformer.ir.ops.movement import along_axis
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, OpDef, axis_of, integers, register
@@ -39,6 +40,17 @@ def _example(make: ExampleMaker) -> list[Any]:
     return [make(Op.GATHER, make.param("W_e", DType.float32, 8, 11), ids, axis=1), make(Op.GATHER, x, back, axis=-2)]
 
 
+def _vjp(n: Any, ct: Any, make: Any) -> tuple[Any, None]:
+    """A gather transposes to a scatter-add: rows read twice (a token seen twice) get both cotangents.
+    Indices counted from the end (negative, as numpy.take reads them) are made positive first."""
+    data, idx = n.src
+    axis = n.attrs["axis"] % data.type.rank
+    size = data.shape[axis]
+    count = make.const(size, DType.int64) if isinstance(size, int) else make(Op.DIM, data, axis=axis)
+    idx = make(Op.WHERE, make(Op.LT, idx, make.const(0, DType.int64)), make(Op.ADD, idx, count), idx)
+    return make(Op.SCATTER_ADD, zeros_like(make, data), idx, ct, axis=axis), None
+
+
 register(OpDef(Op.GATHER, "data[..., indices, ...] on one axis", 2, _type,
                lambda n, a: np.take(a[0], a[1], axis=n.attrs["axis"]), attrs=(Attr("axis", "int"),),
-               positions=_positions, layout="gather", example=_example))
+               positions=_positions, layout="gather", example=_example, vjp=_vjp))

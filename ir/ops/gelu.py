@@ -132,9 +132,42 @@ def _gelu_formula(n: Any, make: NodeMaker) -> Any:
     return make(Op.MUL, make(Op.MUL, x, c(0.5)), make(Op.ADD, inner, c(1.0)))
 
 
+def _erf_vjp(n: Any, ct: Any, make: NodeMaker) -> tuple[Any]:
+    (x,) = n.src
+    return (make(Op.MUL, ct, make(Op.MUL, make.const(2 / math.sqrt(math.pi), x.dtype),
+                                  make(Op.EXP, make(Op.NEG, make(Op.MUL, x, x))))),)
+
+
+def _gelu_vjp(n: Any, ct: Any, make: NodeMaker) -> tuple[Any]:
+    """GELU's own rule: Φ(x) + x φ(x) exactly; with tanh, ½(1 + t) + ½x(1 − t²)·√(2/π)(1 + 3·0.044715x²)."""
+    (x,) = n.src
+
+    def c(v: float) -> Any:
+        return make.const(v, x.dtype)
+
+    def mul(*xs: Any) -> Any:
+        out = xs[0]
+        for y in xs[1:]:
+            out = make(Op.MUL, out, y)
+        return out
+
+    x2 = make(Op.MUL, x, x)
+    if n.attrs.get("approximate", "none") == "none":
+        cdf = mul(c(0.5), make(Op.ADD, c(1.0), make(Op.ERF, mul(x, c(1 / math.sqrt(2))))))
+        pdf = mul(c(1 / math.sqrt(2 * math.pi)), make(Op.EXP, mul(x2, c(-0.5))))
+        d = make(Op.ADD, cdf, mul(x, pdf))
+    else:
+        k = math.sqrt(2 / math.pi)
+        t = make(Op.TANH, mul(c(k), make(Op.ADD, x, mul(c(0.044715), x2, x))))
+        slope = mul(c(k), make(Op.ADD, c(1.0), mul(c(3 * 0.044715), x2)))
+        d = make(Op.ADD, mul(c(0.5), make(Op.ADD, c(1.0), t)),
+                 mul(c(0.5), x, make(Op.SUB, c(1.0), make(Op.MUL, t, t)), slope))
+    return (make(Op.MUL, ct, d),)
+
+
 register(
-    unary(Op.ERF, "erf x", lambda x: erf(x).astype(x.dtype)),
+    unary(Op.ERF, "erf x", lambda x: erf(x).astype(x.dtype), vjp=_erf_vjp),
     unary(Op.GELU, "x Φ(x), exactly or with the tanh approximation", gelu,
           attrs=(Attr("approximate", "str", "none", APPROXIMATIONS),), decompose=_gelu_formula,
-          cases=({"approximate": "none"}, {"approximate": "tanh"})),
+          cases=({"approximate": "none"}, {"approximate": "tanh"}), vjp=_gelu_vjp),
 )

@@ -74,8 +74,17 @@ def _swiglu_example(make: ExampleMaker) -> list[Any]:
     return [make(Op.SWIGLU, h, axis=1), make(Op.SWIGLU, h, axis=-2), make(Op.SWIGLU, rows, axis=-1)]
 
 
+def _silu_vjp(n: Any, ct: Any, make: NodeMaker) -> tuple[Any]:
+    """SiLU's own rule, σ + x σ(1 − σ): the quotient of its formula would give ∞/∞ where e^{−x} overflows."""
+    (x,) = n.src
+    one = make.const(1.0, x.dtype)
+    s = make(Op.DIV, one, make(Op.ADD, one, make(Op.EXP, make(Op.NEG, x))))
+    d = make(Op.ADD, s, make(Op.MUL, make(Op.MUL, x, s), make(Op.SUB, one, s)))
+    return (make(Op.MUL, ct, d),)
+
+
 register(
-    unary(Op.SILU, "x σ(x)", silu, decompose=_silu_formula),
+    unary(Op.SILU, "x σ(x)", silu, decompose=_silu_formula, vjp=_silu_vjp),
     OpDef(Op.SWIGLU, "SiLU(h₁) ⊙ h₂ of the halves of h along an axis", 1, _swiglu_type, _swiglu,
           attrs=(Attr("axis", "int"),), positions=along_positions, layout="axis", precision="follower",
           decompose=_swiglu_formula, example=_swiglu_example),

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.ir.ops.cotangents import unbroadcast
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.registry import ExampleMaker, IRTypeError, OpDef, register
 from pseudoformer.ir.types import DType, TensorType, broadcast_shapes
@@ -40,5 +41,17 @@ def _example(make: ExampleMaker) -> list[Any]:
     return [make(Op.MATMUL, make.param("w", DType.float32, 5, 4), x), make(Op.MATMUL, x, y)]
 
 
+def _swap(make: Any, x: Any) -> Any:
+    r = x.type.rank
+    return make(Op.TRANSPOSE, x, perm=[*range(r - 2), r - 1, r - 2])
+
+
+def _vjp(n: Any, ct: Any, make: Any) -> tuple[Any, Any]:
+    """d(a b) = da b + a db: ct bᵀ and aᵀ ct, summed over the batch axes each operand was broadcast along."""
+    a, b = n.src
+    return (unbroadcast(make, make(Op.MATMUL, ct, _swap(make, b)), a),
+            unbroadcast(make, make(Op.MATMUL, _swap(make, a), ct), b))
+
+
 register(OpDef(Op.MATMUL, "a @ b over the last two axes", 2, _type, lambda n, a: np.matmul(a[0], a[1]),
-               positions=_positions, layout="matmul", example=_example))
+               positions=_positions, layout="matmul", example=_example, vjp=_vjp))

@@ -112,25 +112,46 @@ def _reshape_example(make: ExampleMaker) -> list[Any]:
             make(Op.RESHAPE, make(Op.TRANSPOSE, x, perm=(0, 2, 1)), shape=("batch", "seq", 2, 2))]
 
 
+# ---- VJP rules: each movement's transpose is the inverse movement (a concat's, slices of the cotangent).
+
+
+def _transpose_vjp(n: Any, ct: Any, make: Any) -> tuple[Any]:
+    return (make(Op.TRANSPOSE, ct, perm=[int(i) for i in np.argsort(n.attrs["perm"])]),)
+
+
+def _concat_vjp(n: Any, ct: Any, make: Any) -> tuple[Any, ...]:
+    axis, out, start = n.attrs["axis"] % n.type.rank, [], make.const(0, DType.int64)
+    for s in n.src:
+        size = s.shape[axis]
+        stop = make(Op.ADD, start, make.const(size, DType.int64) if isinstance(size, int) else make(Op.DIM, s, axis=axis))
+        out.append(make(Op.SLICE, ct, start, stop, axis=axis, dim=size))
+        start = stop
+    return tuple(out)
+
+
 register(
     OpDef(Op.TRANSPOSE, "the axes permuted", 1, _transpose, lambda n, a: np.transpose(a[0], tuple(n.attrs["perm"])),
           attrs=(Attr("perm", "ints"),), positions=first_operand, layout="transpose", precision="follower",
-          example=lambda make: [make(Op.TRANSPOSE, _x(make), perm=p) for p in ((0, 2, 1), (2, 0, 1))]),
+          example=lambda make: [make(Op.TRANSPOSE, _x(make), perm=p) for p in ((0, 2, 1), (2, 0, 1))],
+          vjp=_transpose_vjp),
     OpDef(Op.UNSQUEEZE, "unit axes inserted (axes in output coordinates)", 1, _unsqueeze,
           lambda n, a: np.expand_dims(a[0], tuple(n.attrs["axes"])),
           attrs=(Attr("axes", "ints"),), positions=first_operand, layout="unsqueeze", precision="follower",
-          example=lambda make: [make(Op.UNSQUEEZE, _x(make), axes=a) for a in ((0, 2), (-1,))]),
+          example=lambda make: [make(Op.UNSQUEEZE, _x(make), axes=a) for a in ((0, 2), (-1,))],
+          vjp=lambda n, ct, make: (make(Op.SQUEEZE, ct, axes=list(n.attrs["axes"])),)),
     OpDef(Op.SQUEEZE, "unit axes dropped (axes in input coordinates)", 1, _squeeze,
           lambda n, a: np.squeeze(a[0], axis=tuple(n.attrs["axes"])),
           attrs=(Attr("axes", "ints"),), positions=first_operand, layout="squeeze", precision="follower",
           example=lambda make: [make(Op.SQUEEZE, make.input("u", DType.float32, 1, "batch", 1, "seq"), axes=a)
-                                for a in ((0, 2), (-2,))]),
+                                for a in ((0, 2), (-2,))],
+          vjp=lambda n, ct, make: (make(Op.UNSQUEEZE, ct, axes=list(n.attrs["axes"])),)),
     OpDef(Op.RESHAPE, "the same elements in another shape (symbolic dims read off the operand)", 1, _reshape,
           _reshape_impl, attrs=(Attr("shape", "dims"),), positions=_reshape_positions, layout="reshape",
-          precision="follower", check=_reshape_check, example=_reshape_example),
+          precision="follower", check=_reshape_check, example=_reshape_example,
+          vjp=lambda n, ct, make: (make(Op.RESHAPE, ct, shape=list(n.src[0].shape)),)),
     OpDef(Op.CONCAT, "operands joined along an axis", (0, None), _concat,
           lambda n, a: np.concatenate(a, axis=n.attrs["axis"]), attrs=(Attr("axis", "int"),),
           positions=_concat_positions, layout="axis", precision="follower",
           example=lambda make: [make(Op.CONCAT, _x(make), make(Op.NEG, _x(make)), axis=1),
-                                make(Op.CONCAT, _x(make), _x(make), axis=-1)]),
+                                make(Op.CONCAT, _x(make), _x(make), axis=-1)], vjp=_concat_vjp),
 )

@@ -45,7 +45,8 @@ class Op(enum.Enum):
     AND = "and"
     OR = "or"
     WHERE = "where"
-    # products, data movement, reductions (matmul.py, movement.py, reductions.py, gather.py, scatter.py)
+    # products, data movement, reductions (matmul.py, movement.py, reductions.py, gather.py,
+    # scatter.py)
     MATMUL = "matmul"
     TRANSPOSE = "transpose"
     UNSQUEEZE = "unsqueeze"
@@ -59,6 +60,7 @@ class Op(enum.Enum):
     CUMSUM = "cumsum"
     GATHER = "gather"
     SCATTER = "scatter"
+    SCATTER_ADD = "scatter_add"
     # sizes and index sets known only at run time (sizes.py)
     DIM = "dim"
     ARANGE = "arange"

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.ir.ops.cotangents import expand, size_of
 from pseudoformer.ir.ops.movement import along_axis
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, NodeMaker, OpDef, axis_of, register
@@ -33,6 +34,37 @@ def _reduce_positions(n: Any, dim: str) -> tuple[int, ...] | str:
     return "a reduction over positions" if n.src[0].shape.index(dim) in reduced_axes(n) else (0,)
 
 
+def _kept(n: Any, ct: Any, make: Any) -> Any:
+    """ct with the reduced axes back as unit axes."""
+    return ct if n.attrs.get("keepdims", False) else make(Op.UNSQUEEZE, ct, axes=reduced_axes(n))
+
+
+def _sum_vjp(n: Any, ct: Any, make: Any) -> tuple[Any]:
+    return (expand(make, _kept(n, ct, make), n.src[0]),)
+
+
+def _mean_vjp(n: Any, ct: Any, make: Any) -> tuple[Any]:
+    count = size_of(make, n.src[0], reduced_axes(n), ct.dtype)
+    return (expand(make, make(Op.DIV, _kept(n, ct, make), count), n.src[0]),)
+
+
+def _max_vjp(n: Any, ct: Any, make: Any) -> tuple[Any]:
+    """The cotangent shared evenly by the elements equal to the max (torch's amax does the same)."""
+    x = n.src[0]
+    hit = make(Op.CAST, make(Op.EQ, x, _kept(n, n, make)), dtype=x.dtype)
+    ties = make(Op.REDUCE_SUM, hit, axes=reduced_axes(n), keepdims=True)
+    return (make(Op.MUL, hit, make(Op.DIV, _kept(n, ct, make), ties)),)
+
+
+def _softmax_vjp(n: Any, ct: Any, make: Any) -> tuple[Any]:
+    """y ⊙ (ct − Σ ct ⊙ y): the Jacobian diag(y) − y yᵀ applied, never formed."""
+    dot = make(Op.REDUCE_SUM, make(Op.MUL, ct, n), axes=[n.attrs["axis"]], keepdims=True)
+    return (make(Op.MUL, n, make(Op.SUB, ct, dot)),)
+
+
+_VJPS = {Op.REDUCE_SUM: _sum_vjp, Op.REDUCE_MEAN: _mean_vjp, Op.REDUCE_MAX: _max_vjp}
+
+
 def reduction(op: Op, doc: str, fn: Callable[..., Any]) -> OpDef:
     def impl(n: Any, a: list[np.ndarray]) -> Any:
         # numpy's mean of ints is float64; the IR keeps the operand's dtype.
@@ -41,7 +73,8 @@ def reduction(op: Op, doc: str, fn: Callable[..., Any]) -> OpDef:
 
     return OpDef(op, doc, 1, lambda src, attrs: _reduce_type(src, attrs, op), impl,
                  attrs=(Attr("axes", "ints"), Attr("keepdims", "bool", False)), reduces=reduced_axes,
-                 positions=_reduce_positions, layout="reduce", precision="anchor", example=_reduce_example(op))
+                 positions=_reduce_positions, layout="reduce", precision="anchor", example=_reduce_example(op),
+                 vjp=_VJPS[op])
 
 
 def _reduce_example(op: Op) -> Callable[[ExampleMaker], list[Any]]:
@@ -103,5 +136,5 @@ register(
     OpDef(Op.SOFTMAX, "exp(x) / Σ exp(x) along an axis", 1, _softmax_type, lambda n, a: softmax(a[0], n.attrs["axis"]),
           attrs=(Attr("axis", "int"),), positions=along_positions, layout="normalise", precision="anchor",
           example=lambda make: [make(Op.SOFTMAX, make.input("x", DType.float32, "batch", 4, "seq"), axis=a)
-                                for a in (1, -1)]),
+                                for a in (1, -1)], vjp=_softmax_vjp),
 )

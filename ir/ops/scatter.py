@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.ir.ops.cotangents import zeros_like
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.registry import Attr, EvalError, ExampleMaker, IRTypeError, OpDef, axis_of, register
 from pseudoformer.ir.types import DType, TensorType
@@ -73,5 +74,57 @@ def _example(make: ExampleMaker) -> list[Any]:
     return [make(Op.SCATTER, x, at, upd, axis=1), make(Op.SCATTER, x, per_row, upd, axis=-2)]
 
 
+def _vjp(n: Any, ct: Any, make: Any) -> tuple[Any, None, Any]:
+    """The replaced slices take nothing from data; updates get their slices of the cotangent back."""
+    data, idx, upd = n.src
+    if idx.type.rank != 1:
+        raise NotImplementedError("the gradient of a scatter with positions per row (no per-row gather yet)")
+    axis = n.attrs["axis"]
+    return make(Op.SCATTER, ct, idx, zeros_like(make, upd), axis=axis), None, make(Op.GATHER, ct, idx, axis=axis)
+
+
+# SCATTER_ADD(data, indices, updates; axis) is GATHER's transpose: updates has the shape
+# gather(data, indices; axis) has (data.shape[:axis] + indices.shape + data.shape[axis+1:]), and each of
+# its slices is added into data at its index, repeated indices accumulating (ONNX ScatterND reduction="add").
+
+
+def _add_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
+    data, idx, upd = src
+    ax = axis_of(attrs["axis"], data.rank)
+    want = data.shape[:ax] + idx.shape + data.shape[ax + 1:]
+    if idx.dtype is not DType.int64 or upd.dtype is not data.dtype or upd.shape != want:
+        raise IRTypeError(f"scatter_add of {upd} into {data} at {idx} on axis {ax}: updates must be "
+                          f"{data.dtype.value}[{', '.join(map(str, want))}] and indices int64")
+    return data
+
+
+def _add_impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
+    data, idx, upd = a
+    ax = n.attrs["axis"] % data.ndim
+    if idx.size and (idx.min() < 0 or idx.max() >= data.shape[ax]):
+        raise EvalError(f"scatter_add positions from {int(idx.min())} to {int(idx.max())}, out of range for an "
+                        f"axis of size {data.shape[ax]}")
+    out = np.moveaxis(np.array(data, copy=True), ax, 0)
+    rows = np.moveaxis(upd, list(range(ax, ax + idx.ndim)), list(range(idx.ndim)))
+    np.add.at(out, idx, rows)
+    return np.moveaxis(out, 0, ax)
+
+
+def _add_vjp(n: Any, ct: Any, make: Any) -> tuple[Any, None, Any]:
+    return ct, None, make(Op.GATHER, ct, n.src[1], axis=n.attrs["axis"])
+
+
+def _add_example(make: ExampleMaker) -> list[Any]:
+    """Rows 0, 1, 0 of x get three rows added (row 0 twice); then rows 0, 2, 2, 3 by a 2 × 2 table of indices."""
+    x = make.input("x", DType.float32, "batch", 4, "seq")
+    at = make.input("at", DType.int64, 3, values=lambda rng, shape: np.array([0, 1, 0]))
+    table = make.input("table", DType.int64, 2, 2, values=lambda rng, shape: np.array([[0, 2], [2, 3]]))
+    upd = make.input("upd", DType.float32, "batch", 3, "seq")
+    rows = make.input("rows", DType.float32, "batch", 2, 2, "seq")
+    return [make(Op.SCATTER_ADD, x, at, upd, axis=1), make(Op.SCATTER_ADD, x, table, rows, axis=-2)]
+
+
 register(OpDef(Op.SCATTER, "data with slices at int64 positions replaced by updates' (no repeats)", 3, _type,
-               _impl, attrs=(Attr("axis", "int"),), example=_example))
+               _impl, attrs=(Attr("axis", "int"),), example=_example, vjp=_vjp),
+         OpDef(Op.SCATTER_ADD, "data with updates' slices added at int64 positions (repeats accumulate)", 3,
+               _add_type, _add_impl, attrs=(Attr("axis", "int"),), example=_add_example, vjp=_add_vjp))

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.ir.ops.cotangents import zeros_like
 from pseudoformer.ir.ops.elementwise import COMPARE_FNS, RELATIONS
 from pseudoformer.ir.ops.movement import first_operand
 from pseudoformer.ir.ops.op import Op
@@ -39,6 +40,17 @@ def _slice_impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
     index: list[slice] = [slice(None)] * x.ndim
     index[n.attrs["axis"]] = slice(int(start), int(stop))
     return x[tuple(index)]
+
+
+def _slice_vjp(n: Any, ct: Any, make: Any) -> tuple[Any, None, None]:
+    """A slice transposes to its cotangent put back at positions start … stop − 1 of zeros."""
+    x, start = n.src[:2]
+    axis = n.attrs["axis"] % x.type.rank
+    size = x.shape[axis]
+    count = make.const(size, DType.int64) if isinstance(size, int) else make(Op.DIM, x, axis=axis)
+    first = make(Op.WHERE, make(Op.LT, start, make.const(0, DType.int64)), make(Op.ADD, start, count), start)
+    at = make(Op.ADD, make(Op.ARANGE, make(Op.DIM, ct, axis=axis), dim=n.attrs["dim"]), first)
+    return make(Op.SCATTER, zeros_like(make, x), at, ct, axis=axis), None, None
 
 
 def _index_mask(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
@@ -88,7 +100,7 @@ register(
                                 make(Op.ARANGE, make.const(3, DType.int64), dim=3)]),
     OpDef(Op.SLICE, "x[start:stop] along an axis, of run-time size dim", 3, _slice, _slice_impl,
           attrs=(Attr("axis", "int"), Attr("dim", "dim")), positions=along_positions, layout="axis",
-          precision="follower", example=_slice_example),
+          precision="follower", example=_slice_example, vjp=_slice_vjp),
     OpDef(Op.INDEX_MASK, "bool[rows, cols] holding i rel j", 2, _index_mask, _index_mask_impl,
           attrs=(Attr("rel", "str", choices=tuple(RELATIONS)), Attr("dims", "dims")), layout="index_mask",
           check=_index_mask_check, example=_index_mask_example),

@@ -58,23 +58,23 @@ def parse_ids(text: str | None, flag: str) -> list[int] | None:
 
 
 class _Progress:
-    """`generate ▕████▏ 12/32 tokens  31 ms/token` on stderr, redrawn in place."""
+    """`generate ▕████▏ 12/32 tokens, ms/token` on stderr: a tqdm bar, called with the tokens done so far."""
 
     def __init__(self, total: int) -> None:
-        self.total, self.start = total, time.perf_counter()
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc="generate", unit="token", file=sys.stderr,
+                        bar_format="{desc} ▕{bar:24}▏ {n_fmt}/{total_fmt} tokens {postfix}")
+        self.start = time.perf_counter()
 
     def __call__(self, done: int) -> None:
-        width = 24
-        fill = round(width * done / self.total)
-        per = (time.perf_counter() - self.start) / done * 1e3
-        end = "\n" if done >= self.total else ""
-        sys.stderr.write(f"\rgenerate ▕{'█' * fill}{' ' * (width - fill)}▏ {done}/{self.total} tokens "
-                         f"{per:5.0f} ms/token{end}")
-        sys.stderr.flush()
+        self.bar.update(done - self.bar.n)
+        self.bar.set_postfix_str(f"{(time.perf_counter() - self.start) / done * 1e3:5.0f} ms/token")
 
     def finish(self, done: int) -> None:
-        if done < self.total:  # stopped early at the end token
-            sys.stderr.write("  (stopped at the end token)\n")
+        self.bar.close()
+        if done < self.bar.total:  # stopped early at the end token
+            sys.stderr.write("(stopped at the end token)\n")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -125,6 +125,13 @@ def structure() -> Graph:
         # rows 3 and 1 of x replaced by −x's first two rows
         "put": op(Op.SCATTER, x, op(Op.SUB, const(3, I64), op(Op.MUL, op(Op.ARANGE, two, dim=2), two)),
                   op(Op.SLICE, op(Op.NEG, x), const(0, I64), two, axis=1, dim=2), axis=1),
+        # a gather's transpose: rows 0, 1, 0 of x get x's first three rows added (row 0 twice), and rows
+        # 0, 1, 2, 0 its four, indexed by a 2×2 table
+        "add_at": op(Op.SCATTER_ADD, x, op(Op.MOD, op(Op.ARANGE, const(3, I64), dim=3), two),
+                     op(Op.SLICE, x, const(0, I64), const(3, I64), axis=1, dim=3), axis=1),
+        "add_at_table": op(Op.SCATTER_ADD, x, op(Op.RESHAPE, op(Op.MOD, op(Op.ARANGE, const(4, I64), dim=4),
+                                                                  const(3, I64)), shape=(2, 2)),
+                           op(Op.RESHAPE, x, shape=("batch", 2, 2, "seq")), axis=1),
         "sum_keep": op(Op.REDUCE_SUM, x, axes=(1,), keepdims=True),
         "mean_all": op(Op.REDUCE_MEAN, x, axes=(0, 1, 2), keepdims=False),
         "max_neg_axis": op(Op.REDUCE_MAX, x, axes=(-1,), keepdims=False),

@@ -1,5 +1,5 @@
 """Data movement → ONNX: Transpose, Unsqueeze, Squeeze, Reshape (run-time dims read off the operand),
-Concat, Gather, ScatterElements, Slice, and the elements of a tuple."""
+Concat, Gather, ScatterElements, ScatterND (a scatter-add), Slice, and the elements of a tuple."""
 
 from __future__ import annotations
 
@@ -43,6 +43,25 @@ def _scatter(e: Emitter, n: Node) -> str:
     column = e.emit("Reshape", [e.value(idx), e.ints(shape)])
     every = e.emit("Expand", [column, e.emit("Shape", [e.value(upd)])])
     return e.emit("ScatterElements", [e.value(data), every, e.value(upd)], out=e.out, axis=axis)
+
+
+@lowers(Op.SCATTER_ADD)
+def _scatter_add(e: Emitter, n: Node) -> str:
+    # ScatterND scatters along leading axes: the data's axis moved first, the updates' index axes
+    # moved first (then the data's other axes in order), and the sum moved back. Repeated indices add up.
+    data, idx, upd = n.src
+    rank, r = data.type.rank, idx.type.rank
+    axis = n.attrs["axis"] % rank
+    to_front = [axis, *(i for i in range(rank) if i != axis)]
+    upd_perm = [*range(axis, axis + r), *range(axis), *range(axis + r, upd.type.rank)]
+    front = e.emit("Transpose", [e.value(data)], perm=to_front) if axis else e.value(data)
+    rows = e.emit("Transpose", [e.value(upd)], perm=upd_perm) if axis else e.value(upd)
+    at = e.emit("Unsqueeze", [e.value(idx), e.ints([r])])
+    if not axis:
+        return e.emit("ScatterND", [front, at, rows], out=e.out, reduction="add")
+    summed = e.emit("ScatterND", [front, at, rows], reduction="add")
+    back = [to_front.index(i) for i in range(rank)]
+    return e.emit("Transpose", [summed], perm=back, out=e.out)
 
 
 @lowers(Op.SLICE)

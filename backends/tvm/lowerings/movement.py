@@ -81,6 +81,23 @@ def _scatter(lw: RelaxLowering, n: Node) -> Any:
     return R.scatter_elements(lw.tensor(n.src[0]), every, upd, axis=axis)
 
 
+@lowers(Op.SCATTER_ADD)
+def _scatter_add(lw: RelaxLowering, n: Node) -> Any:
+    # As in ONNX (backends/onnx/lowerings/movement.py): scatter_nd along leading axes, summing repeats.
+    data, idx, upd = n.src
+    rank, r = data.type.rank, idx.type.rank
+    axis = n.attrs["axis"] % rank
+    _check_indices(lw, n, axis)
+    to_front = [axis, *(i for i in range(rank) if i != axis)]
+    front = lw.emit(R.permute_dims(lw.tensor(data), to_front)) if axis else lw.tensor(data)
+    rows = lw.tensor(upd)
+    if axis:
+        rows = lw.emit(R.permute_dims(rows, [*range(axis, axis + r), *range(axis), *range(axis + r, upd.type.rank)]))
+    at = lw.emit(R.expand_dims(lw.tensor(idx), r))
+    summed = R.scatter_nd(front, at, rows, reduction="add")
+    return R.permute_dims(lw.emit(summed), [to_front.index(i) for i in range(rank)]) if axis else summed
+
+
 def _check_indices(lw: RelaxLowering, n: Node, axis: int) -> None:
     """Gather (or scatter) indices computed in the graph: an error at run time unless all are in [-size, size).
 

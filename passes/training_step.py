@@ -1,0 +1,151 @@
+"""One training step as one IR graph: parameters, optimizer state, the batch and η go in; the loss, the new
+parameters and the new state come out. Every backend compiles it like a forward graph (ONNX with
+standard ops only, TVM, the interpreter), and a runtime feeds each step's outputs back as the next
+step's inputs.
+
+    SGD (the paper's Algorithms 11–13):   θ ← θ − η · ∇loss(θ)
+    AdamW (Loshchilov & Hutter), as torch.optim.AdamW computes it, with t counting steps from 1:
+        g ← g · min(1, c / (‖g‖ + 10⁻⁶))      gradient-norm clipping over all trainable θ, if c is set
+        θ ← θ · (1 − η λ)                        decoupled weight decay
+        m ← β₁ m + (1 − β₁) g,   v ← β₂ v + (1 − β₂) g²
+        θ ← θ − η / (1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)
+
+AdamW is a built-in rather than a line of the notation: the notation has no way to declare state
+shaped like a parameter group (m, v : θ) that outlives one call, nor a step counter, so a file cannot
+say it; the step size schedule (warm-up, cosine) is the runtime's, since η is an input.
+
+Names: a trainable parameter is the input of its own name (`theta.W_e`) and the output `new.theta.W_e`;
+AdamW's state is `m.<name>`, `v.<name>` and the step count `t` (float32[]), each with its `new.` output;
+η is the input `lr`. Frozen parameters stay PARAMs (weights the backend embeds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pseudoformer.ir import DType, Graph, Node, Op, TensorType
+from pseudoformer.passes.autodiff import GRAD, AutodiffError, gradients, trainable_params
+from pseudoformer.passes.rebuild import rebuild
+
+NEW = "new."
+LR = "lr"
+STEP = "t"
+SCALAR = TensorType(DType.float32, ())
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """What the step computes after the gradient: `sgd`, or `adamw` with its constants; clip > 0 clips
+    the gradient's global norm to it (either optimizer)."""
+
+    kind: str = "sgd"
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    clip: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("sgd", "adamw"):
+            raise AutodiffError(f"unknown optimizer {self.kind!r}: the optimizers are sgd and adamw")
+
+    def state(self, name: str) -> list[str]:
+        """The state inputs one trainable parameter has."""
+        return [f"m.{name}", f"v.{name}"] if self.kind == "adamw" else []
+
+
+def tie(graph: Graph, ties: Mapping[str, str]) -> Graph:
+    """Each parameter named as a key read as the transpose of the one it names (W_u = W_eᵀ), so that training
+    updates one tensor, as HF does with tie_word_embeddings."""
+    if not ties:
+        return graph
+    memo: dict[int, Node] = {}
+    owners = {p.attrs["name"]: p for p in graph.params()}
+    for n in graph.nodes():
+        if n.op is Op.PARAM and n.attrs["name"] in ties:
+            owner = owners[ties[n.attrs["name"]]]
+            memo[id(n)] = Node(Op.TRANSPOSE, (owner,), {"perm": [1, 0]}, span=n.span, scope=n.scope)
+            continue
+        src = tuple(memo.get(id(s), s) for s in n.src)
+        same = all(a is b for a, b in zip(src, n.src, strict=True))
+        memo[id(n)] = n if same else Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
+    return Graph(list(graph.inputs), [(k, memo[id(v)]) for k, v in graph.outputs], dict(graph.meta))
+
+
+class _Make:
+    def __call__(self, op: Op, *src: Any, **attrs: Any) -> Node:
+        return Node(op, tuple(src), attrs)
+
+    def const(self, v: float) -> Node:
+        return Node(Op.CONST, (), {"value": float(v), "dtype": DType.float32})
+
+    def input(self, name: str, t: TensorType) -> Node:
+        return Node(Op.INPUT, (), {"name": name, "type": t})
+
+
+def step_graph(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None = None,
+               optimizer: Optimizer | None = None, *, output: str | None = None) -> Graph:
+    """The training step of a loss graph (see the module's docstring for its inputs and outputs)."""
+    opt = optimizer or Optimizer()
+    names = list(trainable_params(graph, train))
+    if not names:
+        raise AutodiffError("nothing to train: every parameter is frozen")
+    grads = gradients(graph, names, output=output)
+    make = _Make()
+    as_inputs: dict[str, Node] = {}
+
+    def unfreeze(n: Node, src: tuple[Node, ...]) -> Node | None:
+        if n.op is Op.PARAM and n.attrs["name"] in names:
+            return as_inputs.setdefault(n.attrs["name"], make.input(n.attrs["name"], n.type))
+        return None
+
+    grads, _ = rebuild(grads, unfreeze)
+    outs = dict(grads.outputs)
+    lr = make.input(LR, SCALAR)
+    g = {k: outs[GRAD + k] for k in names}
+    if opt.clip > 0:
+        g = _clip(make, g, opt.clip)
+    inputs = [*graph.inputs, lr, *(as_inputs[k] for k in names)]
+    outputs: list[tuple[str, Node]] = [("loss", outs["loss"])]
+    if opt.kind == "sgd":
+        outputs += [(NEW + k, make(Op.SUB, as_inputs[k], make(Op.MUL, lr, g[k]))) for k in names]
+    else:
+        t = make.input(STEP, SCALAR)
+        inputs.append(t)
+        new_t = make(Op.ADD, t, make.const(1.0))
+        states: list[tuple[str, Node]] = []
+        for k in names:
+            m, v = (make.input(s, as_inputs[k].type) for s in opt.state(k))
+            inputs += [m, v]
+            theta, m2, v2 = _adamw(make, opt, as_inputs[k], g[k], m, v, lr, new_t)
+            outputs.append((NEW + k, theta))
+            states += [(NEW + m.attrs["name"], m2), (NEW + v.attrs["name"], v2)]
+        outputs += [*states, (NEW + STEP, new_t)]
+    meta = {**graph.meta, "training": {"trainable": names, "optimizer": opt.kind}}
+    return Graph(inputs, outputs, meta)
+
+
+def _clip(make: _Make, g: dict[str, Node], c: float) -> dict[str, Node]:
+    squares = [make(Op.REDUCE_SUM, make(Op.MUL, x, x), axes=list(range(x.type.rank)), keepdims=False)
+               for x in g.values()]
+    total = squares[0]
+    for s in squares[1:]:
+        total = make(Op.ADD, total, s)
+    norm = make(Op.SQRT, total)
+    coef = make(Op.MIN, make(Op.DIV, make.const(c), make(Op.ADD, norm, make.const(1e-6))), make.const(1.0))
+    return {k: make(Op.MUL, x, coef) for k, x in g.items()}
+
+
+def _adamw(make: _Make, o: Optimizer, theta: Node, g: Node, m: Node, v: Node, lr: Node, t: Node,
+           ) -> tuple[Node, Node, Node]:
+    one = make.const(1.0)
+    decayed = make(Op.MUL, theta, make(Op.SUB, one, make(Op.MUL, lr, make.const(o.weight_decay))))
+    m2 = make(Op.ADD, make(Op.MUL, m, make.const(o.beta1)), make(Op.MUL, g, make.const(1 - o.beta1)))
+    v2 = make(Op.ADD, make(Op.MUL, v, make.const(o.beta2)), make(Op.MUL, make(Op.MUL, g, g), make.const(1 - o.beta2)))
+    bc1 = make(Op.SUB, one, make(Op.POW, make.const(o.beta1), t))
+    bc2 = make(Op.SQRT, make(Op.SUB, one, make(Op.POW, make.const(o.beta2), t)))
+    denom = make(Op.ADD, make(Op.DIV, make(Op.SQRT, v2), bc2), make.const(o.eps))
+    step = make(Op.MUL, make(Op.DIV, lr, bc1), make(Op.DIV, m2, denom))
+    return make(Op.SUB, decayed, step), m2, v2

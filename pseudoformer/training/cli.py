@@ -1,0 +1,64 @@
+"""`pseudoformer train FILE --data DATA`: the command over pseudoformer.train (loop.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from pseudoformer.training.runtimes import BACKENDS
+
+
+def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None]) -> None:
+    t = sub.add_parser("train", help="train a loss or training algorithm's parameters on token data")
+    t.add_argument("file", metavar="FILE", help="a .alg file whose entry computes a loss per example, or a "
+                   "training algorithm (the paper's 11–13)")
+    model_args(t)
+    t.add_argument("--data", required=True, help="token ids (.npy, int, [n] or [rows, n]) or a text file with "
+                   "--tokenizer")
+    t.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json (or a directory holding one) "
+                   "that turns a text --data file into token ids")
+    t.add_argument("--weights", help="start from a .safetensors file of ours or a HuggingFace checkpoint directory")
+    t.add_argument("--seed", type=int, default=0, help="seed of the init (without --weights) and of the shuffling")
+    t.add_argument("--seq-len", type=int, default=128, metavar="N", help="tokens per sequence (default 128)")
+    t.add_argument("--batch-size", type=int, default=8, metavar="B", help="sequences per step (default 8)")
+    t.add_argument("--epochs", type=int, help="passes over the data (default: N_epochs of a training algorithm, "
+                   "else 1)")
+    t.add_argument("--steps", type=int, help="stop after this many steps (default: the epochs' worth)")
+    t.add_argument("--lr", type=float, help="the step size η (default: a training algorithm's η)")
+    t.add_argument("--optimizer", choices=["sgd", "adamw"], help="sgd, as the paper writes it (the default for a "
+                   "training algorithm), or adamw (the default for a loss algorithm)")
+    t.add_argument("--warmup", type=int, default=0, metavar="STEPS",
+                   help="adamw: η rises linearly over these steps, then falls on a cosine to 0 at the last step")
+    t.add_argument("--clip", type=float, default=0.0, help="clip the gradient's global norm to this (default: no)")
+    t.add_argument("--weight-decay", type=float, default=0.01, help="adamw's decoupled weight decay λ")
+    t.add_argument("--train", action="append", metavar="NAME",
+                   help="train only this parameter (repeatable; the rest stay frozen), e.g. LoRA's A and B")
+    t.add_argument("--backend", choices=BACKENDS, default="onnxruntime", help="onnxruntime (default), tvm or "
+                   "interpreter (the numpy reference)")
+    t.add_argument("--threads", type=int, help="onnxruntime threads (default: all cores)")
+    t.add_argument("--save-every", type=int, default=0, metavar="N", help="write a checkpoint every N steps")
+    t.add_argument("-o", "--output", metavar="DIR", help="write the checkpoint (model.safetensors, and hf/ for a "
+                   "HuggingFace model), the loss curve (loss.csv, loss.svg) and training.json here")
+    t.add_argument("-O", dest="opt", type=int, default=2, metavar="LEVEL", help="optimisation level (default -O2)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pseudoformer.training.loop import train
+
+    if args.save_every and args.output is None:
+        print("error: --save-every needs -o DIR to save to", file=sys.stderr)
+        return 1
+    result = train(args.file, args.data, entry=args.entry, config=args.config, defines=args.defines,
+                   weights=args.weights, seed=args.seed, tokenizer=args.tokenizer, seq_len=args.seq_len,
+                   batch_size=args.batch_size, epochs=args.epochs, steps=args.steps, lr=args.lr,
+                   optimizer=args.optimizer, warmup=args.warmup, clip=args.clip, weight_decay=args.weight_decay,
+                   trainable=args.train, backend=args.backend, save_every=args.save_every, out=args.output,
+                   threads=args.threads, level=args.opt)
+    last = f"{result.losses[-1]:.4f}" if result.losses else "none"
+    saved = f"; saved to {result.out}" if result.out is not None else ""
+    if result.interrupted:
+        print(f"interrupted after step {result.steps}{saved}", file=sys.stderr)
+        return 130 if result.out is None else 0
+    print(f"trained {result.steps} steps, last loss {last}{saved}", file=sys.stderr)
+    return 0

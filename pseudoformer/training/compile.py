@@ -1,0 +1,55 @@
+"""A loss model (pseudoformer.load of a loss algorithm) → its training step graph, the frozen weights it
+embeds, and the values its first step takes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from pseudoformer.ir import Graph
+from pseudoformer.passes.manager import LEVELS, named_pipeline, passes, pipeline, run_passes
+from pseudoformer.passes.training_step import Optimizer, step_graph, tie
+from pseudoformer.training.runtimes import initial_state
+
+
+@dataclass
+class CompiledStep:
+    graph: Graph  # the step graph
+    frozen: dict[str, np.ndarray]  # the weights it embeds (PARAMs)
+    state: dict[str, np.ndarray]  # the trainable parameters and optimizer state of its first step
+    trainable: list[str]
+    ties: dict[str, str]
+
+
+def tied_unembedding(graph: Graph, tied: bool) -> dict[str, str]:
+    """{unembedding: embedding} for a model that reads W_u = W_eᵀ from a tied checkpoint (llama.alg's W_u)."""
+    if not tied:
+        return {}
+    params = {p.attrs["name"]: p for p in graph.params()}
+    out = {}
+    for name, p in params.items():
+        if name.rsplit(".", 1)[-1] == "W_u":
+            emb = name[: -len("W_u")] + "W_e"
+            if emb in params and tuple(params[emb].shape) == tuple(reversed(p.shape)):
+                out[name] = emb
+    return out
+
+
+def compile_step(graph: Graph, weights: Mapping[str, np.ndarray], *,
+                 train: Callable[[str], bool] | Iterable[str] | None = None, optimizer: Optimizer | None = None,
+                 level: int = 2, ties: Mapping[str, str] | None = None) -> CompiledStep:
+    opt = optimizer or Optimizer()
+    ties = dict(ties or {})
+    graph = tie(graph, ties)
+    graph = run_passes(graph, pipeline(level))
+    graph = run_passes(graph, named_pipeline("training"))
+    step = step_graph(graph, train, opt)
+    reg = passes()
+    step = run_passes(step, [reg[n] for n in LEVELS[1]])
+    trainable = list(step.meta["training"]["trainable"])
+    used = {p.attrs["name"] for p in step.params()}
+    frozen = {k: np.asarray(v, np.float32) for k, v in weights.items() if k in used}
+    state = initial_state(step, weights, opt)
+    return CompiledStep(step, frozen, state, trainable, ties)

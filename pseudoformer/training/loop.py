@@ -1,0 +1,241 @@
+"""`pseudoformer.train`: load a loss algorithm (or a training algorithm, whose plan the frontend made),
+compile its training step for a backend, and run it over the data: a tqdm bar (step, loss, tokens/s),
+a step size schedule, checkpoints every --save-every steps and at the end, the loss curve.
+
+A NaN or infinite loss stops training with a message naming the step, after the last good checkpoint
+was kept (the bad step's update is never saved); Ctrl-C saves a checkpoint of the last finished step
+and returns cleanly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.errors import CompileError, UsageError
+from pseudoformer.inputs import token_bounds
+from pseudoformer.model import Model, load
+from pseudoformer.passes.training_step import STEP, Optimizer
+from pseudoformer.training import data as datasets
+from pseudoformer.training.compile import CompiledStep, compile_step, tied_unembedding
+from pseudoformer.training.outputs import (
+    group_prefix,
+    hf_onto_group,
+    save_checkpoint,
+    write_loss_curve,
+    write_meta,
+)
+from pseudoformer.training.runtimes import BACKENDS, make_runtime
+
+
+class TrainingStopped(UsageError):
+    """Training cannot go on (a loss that is not finite); the last good checkpoint is kept."""
+
+
+@dataclass
+class TrainResult:
+    losses: list[float]
+    weights: dict[str, np.ndarray]  # every parameter after the last finished step
+    steps: int
+    interrupted: bool = False
+    out: Path | None = None
+    history: list[tuple[int, float, float]] = field(default_factory=list)  # (step, loss, tokens/s)
+
+
+def step_size(step: int, lr: float, warmup: int, total: int, schedule: str) -> float:
+    """η at step (from 1): constant, or linear warm-up over `warmup` steps then cosine decay to 0 at `total`."""
+    if schedule == "constant":
+        return lr
+    if warmup and step <= warmup:
+        return lr * step / warmup
+    span = max(total - warmup, 1)
+    return lr * 0.5 * (1 + math.cos(math.pi * min(step - warmup, span) / span))
+
+
+def _load(source: str | Path, weights: str | Path | None, seed: int, **kw: Any) -> tuple[Model, Path | None, str]:
+    """The loss model with its weights, the HF checkpoint directory they came from (if one), and the
+    parameter group's prefix in our names ("theta."): a HF checkpoint of the model a loss algorithm calls
+    (θ : GPT2) goes onto the group when the loader cannot place it itself."""
+    wdir = Path(weights) if weights is not None else None
+    try:
+        return load(source, weights=weights, seed=seed, **kw), wdir if wdir and wdir.is_dir() else None, ""
+    except UsageError:
+        if wdir is None or not wdir.is_dir():
+            raise
+    model = _load_sized_by(wdir, source, seed, **kw)
+    model.weights = hf_onto_group(wdir, list(model.weights))
+    prefix = group_prefix(list(model.weights), {k.split(".", 1)[1]: None for k in model.weights if "." in k}) or ""
+    return model, wdir, prefix
+
+
+def _load_sized_by(wdir: Path, source: str | Path, seed: int, **kw: Any) -> Model:
+    """The loss model at the sizes of the checkpoint's config.json, given as -D (those the loss algorithm
+    does not declare left out: the loader takes them as optional only when it binds the weights itself)."""
+    from pseudoformer.weights import hf_hyperparameters, read_hf_config
+
+    sizes = {k: v for k, v in hf_hyperparameters(read_hf_config(wdir)).items()}
+    user = list(kw.pop("defines", []) or [])
+    for _ in range(2):
+        try:
+            return load(source, seed=seed, defines=[f"{k}={v}" for k, v in sizes.items()] + user, **kw)
+        except CompileError as e:
+            unknown = re.search(r"unknown hyperparameters? (.+) for ", e.errors[0].message)
+            if unknown is None:
+                raise
+            for name in unknown.group(1).split(", "):
+                sizes.pop(name, None)
+    raise AssertionError("unreachable")
+
+
+def _plan_settings(model: Model) -> dict[str, Any]:
+    """What a training algorithm's plan (frontend/training_plan.py) says: η, N_epochs, the loss's inputs."""
+    plan = getattr(model, "training", None)
+    if plan is None:
+        return {}
+    hp = model.config.hyperparameters
+    return {"lr": hp.get(plan.learning_rate), "epochs": hp.get(plan.epochs), "plan": plan}
+
+
+def _feeds(plan: Any, model: Model, rows: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The loss graph's inputs for a batch of sequences: the tokens, or ETraining's masked copy."""
+    if plan is None:
+        return {model.input_names[0]: rows}
+    if plan.masking is not None:
+        m, hp = plan.masking, model.config.hyperparameters
+        token = m.mask_token if isinstance(m.mask_token, int) else int(hp[m.mask_token])
+        hide = rng.random(rows.shape) < float(hp[m.probability])
+        return {m.masked_input: np.where(hide, token, rows), m.target_input: rows,
+                m.positions_input: hide.astype(np.float32)}
+    if len(plan.loss_inputs) != 1:
+        raise UsageError(f"{plan.algorithm} trains on pairs ({', '.join(plan.data)}): `train` reads one token stream")
+    return {plan.loss_inputs[0]: rows}
+
+
+def train(source: str | Path, data: str | Path | np.ndarray, *, entry: str | None = None,
+          config: str | Path | None = None, defines: Sequence[str] | None = None, weights: str | Path | None = None,
+          seed: int = 0, tokenizer: str | Path | None = None, seq_len: int = 128, batch_size: int = 8,
+          epochs: int | None = None, steps: int | None = None, lr: float | None = None, optimizer: str | None = None,
+          warmup: int = 0, schedule: str | None = None, clip: float = 0.0, weight_decay: float = 0.01,
+          trainable: Sequence[str] | None = None, backend: str = "onnxruntime", save_every: int = 0,
+          out: str | Path | None = None, threads: int | None = None, progress: bool = True,
+          level: int = 2) -> TrainResult:
+    """Train the parameters of a loss algorithm's model (see the module's docstring); returns the losses and
+    the trained weights. `trainable`: the parameter names to train (the rest frozen); all by default."""
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r}: the backends are {', '.join(BACKENDS)}")
+    model, hf_dir, prefix = _load(source, weights, seed, entry=entry, config=config, defines=list(defines or []))
+    settings = _plan_settings(model)
+    lr = lr if lr is not None else settings.get("lr")
+    if lr is None or not lr > 0 or not math.isfinite(lr):
+        raise UsageError(f"--lr must be a number > 0, got {lr}" if lr is not None else "give a step size: --lr ETA")
+    epochs = epochs if epochs is not None else int(settings.get("epochs") or 1)
+    if epochs < 1 or (steps is not None and steps < 1):
+        raise UsageError("--epochs and --steps must be at least 1")
+    opt = Optimizer(optimizer or ("sgd" if "plan" in settings else "adamw"), clip=clip, weight_decay=weight_decay)
+    loss_name = settings["plan"].loss_output if "plan" in settings else None
+    ids = data if isinstance(data, np.ndarray) else datasets.read_tokens(data, tokenizer)
+    bounds = token_bounds(model.graph)
+    rows = datasets.sequences(np.asarray(ids, np.int64).reshape(-1), seq_len,
+                              min(bounds.values()) if bounds else None, str(data) if not isinstance(data, np.ndarray)
+                              else "the data")
+    per_epoch = math.ceil(len(rows) / batch_size)
+    total = steps if steps is not None else per_epoch * epochs
+    ties = tied_unembedding(model.graph, _tied(hf_dir))
+    step = compile_step(model.graph, model.weights, train=trainable, optimizer=opt, level=level, ties=ties)
+    if loss_name is not None and step.graph.outputs[0][0] != "loss":
+        raise UsageError(f"the loss output {loss_name!r} was not found")
+    options = {"threads": threads} if backend == "onnxruntime" else {}
+    runtime = make_runtime(backend, step.graph, step.frozen, step.state, **options)
+    outdir = Path(out) if out is not None else None
+    sched = schedule or ("cosine" if opt.kind == "adamw" and warmup else "constant")
+    return _loop(model, step, runtime, rows, batch_size, total, lr, warmup, sched, seed, save_every, outdir,
+                 (hf_dir, prefix), progress, settings.get("plan"))
+
+
+def _tied(hf_dir: Path | None) -> bool:
+    if hf_dir is None:
+        return False
+    from pseudoformer.weights.hf_checkpoint import read_hf_config
+
+    return bool(read_hf_config(hf_dir).get("tie_word_embeddings", False))
+
+
+def _loop(model: Model, step: CompiledStep, runtime: Any, rows: np.ndarray, batch_size: int, total: int,
+          lr: float, warmup: int, schedule: str, seed: int, save_every: int, outdir: Path | None,
+          hf: tuple[Path | None, str], progress: bool, plan: Any) -> TrainResult:
+    from tqdm import tqdm
+
+    rng = np.random.default_rng(seed)
+    history: list[tuple[int, float, float]] = []
+    interrupted = [False]
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted[0] = True
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    bar = tqdm(total=total, desc="train", unit="step", disable=not progress, dynamic_ncols=True)
+    done, epoch = 0, 0
+    try:
+        while done < total and not interrupted[0]:
+            for batch in datasets.batches(rows, batch_size, seed, epoch):
+                if done >= total or interrupted[0]:
+                    break
+                t0 = time.perf_counter()
+                eta = step_size(done + 1, lr, warmup, total, schedule)
+                loss = runtime.step(_feeds(plan, model, batch, rng), eta)
+                if not math.isfinite(loss):
+                    _stop(done + 1, loss, outdir)
+                done += 1
+                rate = batch.size / (time.perf_counter() - t0)
+                history.append((done, loss, rate))
+                bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rate:,.0f}")
+                bar.update(1)
+                if outdir is not None and save_every and done % save_every == 0:
+                    _save(model, step, runtime, outdir, hf, history)
+            epoch += 1
+    finally:
+        bar.close()
+        signal.signal(signal.SIGINT, previous)
+    result = TrainResult([h[1] for h in history], _weights(model, step, runtime), done, interrupted[0], outdir,
+                         history)
+    if outdir is not None:
+        _save(model, step, runtime, outdir, hf, history)
+    return result
+
+
+def _stop(step: int, loss: float, outdir: Path | None) -> None:
+    kept = f"; the last good checkpoint is in {outdir}" if outdir is not None and (outdir / "model.safetensors"
+                                                                                   ).exists() else ""
+    raise TrainingStopped(f"the loss became {loss} at step {step}: training stopped (lower --lr, or clip the "
+                          f"gradient with --clip){kept}")
+
+
+def _weights(model: Model, step: CompiledStep, runtime: Any) -> dict[str, np.ndarray]:
+    values = runtime.values()
+    out = {k: values.get(k, v) for k, v in model.weights.items()}
+    for unemb, emb in step.ties.items():
+        out[unemb] = np.ascontiguousarray(out[emb].T)
+    return out
+
+
+def _save(model: Model, step: CompiledStep, runtime: Any, outdir: Path, hf: tuple[Path | None, str],
+          history: list[tuple[int, float, float]]) -> None:
+    weights = _weights(model, step, runtime)
+    save_checkpoint(outdir, weights, *hf)
+    values = runtime.values()
+    state = {k: v for k, v in values.items() if k.startswith(("m.", "v.")) or k == STEP}
+    if state:
+        from pseudoformer.weights.safetensors_io import save_weights
+
+        save_weights(state, outdir / "optimizer.safetensors")
+    write_loss_curve(outdir, history)
+    write_meta(outdir, {"source": str(model.source), "steps": len(history), "trainable": step.trainable,
+                        "ties": step.ties, "last_loss": history[-1][1] if history else None})

@@ -1,0 +1,129 @@
+"""What training writes: checkpoints (ours, and for the HF families a HF checkpoint directory), and the
+loss curve as CSV and SVG. Every file is written atomically (atomic_write.py): an interrupted save leaves
+the last complete one in place. Also: HF weights onto a loss model's parameter group (θ : GPT2)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from pseudoformer.atomic_write import atomic_path, write_atomic
+from pseudoformer.errors import UsageError
+from pseudoformer.weights import WeightsError
+from pseudoformer.weights.hf_checkpoint import MAPPERS, read_hf_config, read_hf_tensors
+from pseudoformer.weights.safetensors_io import save_weights
+
+CHECKPOINT = "model.safetensors"
+HF_DIR = "hf"
+HF_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+            "special_tokens_map.json", "vocab.json", "merges.txt")
+
+
+def group_prefix(expected: Sequence[str], ours: Mapping[str, object]) -> str | None:
+    """The prefix that puts a model's names under a loss model's parameter group ("theta."), if one does."""
+    for e in expected:
+        for k in ours:
+            if e.endswith("." + k):
+                prefix = e[: -len(k)]
+                if all(prefix + name in expected for name in ours if not name.startswith("_")):
+                    return prefix
+    return None
+
+
+def hf_onto_group(directory: Path, expected: Sequence[str]) -> dict[str, np.ndarray]:
+    """A HF checkpoint's tensors, mapped to the model's names and placed under the loss model's group."""
+    try:
+        config = read_hf_config(directory)
+        col = MAPPERS[str(config.get("model_type"))](read_hf_tensors(directory), config, ())
+    except (WeightsError, KeyError) as e:
+        raise UsageError(f"cannot read {directory} as a HuggingFace checkpoint: {e}") from None
+    if col.problems:
+        raise UsageError(f"{directory}: " + "; ".join(str(p) for p in col.problems))
+    prefix = group_prefix(expected, col.tensors)
+    if prefix is None:
+        raise UsageError(f"the tensors of {directory} do not fit the parameters of the loss algorithm")
+    return {prefix + k: np.asarray(v, np.float32) for k, v in col.tensors.items() if prefix + k in expected}
+
+
+def save_checkpoint(directory: Path, weights: Mapping[str, np.ndarray], hf_source: Path | None = None,
+                    prefix: str = "") -> None:
+    """directory/model.safetensors (our names); with a HF source, directory/hf/ too: a HF checkpoint."""
+    directory.mkdir(parents=True, exist_ok=True)
+    save_weights(weights, directory / CHECKPOINT)
+    if hf_source is not None:
+        export_hf(hf_source, {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)},
+                  directory / HF_DIR)
+
+
+def export_hf(source: Path, ours: Mapping[str, np.ndarray], target: Path) -> None:
+    """The source checkpoint with its tensors replaced by the trained ones. The HF → ours mapping only moves
+    values (transposes, head slices), so it is inverted by mapping each HF tensor's element indices: where
+    an index lands in our tensor is where that element's trained value is."""
+    config = read_hf_config(source)
+    tensors = read_hf_tensors(source)
+    offsets, start = {}, 0
+    for name, t in tensors.items():
+        offsets[name] = start
+        start += t.size
+    ids = {n: (np.arange(t.size, dtype=np.float64) + offsets[n]).reshape(t.shape) for n, t in tensors.items()}
+    mapped = MAPPERS[str(config.get("model_type"))](ids, config, ()).tensors
+    flat = np.concatenate([t.astype(np.float32).reshape(-1) for t in tensors.values()]) if tensors else np.zeros(0)
+    for k, where in mapped.items():
+        if k in ours:
+            flat[np.asarray(where, np.int64).reshape(-1)] = np.asarray(ours[k], np.float32).reshape(-1)
+    out = {n: flat[offsets[n]: offsets[n] + t.size].reshape(t.shape) for n, t in tensors.items()}
+    target.mkdir(parents=True, exist_ok=True)
+    for f in HF_FILES:
+        if (source / f).is_file():
+            with atomic_path(target / f) as tmp:
+                shutil.copyfile(source / f, tmp)
+    save_weights(out, target / CHECKPOINT)
+
+
+def write_loss_curve(directory: Path, losses: Sequence[tuple[int, float, float]]) -> None:
+    """loss.csv (step, loss, tokens per second) and loss.svg, a polyline of the loss by step."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["step", "loss", "tokens_per_s"])
+    w.writerows([(s, f"{v:.6g}", f"{r:.1f}") for s, v, r in losses])
+    write_atomic(directory / "loss.csv", lambda fh: fh.write(buf.getvalue().encode()))
+    write_atomic(directory / "loss.svg", lambda fh: fh.write(svg_curve([(s, v) for s, v, _ in losses]).encode()))
+
+
+def svg_curve(points: Sequence[tuple[int, float]], width: int = 640, height: int = 320) -> str:
+    """A line chart of (step, loss) as a standalone SVG: axes, the min and max loss, the first and last step."""
+    pad = 48
+    finite = [(s, v) for s, v in points if np.isfinite(v)]
+    if not finite:
+        finite = [(0, 0.0)]
+    s0, s1 = finite[0][0], max(finite[-1][0], finite[0][0] + 1)
+    lo, hi = min(v for _, v in finite), max(v for _, v in finite)
+    hi = hi if hi > lo else lo + 1.0
+
+    def xy(s: float, v: float) -> str:
+        x = pad + (s - s0) / (s1 - s0) * (width - 2 * pad)
+        y = height - pad - (v - lo) / (hi - lo) * (height - 2 * pad)
+        return f"{x:.1f},{y:.1f}"
+
+    line = " ".join(xy(s, v) for s, v in finite)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+            f'font-size="12">\n<rect width="100%" height="100%" fill="white"/>\n'
+            f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>\n'
+            f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>\n'
+            f'<text x="{pad - 4}" y="{pad + 4}" text-anchor="end">{hi:.4g}</text>\n'
+            f'<text x="{pad - 4}" y="{height - pad}" text-anchor="end">{lo:.4g}</text>\n'
+            f'<text x="{pad}" y="{height - pad + 16}" text-anchor="middle">{s0}</text>\n'
+            f'<text x="{width - pad}" y="{height - pad + 16}" text-anchor="middle">{s1}</text>\n'
+            f'<text x="{width / 2}" y="{height - 8}" text-anchor="middle">step</text>\n'
+            f'<text x="12" y="{height / 2}" transform="rotate(-90 12 {height / 2})" text-anchor="middle">loss</text>\n'
+            f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{line}"/>\n</svg>\n')
+
+
+def write_meta(directory: Path, meta: Mapping[str, object]) -> None:
+    write_atomic(directory / "training.json", lambda fh: fh.write(json.dumps(meta, indent=2).encode()))
