@@ -15,6 +15,8 @@ resolved. A source therefore cannot make pseudoformer read (and quote in a diagn
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -26,6 +28,7 @@ from pseudoformer.file_access import FileAccessError, read_bytes
 from pseudoformer.frontend.assemble import parse_module
 from pseudoformer.frontend.ast import Algorithm, Module, Use
 from pseudoformer.frontend.errors import ModuleError, UnknownNameError
+from pseudoformer.frontend.source_text import check_source_text
 
 
 @dataclass
@@ -59,9 +62,9 @@ def load_program(path: str | Path, source: str | None = None, include: Sequence[
     display = str(path)
     if Path(path).suffix != ".alg":
         raise UsageError(f"{display} is not a .alg file: pseudoformer compiles .alg sources")
-    if Path(path).exists() and Path(path).resolve().suffix != ".alg":
+    if Path(path).exists() and _resolve(Path(path)).suffix != ".alg":
         # Diagnostics quote lines of the source, so a link x.alg → /etc/passwd is no source.
-        raise UsageError(f"{display} links to {Path(path).resolve()}, which is not a .alg file")
+        raise UsageError(f"{display} links to {_resolve(Path(path))}, which is not a .alg file")
     roots = _roots(Path(path), include)
     text = source if source is not None else _read(Path(path), display, diags, None)
     if text is None:
@@ -70,7 +73,7 @@ def load_program(path: str | Path, source: str | None = None, include: Sequence[
     diags.errors.extend(errors)
     prog = Program(root=root)
     prog.modules[display] = root
-    _load_uses(prog, root, Path(path), diags, [str(Path(path).resolve())], roots)
+    _load_uses(prog, root, Path(path), diags, [str(_resolve(Path(path)))], roots)
     for mod in prog.modules.values():
         _build_scope(prog, mod, diags)
     diags.raise_if_any()
@@ -81,8 +84,9 @@ def load_program(path: str | Path, source: str | None = None, include: Sequence[
 def _parse(text: str, display: str) -> tuple[Module, tuple[AlgError, ...]]:
     """Parse a module once per process for each (text, name): the files a model uses are read by
     every load, and nothing changes a Module once it is built."""
+    text, refused = check_source_text(text, display)  # line breaks and bidi controls, before anything reads it
     module, diags = parse_module(text, display)
-    return module, tuple(diags.errors)
+    return module, (*refused, *diags.errors)
 
 
 def _roots(entry: Path, include: Sequence[str | Path]) -> list[Path]:
@@ -91,8 +95,8 @@ def _roots(entry: Path, include: Sequence[str | Path]) -> list[Path]:
         p = Path(d)
         if not p.is_dir():
             raise UsageError(f"--include {d}: no such directory")
-        extra.append(p.resolve())
-    return [entry.resolve().parent, *extra, models_root()]
+        extra.append(_resolve(p))
+    return [_resolve(entry).parent, *extra, models_root()]
 
 
 def _read(p: Path, display: str, diags: Diagnostics, pos: Pos | None) -> str | None:
@@ -159,7 +163,10 @@ def _locate(use: Use, path: Path, mod_display: str, roots: list[Path]) -> tuple[
         raise ModuleError(f"`use` takes a .alg file, not {rel!r}", use.pos)
     if Path(rel).is_absolute() or rel.startswith("~"):
         raise ModuleError(f"`use` takes a path relative to the using file, not {rel!r}", use.pos)
-    here = (path.parent / rel).resolve()
+    try:
+        here = _resolve(path.parent / rel)
+    except OSError as e:
+        raise ModuleError(f"`use {rel!r}`: {e.strerror}", use.pos) from None
     if not any(here.is_relative_to(r) for r in roots) or here.suffix != ".alg":
         raise ModuleError(f"`use {rel!r}` leads outside the directories a source may use: the entry file's "
                           "directory, the installed models/ and --include directories", use.pos)
@@ -168,10 +175,22 @@ def _locate(use: Use, path: Path, mod_display: str, roots: list[Path]) -> tuple[
     if here.exists():
         return here, display
     for root in roots[1:]:  # --include directories, then the installed models/
-        there = (root / rel).resolve()
+        try:
+            there = _resolve(root / rel)
+        except OSError:
+            continue
         if there.is_relative_to(root) and there.suffix == ".alg" and there.is_file():
             return there, str(there)
     return here, display
+
+
+def _resolve(p: Path) -> Path:
+    """Path.resolve, with a loop of symbolic links an OSError naming the path (Python 3.11 raises
+    RuntimeError for one, which would read as a bug in pseudoformer)."""
+    try:
+        return p.resolve()
+    except RuntimeError:
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(p)) from None
 
 
 def _line(mod: Module, pos: Pos) -> str:

@@ -1,25 +1,40 @@
-"""Writing a file atomically: every file pseudoformer writes goes through here.
+"""Writing files atomically, one file or a set of them: every file pseudoformer writes goes through here.
 
-The content goes to a temporary file beside the target, is synced, and is renamed over the target,
-so a reader (onnxruntime, a server watching the path) sees the old file or the new one, never half
-of one, and a crash or a full disk leaves the target as it was.
+Each file's content goes to a temporary file beside its target, is synced, and is renamed over the
+target, so a reader (onnxruntime, a server watching the path) sees the old file or the new one,
+never half of one, and a crash or a full disk leaves the target as it was.
 
-What is at the path decides whether it may be written:
+**Sets.** A model may be several files: an `.onnx` and its `.data`, a TVM `.so`, its weights and its
+manifest. They are written as one set (atomic_set): every part is written in full first, then they
+are renamed in a fixed order, the part that names the others last (the `.onnx`, the manifest). The
+parts are placed beside the *resolved* target: when `-o` is a symbolic link, the whole set goes to
+the directory the link leads to, named after the file it leads to, never split between two places.
+
+What is at a path decides whether it may be written:
   * nothing, or a regular file: written (a regular file is replaced);
   * a symbolic link: the file it leads to is written in its place, so the link stays, as `cp` does;
   * anything else (a directory, a character or block device such as /dev/null, a FIFO, a socket):
     refused. A rename would replace the device node itself (run as root, `-o /dev/null` used to
     leave a regular file at /dev/null), and writing through to a device cannot be atomic.
 
-Temporary files are named `.NAME.pseudoformer-PID-RANDOM.tmp` (a suffix may follow, as `.so`
-for TVM), so they are recognisable. While one exists, SIGTERM and SIGINT remove it before the
-process ends (_LiveFiles); a run killed outright (SIGKILL, a power cut) leaves it behind, and the next write to
-the same path removes such leftovers whose process is gone.
+**Replacing a file keeps what `cp` keeps**: its permission bits and owner (a 0600 file stays 0600),
+and its hard links. A rename cannot keep either when the file has other hard links or belongs to a
+user this process cannot give files to; such a file is rewritten in place from the finished
+temporary file, as `cp` does — its inode, links, owner and mode stay, at the cost of atomicity.
+
+**Temporary files** are named `.NAME.pseudoformer-TOKEN.tmp` (a suffix may follow, as `.so` for
+TVM). Each writer holds an exclusive lock (flock) on its own `.pseudoformer-TOKEN.lock` in the same
+directory for as long as it lives; the kernel releases it when the writer dies, however it dies, in
+whatever PID namespace it runs. Before writing, the directory is swept: a TOKEN whose lock can be
+taken belongs to a writer that is provably gone, and its files are removed. A temporary file whose
+lock is held, or that has no lock file at all, is never touched. SIGTERM and SIGINT remove a
+writer's own files before the process ends (_LiveFiles).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import shutil
@@ -27,7 +42,8 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,10 +51,24 @@ from pseudoformer.errors import UsageError
 from pseudoformer.regular_file import kind_of
 
 TAG = "pseudoformer"
+_LOCK = re.compile(rf"\.{TAG}-([A-Za-z0-9_]+)\.lock")
+_TEMP = re.compile(rf"\..+\.{TAG}-([A-Za-z0-9_]+)\.tmp[^/]*")
 
 
 class OutputError(UsageError):
     """An output path that cannot be written: a missing directory, a device, no permission, a full disk."""
+
+
+@dataclass(frozen=True)
+class Part:
+    """One file of a set: where it goes, given the set's resolved main target, and its temporary's suffix."""
+
+    name: str
+    place: Callable[[Path], Path]
+    suffix: str = ""
+
+
+MAIN = Part("main", lambda target: target)
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> Path:
@@ -51,36 +81,36 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
     """A temporary path to write in full (for libraries that write by name); on a clean exit it is
-    synced and renamed to `path`, on any exception removed. Nested, the inner path is committed first."""
+    synced and renamed to `path`, on any exception removed."""
+    with atomic_set(path, [Part("main", MAIN.place, suffix)]) as tmps:
+        yield tmps["main"]
+
+
+@contextlib.contextmanager
+def atomic_set(path: str | os.PathLike, parts: Sequence[Part]) -> Iterator[dict[str, Path]]:
+    """Temporary paths for each part of a set of files (by part name), committed in the order of `parts`
+    on a clean exit (put the part that names the others last), all removed on any exception."""
     target = _target(Path(path))
-    _remove_leftovers(target)
-    try:
-        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{TAG}-{os.getpid()}-",
-                                    suffix=f".tmp{suffix}")
-    except OSError as e:
-        raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
-    os.close(fd)
-    tmp = Path(name)
-    _live.add(tmp)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's file is private (0600); the result should not be
-        yield tmp
-        _fsync(tmp)
-        _target(Path(path))  # again: the path may have become a device while the content was written
-        os.replace(tmp, target)
-    except OSError as e:
-        raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        _live.discard(tmp)
+    targets = {p.name: _target(p.place(target)) for p in parts}
+    if any(t.parent != target.parent for t in targets.values()):
+        raise OutputError(f"cannot write {path}: the files of one model must share a directory")
+    _sweep(target.parent)
+    with _Writer(target.parent, path) as writer:
+        tmps = {p.name: writer.temporary(targets[p.name], p.suffix) for p in parts}
+        try:
+            yield tmps
+            for p in parts:
+                _fsync(tmps[p.name])
+            for p in parts:
+                _commit(tmps[p.name], _target(p.place(target)))  # again: the path may have changed meanwhile
+        except OSError as e:
+            raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
 
 
-def check_output(path: str | os.PathLike) -> None:
-    """Refuse, before any work, a path atomic_path would refuse (no directory, a device at the path)."""
-    _target(Path(path))
+def check_output(path: str | os.PathLike) -> Path:
+    """Refuse, before any work, a path atomic_path would refuse (no directory, a device at the path);
+    return the file that would be replaced (the path, or where its link leads)."""
+    return _target(Path(path))
 
 
 def _target(path: Path) -> Path:
@@ -92,7 +122,7 @@ def _target(path: Path) -> Path:
         st = os.stat(target)
     except FileNotFoundError:
         return target
-    except (OSError, ValueError) as e:  # a name too long, a NUL byte
+    except (OSError, ValueError) as e:  # a name too long, a NUL byte, a loop of links
         raise OutputError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None
     if not stat.S_ISREG(st.st_mode):
         via = f" (a link to {target})" if target != path else ""
@@ -101,35 +131,109 @@ def _target(path: Path) -> Path:
     return target
 
 
-def leftover_pattern(target: Path) -> re.Pattern[str]:
-    return re.compile(rf"\.{re.escape(target.name)}\.{TAG}-(\d+)-[^/]*\.tmp[^/]*")
+class _Writer:
+    """One writer's lock and temporary files in one directory; everything is removed on the way out."""
+
+    def __init__(self, directory: Path, shown: str | os.PathLike) -> None:
+        self.directory, self.shown = directory, shown
+        self.files: list[Path] = []
+
+    def __enter__(self) -> _Writer:
+        # The lock file is made under a name the sweep ignores, locked, and only then renamed to its
+        # sweepable name: no sweep can ever see it unlocked while this writer lives.
+        try:
+            fd, name = tempfile.mkstemp(dir=self.directory, prefix=f".{TAG}-", suffix=".locking")
+        except OSError as e:
+            raise OutputError(f"cannot write {self.shown}: {e.strerror or e}") from None
+        self.fd = fd
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self.token = Path(name).name[len(TAG) + 2:-len(".locking")]
+        self.lock = self.directory / f".{TAG}-{self.token}.lock"
+        os.replace(name, self.lock)
+        _live.add(self.lock)
+        return self
+
+    def temporary(self, target: Path, suffix: str) -> Path:
+        tmp = self.directory / f".{target.name}.{TAG}-{self.token}.tmp{suffix}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)  # the umask applies
+        except OSError as e:
+            raise OutputError(f"cannot write {self.shown}: {e.strerror or e}") from None
+        os.close(fd)
+        self.files.append(tmp)
+        _live.add(tmp)
+        return tmp
+
+    def __exit__(self, *exc: object) -> None:
+        for p in [*self.files, self.lock]:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+            _live.discard(p)
+        os.close(self.fd)
 
 
-def _remove_leftovers(target: Path) -> None:
-    """Remove temporary files of `target` left by runs that were killed: those whose process is gone."""
-    pattern = leftover_pattern(target)
+def _commit(tmp: Path, target: Path) -> None:
+    """Put `tmp` in `target`'s place, keeping what cp keeps of a file it replaces (mode, owner, hard links)."""
     try:
-        names = os.listdir(target.parent)
+        st = os.stat(target)
+    except FileNotFoundError:
+        os.replace(tmp, target)
+        return
+    mine = os.stat(tmp)
+    in_place = st.st_nlink > 1
+    if not in_place:
+        os.chmod(tmp, stat.S_IMODE(st.st_mode) & 0o777)
+        if (st.st_uid, st.st_gid) != (mine.st_uid, mine.st_gid):
+            try:
+                os.chown(tmp, st.st_uid, st.st_gid)
+            except PermissionError:  # another user's file, writable by us: cp writes into it
+                in_place = True
+    if not in_place:
+        os.replace(tmp, target)
+        return
+    with open(tmp, "rb") as src, open(target, "r+b") as dst:
+        dst.truncate(0)
+        shutil.copyfileobj(src, dst, 1 << 20)
+        dst.flush()
+        os.fsync(dst.fileno())
+    tmp.unlink()
+
+
+def _sweep(directory: Path) -> None:
+    """Remove the temporary files of writers that are provably gone: those whose lock can be taken."""
+    try:
+        names = os.listdir(directory)
     except OSError:
         return
+    temps: dict[str, list[str]] = {}
     for name in names:
-        m = pattern.fullmatch(name)
-        if m is None or _alive(int(m.group(1))):
+        if m := _TEMP.fullmatch(name):
+            temps.setdefault(m.group(1), []).append(name)
+    for name in names:
+        m = _LOCK.fullmatch(name)
+        if m is None:
             continue
-        with contextlib.suppress(OSError):
-            os.unlink(target.parent / name)
+        try:
+            fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # held: its writer lives (in this PID namespace or another)
+            for dead in [*temps.get(m.group(1), []), name]:
+                with contextlib.suppress(OSError):
+                    os.unlink(directory / dead)
+        finally:
+            os.close(fd)
 
 
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True  # this process's own: a write in progress (in another thread)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True  # another user's process, or not ours to judge
-    return True
+def leftover_pattern() -> re.Pattern[str]:
+    """The names of temporary files (group 1: the writer's token)."""
+    return _TEMP
 
 
 def _fsync(path: Path) -> None:
@@ -140,7 +244,7 @@ def _fsync(path: Path) -> None:
 class _LiveFiles:
     """The temporary files being written, removed if SIGTERM or SIGINT ends the process.
 
-    Python turns SIGINT into KeyboardInterrupt, and atomic_path removes its file on the way out. A
+    Python turns SIGINT into KeyboardInterrupt, and atomic_set removes its files on the way out. A
     signal whose disposition is the default (SIGTERM's always, SIGINT's where Python's handler is
     not installed) would end the process at once, so while a file is live a handler is installed
     for it; an application's own handler, or an ignored signal, is left alone. The handler removes

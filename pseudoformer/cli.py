@@ -14,12 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pseudoformer import limits
 from pseudoformer.atomic_write import check_output, write_atomic
 from pseudoformer.errors import AlgError, CompileError, UsageError
 from pseudoformer.file_access import load_npy
 from pseudoformer.limits import MAX_NODES
+from pseudoformer.outputs import check_outputs
 from pseudoformer.quantization import add_arguments as add_quantize_arguments
 from pseudoformer.run_settings import check_seed, check_threads
+from pseudoformer.terminal import escape, escape_lines
 from pseudoformer.version import __version__
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `pseudoformer --version` needs none of it
@@ -30,7 +33,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # A bad argument is a user error like any other: one message, exit 1.
         self.print_usage(sys.stderr)
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        print(escape_lines(f"{self.prog}: error: {message}"), file=sys.stderr)
         raise SystemExit(1)
 
 
@@ -44,6 +47,9 @@ def _model_args(p: argparse.ArgumentParser, entry: bool = True) -> None:
                    help="a directory `use` may read from, besides the entry file's and the installed models/")
     p.add_argument("--max-nodes", type=int, default=MAX_NODES, metavar="N",
                    help=f"refuse a model whose graph would pass N IR nodes (default {MAX_NODES:,})")
+    p.add_argument("--max-seq-len", type=int, default=limits.MAX_SEQ_LEN, metavar="N",
+                   help="the longest sequence a model without a position table of its own takes (default "
+                   f"{limits.MAX_SEQ_LEN:,}; a model with one takes at most its ℓ_max)")
 
 
 def _weights_args(p: argparse.ArgumentParser, what: str) -> None:
@@ -132,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="optimisation level (default: -O0 on numpy, the reference; -O2 on onnx and tvm)")
     r.add_argument("--input", dest="inputs", action="append", default=[], metavar="NAME=FILE.npy", required=True,
                    help="an input from a .npy file, or written inline as a JSON list: x='[[464, 2068]]'")
+    r.add_argument("--max-memory", type=int, metavar="BYTES",
+                   help="for a .onnx file: the most memory onnxruntime may use to run it (default: twice the "
+                   "file's weights and 4 GiB, at most the memory available)")
     r.add_argument("-o", "--output", required=True, help="the .npz file to write the outputs to")
     r.set_defaults(seed=None)  # None: not given, so that a compiled model can refuse it (0 for a .alg)
     from pseudoformer.generation.cli import add_parser as add_generate
@@ -144,37 +153,56 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every way it can end goes through here.
+
+    A user's mistake (AlgError, CompileError, an OSError naming a path) is one message and exit 1.
+    Anything else that escapes a command — a bug in pseudoformer, or a foreign library failing in a
+    way it should not (a Rust panic from tokenizers is a pyo3 PanicException, which derives from
+    BaseException, not Exception) — is an "internal error" with a bug-report hint and exit 2.
+    Every line printed passes through terminal.escape_lines, so no input text reaches the terminal raw.
+    """
     if argv is not None and any("\x00" in a for a in argv):  # a shell cannot pass one; a caller of main() can
-        print("error: an argument holds a NUL byte, which no path or value may hold", file=sys.stderr)
+        _say("error: an argument holds a NUL byte, which no path or value may hold")
         return 1
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = {"check": _check, "inspect": _inspect, "run": _run,
                                                         "compile": _compile, "generate": _generate,
                                                         "train": _train}[args.command]
     try:
+        if getattr(args, "max_seq_len", None) is not None:
+            if args.max_seq_len < 1:
+                raise UsageError(f"--max-seq-len must be at least 1, got {args.max_seq_len}")
+            limits.MAX_SEQ_LEN = args.max_seq_len
+        check_outputs(args)  # before any work: an output that cannot be written, or that is an input
         return handler(args)
-    except CompileError as e:
-        print(e.render(), file=sys.stderr)
-    except AlgError as e:
-        print(e.render(), file=sys.stderr)
+    except (CompileError, AlgError) as e:
+        _say(e.render())
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        _say("interrupted")
         return 130
     except OSError as e:
         if e.filename is None:
             return _internal(e)
         # A path the user gave that the system refuses to look at (a name too long, a loop of links).
-        print(f"error: cannot use {e.filename}: {e.strerror or e}", file=sys.stderr)
-    except Exception as e:  # a bug in pseudoformer, not in the user's input
+        _say(f"error: cannot use {e.filename}: {e.strerror or e}")
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 (a bug, or a library's panic: never a traceback)
         return _internal(e)
     return 1
 
 
-def _internal(e: Exception) -> int:
+def _say(text: str) -> None:
+    """Print a message on stderr, each of its lines escaped for the terminal (terminal.py)."""
+    print(escape_lines(text), file=sys.stderr)
+
+
+def _internal(e: BaseException) -> int:
     if os.environ.get("PSEUDOFORMER_DEBUG"):
         raise e
-    print(f"pseudoformer: internal error: {type(e).__name__}: {e}\n"
-          "  this is a bug in pseudoformer; PSEUDOFORMER_DEBUG=1 shows the traceback", file=sys.stderr)
+    _say(f"pseudoformer: internal error: {type(e).__name__}: {str(e)[:2000]}")
+    _say("  this is a bug in pseudoformer: please report it with the command that caused it and the traceback "
+         "that PSEUDOFORMER_DEBUG=1 shows")
     return 2
 
 
@@ -200,7 +228,7 @@ def _check(args: argparse.Namespace) -> int:
                                   include=args.include, max_nodes=args.max_nodes)
             # One line per file: an inference algorithm's plan follows its file's `ok`.
             plans = f" — {'; '.join(report.summaries)}" if report.summaries else ""
-            print(f"{f}: ok ({', '.join(report.checked)}){plans}")
+            print(escape(f"{f}: ok ({', '.join(report.checked)}){plans}"))
         except CompileError as e:
             errors.extend(e.errors)
     if errors:
@@ -338,8 +366,7 @@ def _compile(args: argparse.Namespace) -> int:
         where = " (weights bound into the library)" if bound else f" (weights in {weights_path(out)})"
     quantized = getattr(compiled, "quantize", None)
     kind = args.dtype if quantized is None else f"{args.dtype}, weights {quantized.describe()}"
-    print(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {kind}, inputs {', '.join(inputs)}{where}",
-          file=sys.stderr)
+    _say(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {kind}, inputs {', '.join(inputs)}{where}")
     return 0
 
 
@@ -374,6 +401,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"unknown provider {args.provider!r} (choose cpu or cuda)")
     if backend != "onnx" and args.provider != "cpu":
         raise UsageError(f"--provider {args.provider} is for the onnx backend; {backend} runs on the CPU")
+    if args.max_memory is not None and not (is_onnx and args.max_memory >= 1):
+        raise UsageError("--max-memory BYTES (at least 1) is for running a .onnx file")
     if backend != "tvm" and args.target != "llvm":
         raise UsageError(f"--target {args.target} is for the tvm backend")
     if is_so:
@@ -387,7 +416,8 @@ def _run(args: argparse.Namespace) -> int:
 
         if backend != "onnx":
             raise UsageError("a .onnx file runs on the onnx backend; run the .alg source for numpy")
-        outputs = run_onnx(args.file, inputs, provider=args.provider, threads=args.threads)
+        outputs = run_onnx(args.file, inputs, provider=args.provider, threads=args.threads,
+                           max_memory=args.max_memory)
     else:
         model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
                      seed=args.seed, include=args.include, max_nodes=args.max_nodes,
@@ -419,7 +449,7 @@ def _run(args: argparse.Namespace) -> int:
 
     write_atomic(Path(args.output), lambda fh: np.savez(fh, **outputs))
     shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in outputs.items())
-    print(f"wrote {args.output}: {shapes}", file=sys.stderr)
+    _say(f"wrote {args.output}: {shapes}")
     return 0
 
 

@@ -56,9 +56,7 @@ def read_toml(path: Path) -> Config:
         raise UsageError(f"{path}: [hyperparameters] must be a table")
     out: dict[str, int | float] = {}
     for k, v in hyper.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise UsageError(f"{path}: hyperparameter {k} must be a finite number, got {v!r}")
-        out[canonical(k)] = v
+        out[canonical(k)] = check_value(f"{path}: hyperparameter {k}", v)
     return Config(entry=entry, hyperparameters=out, source=str(path))
 
 
@@ -76,9 +74,17 @@ def parse_define(text: str) -> tuple[str, int | float]:
             v = float(value)
         except ValueError:
             raise UsageError(f"-D {name}={value!r}: the value must be a number") from None
-    if not math.isfinite(v):
-        raise UsageError(f"-D {name}={value!r}: the value must be a finite number")
-    return canonical(name), v
+    return canonical(name), check_value(f"-D {name}={value!r}: the value", v)
+
+
+def check_value(what: str, value: object) -> int | float:
+    """The one check every hyperparameter value passes, wherever it comes from (a .toml, a checkpoint's
+    config.json, -D): a finite number. Ranges (a size ≥ 1, τ > 0) are the source's, checked where the
+    hyperparameter is declared, for every source alike."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            (isinstance(value, float) and not math.isfinite(value)):
+        raise UsageError(f"{what} must be a finite number, got {value!r}")
+    return value
 
 
 def resolve(alg_path: Path, config: str | Path | None, defines: list[str] | None,
@@ -90,7 +96,7 @@ def resolve(alg_path: Path, config: str | Path | None, defines: list[str] | None
         cfg.optional |= set(cfg.hyperparameters)
     if hf_hyper:
         for k, v in hf_hyper.items():
-            cfg.hyperparameters[k] = v
+            cfg.hyperparameters[k] = check_value(f"the checkpoint's config.json: {k}", v)
             cfg.optional.add(k)
     for d in defines or []:
         k, v = parse_define(d)

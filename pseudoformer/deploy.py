@@ -12,8 +12,8 @@ import numpy as np
 
 from pseudoformer.errors import UsageError
 from pseudoformer.file_access import regular_file
-from pseudoformer.inputs import check_token_ids
-from pseudoformer.limits import FILE_CAPS, MAX_NODES
+from pseudoformer.inputs import check_size_against, check_token_ids
+from pseudoformer.limits import FILE_CAPS, MAX_NODES, RUN_MEMORY, available_memory, show_bytes
 from pseudoformer.model import Model, check_inputs, load, model_metadata
 from pseudoformer.run_settings import check_threads
 
@@ -184,14 +184,25 @@ def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt
 
 
 def run_onnx(onnx_model: Any, inputs: Mapping[str, np.ndarray], *, provider: str = "cpu",
-             threads: int | None = None) -> dict[str, np.ndarray]:
+             threads: int | None = None, max_memory: int | None = None) -> dict[str, np.ndarray]:
+    """Run an ONNX model (a ModelProto, or the path of a .onnx file) on onnxruntime.
+
+    A file may come from anyone, and a 200-byte model can ask for gigabytes (a ConstantOfShape of 2³¹
+    floats). So a file runs under a memory limit (onnxruntime's CPU arena, runner.py): `max_memory`,
+    by default run_memory() of the file's size, and never more than the memory available; and every
+    run-time size of its inputs is bounded as a .alg model's are (inputs.check_size)."""
     from pseudoformer.backends.onnx import BackendError, OnnxRunner
 
     check_threads(threads)
+    limit = None
     if isinstance(onnx_model, (str, os.PathLike)):
-        regular_file(onnx_model, "model", FILE_CAPS["onnx"])
+        st = regular_file(onnx_model, "model", FILE_CAPS["onnx"])
+        data = Path(os.path.realpath(onnx_model))
+        data = data.with_name(data.name + ".data")
+        limit = run_memory(st.st_size + (data.stat().st_size if data.is_file() else 0), max_memory)
+        onnx_model = os.path.realpath(onnx_model)  # its .data lies beside the file a link leads to
     try:
-        runner = OnnxRunner(onnx_model, provider=provider, threads=threads)
+        runner = OnnxRunner(onnx_model, provider=provider, threads=threads, memory_limit=limit)
     except BackendError as e:
         raise UsageError(str(e)) from None
     # Token inputs index tables, and ONNX's Gather takes a negative index from the end: check them as
@@ -200,9 +211,36 @@ def run_onnx(onnx_model: Any, inputs: Mapping[str, np.ndarray], *, provider: str
     for name, vocabulary in (json.loads(recorded) if recorded else {}).items():
         if name in inputs:
             check_token_ids(name, np.asarray(inputs[name]), int(vocabulary))
+    if limit is not None:
+        for i in runner.session.get_inputs():
+            value = inputs.get(i.name)
+            if value is not None:
+                for d, size in zip(i.shape, np.shape(value), strict=False):
+                    if not isinstance(d, int):
+                        check_size_against(size, f"input {i.name}", str(d))
     try:
         return runner.run(inputs)
     except BackendError as e:
         raise UsageError(str(e)) from None
     except Exception as e:  # onnxruntime's own errors: a token id out of range, a too-long sequence
-        raise UsageError(f"onnxruntime failed: {str(e).strip()}") from None
+        message = str(e).strip()
+        if limit is not None and "bfc_arena" in message:
+            raise UsageError(f"{runner_name(onnx_model)} needs more memory than the {show_bytes(limit)} it may use "
+                             "(--max-memory BYTES raises it, up to the memory available)") from None
+        raise UsageError(f"onnxruntime failed: {message}") from None
+
+
+def runner_name(model: Any) -> str:
+    return str(model) if isinstance(model, (str, os.PathLike)) else "the model"
+
+
+def run_memory(model_bytes: int, asked: int | None = None) -> int:
+    """The memory a model file may use when it runs: `asked` (--max-memory), else its weights twice over
+    (a copy onnxruntime may make) and RUN_MEMORY for what it computes; never past the memory available."""
+    limit = asked if asked is not None else 2 * model_bytes + RUN_MEMORY
+    avail = available_memory()
+    if avail is not None and limit > avail:
+        if asked is not None:
+            raise UsageError(f"--max-memory {asked:,} is more than the {show_bytes(avail)} of memory available")
+        limit = avail
+    return limit

@@ -15,6 +15,7 @@ import numpy as np
 
 from pseudoformer.errors import BackendError, UsageError
 from pseudoformer.file_access import regular_file
+from pseudoformer.inputs import check_size_against
 from pseudoformer.model import Model, check_inputs, model_metadata
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ def run_library(path: str | Path, inputs: Mapping[str, Any]) -> dict[str, np.nda
         a = np.asarray(inputs[name])
         if a.ndim != rank:
             raise UsageError(f"input {name} has shape {list(a.shape)}, but the model takes a rank-{rank} {dtype} array")
+        for axis, size in enumerate(a.shape):  # run-time sizes bounded as a .alg model's are (inputs.py)
+            check_size_against(size, f"input {name}", f"axis {axis}")
         if dtype == "int64" and not np.issubdtype(a.dtype, np.integer):
             raise UsageError(f"input {name} holds {a.dtype} values; token ids must be integers")
         feed[name] = a.astype(dtype)

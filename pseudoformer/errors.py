@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pseudoformer.limits import FILE_CAPS
 from pseudoformer.regular_file import open_regular, read_at_most
+from pseudoformer.terminal import escape
 
 
 @dataclass(frozen=True)
@@ -44,18 +45,21 @@ class AlgError(Exception):
         self.notes = notes
 
     def render(self) -> str:
-        where = f"{self.pos}: " if self.pos else ""
-        out = [f"{where}{self.kind}: {self.message}"]
+        # Every part may hold input text (a tensor name, a config key, a source line): each is escaped
+        # for the terminal (terminal.py), so none can forge a line, move the cursor or retitle the window.
+        where = f"{escape(str(self.pos))}: " if self.pos else ""
+        out = [f"{where}{self.kind}: {escape(self.message)}"]
         line = self.source_line
         if line is None and self.pos is not None:
             line = _read_line(self.pos)
         if line is not None and self.pos is not None:
             line = line.rstrip("\n")
-            out.append(f"    {line}")
-            # Keep tabs so the caret lines up under tab-indented text.
-            pad = "".join(c if c == "\t" else " " for c in line[: max(self.pos.col - 1, 0)])
+            out.append(f"    {escape(line, keep=chr(9))}")
+            # Keep tabs so the caret lines up under tab-indented text; an escape is as wide as it prints.
+            prefix = escape(line[: max(self.pos.col - 1, 0)], keep="\t")
+            pad = "".join(c if c == "\t" else " " for c in prefix)
             out.append(f"    {pad}^")
-        out.extend(f"  note: {n}" for n in self.notes)
+        out.extend(f"  note: {escape(n)}" for n in self.notes)
         return "\n".join(out)
 
     def __str__(self) -> str:
@@ -125,7 +129,8 @@ def _read_line(pos: Pos) -> str | None:
             data = read_at_most(fd, FILE_CAPS["source"])
         finally:
             os.close(fd)
-        lines = data.decode("utf-8-sig").splitlines()
+        # Lines end at \n (or \r\n) only, as the frontend counts them (frontend/source_text.py).
+        lines = data.decode("utf-8-sig").replace("\r\n", "\n").split("\n")
     except (OSError, UnicodeDecodeError):
         return None
     return lines[pos.line - 1] if 0 < pos.line <= len(lines) else None

@@ -13,9 +13,11 @@ The one exception is the null device, which reads as an empty file: `--config /d
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pseudoformer.errors import UsageError
 from pseudoformer.limits import FILE_CAPS, available_memory, show_bytes
@@ -100,6 +102,23 @@ def read_text(path: str | Path, what: str, kind: str) -> str:
     except UnicodeDecodeError as e:
         raise FileAccessError(f"{what} {path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})") \
             from None
+
+
+def loads_json(text: str) -> Any:
+    """JSON as the standard defines it: `NaN`, `Infinity` and numbers that overflow to ±∞ (1e999), which
+    Python's json module accepts, are refused (ValueError), so every number read from a JSON file is finite."""
+    return json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float)
+
+
+def _not_a_number(word: str) -> Any:
+    raise ValueError(f"{word} is not a JSON number (numbers must be finite)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is not a finite number")
+    return value
 
 
 def load_npy(path: str | Path, what: str) -> np.ndarray:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer import limits
 from pseudoformer.errors import UsageError
 from pseudoformer.ir import DType, Graph, Node
 from pseudoformer.ir.token_bounds import out_of_range, token_bounds
@@ -43,13 +44,11 @@ def check_input(graph: Graph, node: Node, value: Any, vocabulary: int | None = N
     t = node.type
     if a.ndim != t.rank:
         raise UsageError(f"input {name} has shape {list(a.shape)}, but the model takes {_spec(node)}")
-    limits = graph.meta.get("limits", {})
     for d, s in zip(t.shape, a.shape, strict=True):
         if isinstance(d, int) and d != s:
             raise UsageError(f"input {name} has shape {list(a.shape)}, but the model takes {_spec(node)}")
-        if isinstance(d, str) and d in limits and s > limits[d][0]:
-            raise UsageError(f"input {name} has {d} = {s}, but the model takes at most {limits[d][0]} "
-                             f"({limits[d][1]})")
+        if isinstance(d, str):
+            check_size(graph, d, s, f"input {name}")
     if t.dtype is DType.int64:
         if not np.issubdtype(a.dtype, np.integer):
             raise UsageError(f"input {name} holds {a.dtype} values; token ids must be integers")
@@ -61,6 +60,30 @@ def check_input(graph: Graph, node: Node, value: Any, vocabulary: int | None = N
     if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.complexfloating):
         raise UsageError(f"input {name} holds {a.dtype} values, not real numbers")
     return a.astype(np.float32)
+
+
+def size_limit(graph: Graph, dim: str) -> tuple[int, str]:
+    """The most a run-time size `dim` of `graph` may be, and why: the model's own limit (ℓ_max of a
+    position table), else MAX_SEQ_LEN (--max-seq-len)."""
+    limit = graph.meta.get("limits", {}).get(dim)
+    if limit:
+        return int(limit[0]), str(limit[1])
+    return limits.MAX_SEQ_LEN, "the limit for a model without one of its own; --max-seq-len N raises it"
+
+
+def check_size(graph: Graph, dim: str, size: int, what: str) -> None:
+    """Every input-derived size is bounded before anything is allocated for it: at least 1, at most size_limit."""
+    check_size_against(size, what, dim, *size_limit(graph, dim))
+
+
+def check_size_against(size: int, what: str, dim: str, most: int | None = None, why: str = "") -> None:
+    if most is None:
+        most, why = limits.MAX_SEQ_LEN, "the limit for a model without one of its own; --max-seq-len N raises it"
+    if size < 1:
+        raise UsageError(f"{what} has {dim} = {size}: an empty sequence has nothing to compute on; give at least "
+                         "one element")
+    if size > most:
+        raise UsageError(f"{what} has {dim} = {size:,}, but the model takes at most {most:,} ({why})")
 
 
 def check_token_ids(name: str, ids: np.ndarray, vocabulary: int) -> None:

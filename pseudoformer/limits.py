@@ -26,6 +26,14 @@ FILE_CAPS: dict[str, int] = {
 # IR nodes the elaborator may create for one entry before it refuses (--max-nodes raises it).
 # GPT-2 small at -O0 is about 4,500 nodes, GPT-2 XL about 18,000.
 MAX_NODES = 1_000_000
+# The longest sequence (any run-time size: a length(x), a batch) a model without a limit of its own
+# may be given. A model with a position table (W_p ∈ ℝ^{d_e × ℓ_max}) is bounded by ℓ_max instead; one
+# without (RoPE, ALiBi) would otherwise take 200,000 ids and allocate a 200,000² attention matrix.
+# `--max-seq-len N` (or setting pseudoformer.limits.MAX_SEQ_LEN) changes it.
+MAX_SEQ_LEN = 8192
+# What a model file given to `run` may allocate as it computes, besides twice its weights (run_onnx):
+# a 200-byte .onnx can ask for gigabytes. `run --max-memory BYTES` changes it.
+RUN_MEMORY = 4 * GiB
 # Parentheses, function applications and operator chains nested deeper than this in one line are
 # a diagnostic: each level costs a few Python frames when the line is turned into a graph.
 MAX_NESTING = 100

@@ -40,12 +40,28 @@ def _onnxruntime() -> Any:
     return onnxruntime
 
 
+_LIMITED: list[int] = []  # the limit of the process-wide allocator, once it is registered
+
+
+def _limit_cpu_memory(ort: Any, limit: int) -> None:
+    """Register one CPU arena for the process, of at most `limit` bytes, that sessions asking for the
+    environment's allocators share (onnxruntime's one memory limit; it is registered once per process)."""
+    if _LIMITED:
+        return
+    info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+    ort.create_and_register_allocator(info, ort.OrtArenaCfg(int(limit), -1, -1, -1))
+    _LIMITED.append(int(limit))
+
+
 class OnnxRunner:
     """An onnxruntime session over a model (a ModelProto or a path), on provider "cpu" or "cuda"."""
 
     def __init__(
-        self, model: onnx.ModelProto | str | os.PathLike, *, provider: str = "cpu", threads: int | None = None
+        self, model: onnx.ModelProto | str | os.PathLike, *, provider: str = "cpu", threads: int | None = None,
+        memory_limit: int | None = None,
     ) -> None:
+        """memory_limit: the most bytes onnxruntime's CPU allocator may hold for this process (weights it
+        copies and every intermediate); an allocation past it fails the run instead of being made."""
         ort = _onnxruntime()
         if provider not in PROVIDERS:
             raise BackendError(f"unknown provider {provider!r}: the valid ones are {', '.join(PROVIDERS)}")
@@ -63,6 +79,12 @@ class OnnxRunner:
             if threads < 1:
                 raise BackendError(f"threads must be at least 1, got {threads}")
             options.intra_op_num_threads = threads
+        if memory_limit is not None and provider == "cpu":
+            _limit_cpu_memory(ort, memory_limit)
+            options.add_session_config_entry("session.use_env_allocators", "1")
+            # A foreign file's names reach onnxruntime's own log, printed raw (and in colour) on stderr:
+            # only its errors, which arrive as exceptions and are printed escaped, are wanted.
+            options.log_severity_level = 4
         if isinstance(model, onnx.ModelProto):
             try:
                 source: bytes | str = model.SerializeToString()

@@ -24,11 +24,20 @@ import onnx
 from google.protobuf.message import Message
 from onnx import TensorProto, helper
 
-from pseudoformer.atomic_write import OutputError, atomic_path, write_atomic
+from pseudoformer.atomic_write import (
+    MAIN,
+    OutputError,
+    Part,
+    atomic_path,
+    atomic_set,
+    check_output,
+    write_atomic,
+)
 from pseudoformer.backends.onnx.lower import LoweredModel, initializer_header
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.lazy_tensor import LazyTensor, materialize
 from pseudoformer.limits import show_bytes
+from pseudoformer.outputs import data_path
 
 # Protobuf refuses to serialise a message of 2 GiB or more; keep a margin for the graph itself.
 EXTERNAL_DATA_THRESHOLD = 2**31 - 2**26
@@ -82,12 +91,6 @@ def _check_room(path: Path, nbytes: int) -> None:
                            f"{show_bytes(free)} free")
 
 
-def data_path(path: str | os.PathLike) -> Path:
-    """Where save_model puts the weights of a model saved at `path` with external data."""
-    path = Path(path)
-    return path.with_name(path.name + ".data")
-
-
 def _raw_bytes(t: TensorProto) -> int:
     """The size of a tensor's raw data, computed: reading raw_data would copy it."""
     if not t.HasField("raw_data"):
@@ -135,10 +138,11 @@ def _save_external_lowered(lowered: LoweredModel, path: Path, check: bool = True
 def _write_external(model: onnx.ModelProto, tensors: Iterable[tuple[TensorProto, bytes | np.ndarray]],
                     path: Path, check: bool = True) -> None:
     """Write each tensor's bytes to `<path>.data`, point the tensor at them, then write `model`."""
-    data = data_path(path)
-    # Nested, the inner file is moved into place first: the weights, since a model file that names
-    # missing weights is worse than stale weights.
-    with atomic_path(path) as model_tmp, atomic_path(data) as data_tmp:
+    # One set (atomic_write.atomic_set): both files beside the resolved target (through a symbolic
+    # link -o, beside the file it leads to), the weights moved into place first and the .onnx, which
+    # names them, last.
+    with atomic_set(path, [Part("data", data_path), MAIN]) as tmps:
+        data, data_tmp, model_tmp = data_path(check_output(path)), tmps["data"], tmps["main"]
         with open(data_tmp, "wb") as f:
             for t, raw in tensors:
                 offset = (f.tell() + _ALIGN - 1) // _ALIGN * _ALIGN
@@ -149,7 +153,7 @@ def _write_external(model: onnx.ModelProto, tensors: Iterable[tuple[TensorProto,
     if not check:
         return
     try:
-        onnx.checker.check_model(str(path), full_check=True)
+        onnx.checker.check_model(str(check_output(path)), full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         raise BackendError(f"{path} was written but fails the ONNX checker: {e}") from e
 

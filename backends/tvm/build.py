@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pseudoformer.atomic_write import OutputError, atomic_path
+from pseudoformer.atomic_write import MAIN, OutputError, Part, atomic_set, check_output
 from pseudoformer.backends.options import CompileOptions
 from pseudoformer.backends.pipeline import compile_pipeline, run
 from pseudoformer.backends.tvm.dedup import dedup_prim_funcs
@@ -33,12 +33,13 @@ from pseudoformer.backends.tvm.lowerings import accepts
 from pseudoformer.backends.tvm.nbits import split_weights
 from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
-from pseudoformer.errors import BackendError
+from pseudoformer.errors import BackendError, UsageError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.token_bounds import out_of_range, token_bounds
 from pseudoformer.ir.types import TensorType
+from pseudoformer.manifest import check_file, manifest_path, verified_copy, weights_path, write_manifest
 from pseudoformer.weights.errors import WeightsError
-from pseudoformer.weights.safetensors_io import read_safetensors, save_weights
+from pseudoformer.weights.safetensors_io import read_safetensors, write_safetensors
 
 if TYPE_CHECKING:
     from pseudoformer.passes.quantize import QuantizeOptions
@@ -197,13 +198,23 @@ class TVMModel:
         return {k: v / reps for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
 
     def save(self, path: str | Path) -> Path:
-        """Write the shared library (and, with params="args", its weights beside it: weights_path)."""
+        """Write the shared library, with params="args" its weights beside it (weights_path), and last the
+        manifest that lists both with their hashes (pseudoformer/manifest.py): one set (atomic_set), which
+        `run` checks before it loads the library."""
         path = Path(path)
+        args = self.meta["param_mode"] == "args"
+        parts = [Part("so", MAIN.place, ".so"), *([Part("weights", weights_path)] if args else []),
+                 Part("manifest", manifest_path)]
         try:
-            with atomic_path(path, suffix=".so") as tmp, _quiet_stderr():  # TVM links by the name's suffix
-                self.executable.export_library(str(tmp))
-            if self.meta["param_mode"] == "args":
-                save_weights({n: self.weights[n] for n in self.meta["params"]}, weights_path(path))
+            with atomic_set(path, parts) as tmps:
+                with _quiet_stderr():  # TVM links by the name's suffix
+                    self.executable.export_library(str(tmps["so"]))
+                target = check_output(path)
+                files = {target.name: tmps["so"]}
+                if args:
+                    write_safetensors({n: self.weights[n] for n in self.meta["params"]}, tmps["weights"])
+                    files[weights_path(target).name] = tmps["weights"]
+                write_manifest(tmps["manifest"], files, tvm.__version__, self.meta)
         except OutputError as e:
             raise BackendError(e.message) from None
         return path
@@ -222,11 +233,6 @@ def _quiet_stderr() -> Iterator[None]:
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-
-
-def weights_path(path: Path) -> Path:
-    """Where a library compiled with params="args" keeps its weights: model.so → model.weights.safetensors."""
-    return path.with_name(f"{path.stem}.weights.safetensors")
 
 
 def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: str = "llvm",
@@ -318,26 +324,35 @@ def _with_meta(mod: Any, meta: dict[str, Any]) -> Any:
 
 
 def load_model(path: str | Path) -> TVMModel:
-    """Load a library written by TVMModel.save (in this process or any other)."""
+    """Load a library written by TVMModel.save (in this process or any other), after its manifest shows
+    that the library and its weights are the files pseudoformer wrote (manifest.verified_copy): loading a
+    library runs its native code, so nothing is loaded before that check."""
     path = Path(path)
     if not path.is_file():
         raise BackendError(f"no compiled model at {path}")
     try:
-        with _quiet_stderr():
-            lib = tvm.runtime.load_module(str(path))
-    except Exception as e:
-        raise BackendError(f"{path} is not a TVM library this TVM can load: {e}") from e
+        with verified_copy(path, tvm.__version__) as (copy, doc):
+            weights: dict[str, np.ndarray] = {}
+            if doc.get("param_mode") == "args":
+                wpath = weights_path(copy.with_name(Path(os.path.realpath(path)).name))
+                real = weights_path(Path(os.path.realpath(path)))
+                if not real.is_file():
+                    raise BackendError(f"{path} takes its weights from {real}, which is missing")
+                with open(wpath, "wb") as out:
+                    check_file(path, doc, real.name, real, out)
+                try:
+                    weights = read_safetensors(wpath)
+                except WeightsError as e:
+                    raise BackendError(str(e)) from None
+            try:
+                with _quiet_stderr():
+                    lib = tvm.runtime.load_module(str(copy))
+            except Exception as e:
+                raise BackendError(f"{path} is not a TVM library this TVM can load: {e}") from e
+    except UsageError as e:
+        raise BackendError(e.message) from None
     try:
         meta = json.loads(str(relax.VirtualMachine(lib, tvm.cpu())[META]()))
     except Exception as e:
         raise BackendError(f"{path} was not written by pseudoformer's TVM backend ({e})") from e
-    weights: dict[str, np.ndarray] = {}
-    if meta["param_mode"] == "args":
-        wpath = weights_path(path)
-        if not wpath.is_file():
-            raise BackendError(f"{path} takes its weights from {wpath}, which is missing")
-        try:
-            weights = read_safetensors(wpath)
-        except WeightsError as e:
-            raise BackendError(str(e)) from None
     return TVMModel(lib, meta, weights)

@@ -23,7 +23,7 @@ import numpy as np
 from pseudoformer.errors import UsageError
 from pseudoformer.generation.runtimes import Cache, NumpyRuntime, OnnxRuntime, Runtime
 from pseudoformer.generation.sampling import Sampling, log_probabilities, sample
-from pseudoformer.inputs import check_input, token_bounds
+from pseudoformer.inputs import check_input, size_limit, token_bounds
 from pseudoformer.ir import Graph
 from pseudoformer.model import Model
 from pseudoformer.passes.generation_passes import incremental
@@ -89,8 +89,9 @@ class Generator:
                                   check=debugging())
         seq = graph.input(decoder_input).shape[1]
         self.positions = seq
-        limit = model.graph.meta.get("limits", {}).get(seq)
-        self.max_positions: int | None = limit[0] if limit else None
+        # The model's positions, or --max-seq-len for a model without a position table (inputs.size_limit):
+        # prompt + max_new_tokens is bounded before anything is allocated for them.
+        self.max_positions, self.positions_why = size_limit(model.graph, seq) if isinstance(seq, str) else (None, "")
         # The generation pipelines of the pass manager (passes/manager.py): the incremental decoder's
         # prefill and step graphs, each cut to the last position and cleaned up.
         ctx = PassContext(decoder_input=decoder_input, output=self.output, positions=seq)
@@ -135,7 +136,8 @@ class Generator:
             raise UsageError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if self.max_positions is not None and x.shape[1] + max_new_tokens - 1 > self.max_positions:
             raise UsageError(f"a prompt of {x.shape[1]} tokens and {max_new_tokens} new ones need "
-                             f"{x.shape[1] + max_new_tokens - 1} positions; the model has {self.max_positions}")
+                             f"{x.shape[1] + max_new_tokens - 1:,} positions; the model takes at most {self.max_positions:,} "
+                             f"({self.positions_why})")
         self._check_ids(self.decoder_input, x)
         rng = np.random.default_rng(seed)
         enc = self._encode(encoder_inputs)

@@ -6,12 +6,11 @@ Every family is a table (hf_gpt2, hf_bert, hf_bart, hf_llama: hf_table.Table) an
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from pseudoformer.file_access import FileAccessError, read_text
+from pseudoformer.file_access import FileAccessError, loads_json, read_text
 
 from . import hf_bart, hf_bert, hf_engine, hf_gpt2, hf_llama
 from .errors import WeightsError
@@ -43,7 +42,7 @@ def read_hf_config(directory: str | Path) -> dict[str, Any]:
 
 def _read_json(path: Path, what: str, kind: str) -> Any:
     try:
-        return json.loads(read_text(path, what, kind))
+        return loads_json(read_text(path, what, kind))  # NaN, Infinity and 1e999 refused
     except FileAccessError as e:
         raise WeightsError(e.message) from None
     except RecursionError:

@@ -6,7 +6,6 @@ loaded, so they are recognised by name only and never opened.
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +15,7 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from pseudoformer.atomic_write import atomic_path
-from pseudoformer.file_access import FileAccessError, regular_file
+from pseudoformer.file_access import FileAccessError, loads_json, regular_file
 
 from .errors import WeightsError
 from .tensor_ref import TensorRef
@@ -69,7 +68,7 @@ def _bf16_tensor(path: Path, name: str) -> np.ndarray:
     """
     with open(path, "rb") as f:
         (header_len,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(header_len))
+        header = loads_json(f.read(header_len))
         info = header[name]
         start, end = info["data_offsets"]
         f.seek(8 + header_len + start)
@@ -124,11 +123,15 @@ def save_weights(weights: Mapping[str, np.ndarray], path: str | Path) -> None:
     The file is written next to its destination and then renamed over it (atomic_write.py), so a
     crash or a full disk never leaves a truncated checkpoint under the real name.
     """
-    path = Path(path)
+    with atomic_path(Path(path)) as tmp:
+        write_safetensors(weights, tmp)
+
+
+def write_safetensors(weights: Mapping[str, np.ndarray], path: str | Path) -> None:
+    """Write our-named weights to `path` as it is (a temporary file of a set being written atomically)."""
     tensors: dict[str, np.ndarray] = {}
     for name, value in weights.items():
         if not isinstance(name, str):
             raise TypeError(f"weight names must be str, got {type(name).__name__}: {name!r}")
         tensors[name] = np.ascontiguousarray(np.asarray(value))
-    with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata={"producer": "pseudoformer"})
+    save_file(tensors, str(path), metadata={"producer": "pseudoformer"})

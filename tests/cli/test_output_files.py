@@ -66,23 +66,41 @@ def test_a_failed_write_keeps_the_old_file_and_no_temporary(tmp_path: Path) -> N
 def test_temporary_files_are_named_so_they_can_be_found(tmp_path: Path) -> None:
     target = tmp_path / "m.onnx"
     with atomic_path(target) as tmp:
-        assert tmp.parent == tmp_path and leftover_pattern(target).fullmatch(tmp.name)
-        assert tmp.name.startswith(f".m.onnx.pseudoformer-{os.getpid()}-")
+        m = leftover_pattern().fullmatch(tmp.name)
+        assert tmp.parent == tmp_path and m and tmp.name.startswith(".m.onnx.pseudoformer-")
+        assert (tmp_path / f".pseudoformer-{m.group(1)}.lock").is_file()  # the writer's lock, held while it lives
         tmp.write_bytes(b"x")
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
 
 
-def test_leftovers_of_killed_runs_are_removed_by_the_next_write(tmp_path: Path) -> None:
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()  # a process id that no longer runs
+_HOLD_LOCK = textwrap.dedent("""
+    import fcntl, os, sys, time
+    fd = os.open(sys.argv[1], os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    print("locked", flush=True)
+    time.sleep(120)
+""")
+
+
+def test_leftovers_are_removed_only_when_their_writer_is_provably_gone(tmp_path: Path) -> None:
+    # A dead writer: its lock file is there, and no one holds the lock. A live one: another process
+    # (as a writer in another PID namespace would be, whose PID means nothing here) holds its lock.
+    # An old-style leftover with no lock file cannot be proven dead, and is left alone.
     target = tmp_path / "y.npz"
-    stale = tmp_path / f".y.npz.pseudoformer-{dead.pid}-abc123.tmp"
-    live = tmp_path / f".y.npz.pseudoformer-{os.getppid()}-def456.tmp"  # a run still going: left alone
-    other = tmp_path / f".z.npz.pseudoformer-{dead.pid}-abc123.tmp"  # another target's: not this write's business
-    for p in (stale, live, other):
-        p.write_bytes(b"partial")
-    write_atomic(target, lambda f: f.write(b"done"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name, "y.npz"])
+    names = {"dead": ".y.npz.pseudoformer-dead01.tmp", "dead other": ".z.npz.pseudoformer-dead01.tmp",
+             "live": ".y.npz.pseudoformer-live01.tmp", "no lock": ".y.npz.pseudoformer-1-abc123.tmp"}
+    for name in [*names.values(), ".pseudoformer-dead01.lock", ".pseudoformer-live01.lock"]:
+        (tmp_path / name).write_bytes(b"partial")
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(tmp_path / ".pseudoformer-live01.lock")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        write_atomic(target, lambda f: f.write(b"done"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [names["live"], names["no lock"], ".pseudoformer-live01.lock", "y.npz"])
 
 
 _SLOW_WRITER = textwrap.dedent("""
@@ -104,7 +122,7 @@ def test_a_signal_during_a_write_removes_the_temporary_file(sig: signal.Signals,
                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
-        assert len(list(tmp_path.iterdir())) == 1  # the temporary file, being written
+        assert len(list(tmp_path.iterdir())) == 2  # the temporary file, being written, and its writer's lock
         proc.send_signal(sig)
         proc.wait(timeout=60)
     finally:
