@@ -174,12 +174,18 @@ class _Writer:
 
 def _commit(tmp: Path, target: Path) -> None:
     """Put `tmp` in `target`'s place, keeping what cp keeps of a file it replaces (mode, owner, hard links)."""
+    mine = os.stat(tmp)
     try:
         st = os.stat(target)
     except FileNotFoundError:
+        # A new file gets the mode a new file gets (0666 less the umask), as cp gives it, even where the
+        # library that wrote the temporary made it private (safetensors writes 0600); execute bits a
+        # linker set are kept.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, (stat.S_IMODE(mine.st_mode) | 0o666) & ~umask & 0o777)
         os.replace(tmp, target)
         return
-    mine = os.stat(tmp)
     in_place = st.st_nlink > 1
     if not in_place:
         os.chmod(tmp, stat.S_IMODE(st.st_mode) & 0o777)

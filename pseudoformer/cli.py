@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         if e.filename is None:
             return _internal(e)
         # A path the user gave that the system refuses to look at (a name too long, a loop of links).
-        _say(f"error: cannot use {e.filename}: {e.strerror or e}")
+        _say(f"error: cannot use {escape(str(e.filename))}: {escape(str(e.strerror or e))}")
     except (SystemExit, GeneratorExit):
         raise
     except BaseException as e:  # noqa: BLE001 (a bug, or a library's panic: never a traceback)
@@ -193,14 +193,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _say(text: str) -> None:
-    """Print a message on stderr, each of its lines escaped for the terminal (terminal.py)."""
+    """Print a message on stderr, each of its lines escaped for the terminal (terminal.py). Its parts from
+    input are escaped already (AlgError.render, escape), newlines included: the lines left are ours."""
     print(escape_lines(text), file=sys.stderr)
 
 
 def _internal(e: BaseException) -> int:
     if os.environ.get("PSEUDOFORMER_DEBUG"):
         raise e
-    _say(f"pseudoformer: internal error: {type(e).__name__}: {str(e)[:2000]}")
+    _say(f"pseudoformer: internal error: {type(e).__name__}: {escape(str(e)[:2000])}")
     _say("  this is a bug in pseudoformer: please report it with the command that caused it and the traceback "
          "that PSEUDOFORMER_DEBUG=1 shows")
     return 2
@@ -366,7 +367,7 @@ def _compile(args: argparse.Namespace) -> int:
         where = " (weights bound into the library)" if bound else f" (weights in {weights_path(out)})"
     quantized = getattr(compiled, "quantize", None)
     kind = args.dtype if quantized is None else f"{args.dtype}, weights {quantized.describe()}"
-    _say(f"wrote {out}: {compiled.model.entry}, {n:,} parameters, {kind}, inputs {', '.join(inputs)}{where}")
+    _say(f"wrote {escape(str(out))}: {compiled.model.entry}, {n:,} parameters, {kind}, inputs {', '.join(inputs)}{escape(where)}")
     return 0
 
 
@@ -449,7 +450,7 @@ def _run(args: argparse.Namespace) -> int:
 
     write_atomic(Path(args.output), lambda fh: np.savez(fh, **outputs))
     shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in outputs.items())
-    _say(f"wrote {args.output}: {shapes}")
+    _say(f"wrote {escape(args.output)}: {escape(shapes)}")
     return 0
 
 

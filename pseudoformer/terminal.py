@@ -10,8 +10,12 @@ printed is what the input held, one line per line pseudoformer meant.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import sys
 import unicodedata
+from collections.abc import Iterator
 
 # Bidi embeddings, overrides and isolates, and the marks (Trojan Source, CVE-2021-42574).
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
@@ -46,3 +50,19 @@ def escape(text: str, *, keep: str = "") -> str:
 def escape_lines(text: str) -> str:
     """A message of several lines that pseudoformer composed: each line escaped, the \\n between them kept."""
     return "\n".join(escape(line, keep="\t") for line in text.split("\n"))
+
+
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Silence what native code writes straight to file descriptor 2 (a Rust panic's message and
+    backtrace, TVM's C++ log lines): raw and unescaped, it would bypass `escape`. Errors still arrive
+    as Python exceptions, and are printed escaped."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -13,9 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,7 @@ from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.token_bounds import out_of_range, token_bounds
 from pseudoformer.ir.types import TensorType
 from pseudoformer.manifest import check_file, manifest_path, verified_copy, weights_path, write_manifest
+from pseudoformer.terminal import quiet_native_stderr
 from pseudoformer.weights.errors import WeightsError
 from pseudoformer.weights.safetensors_io import read_safetensors, write_safetensors
 
@@ -220,19 +220,10 @@ class TVMModel:
         return path
 
 
-@contextlib.contextmanager
-def _quiet_stderr() -> Iterator[None]:
+def _quiet_stderr() -> contextlib.AbstractContextManager[None]:
     """Silence TVM 0.27's C++ "Scope Saving/Loaded" warnings, printed for every VM function saved or
     loaded; errors still arrive as Python exceptions."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+    return quiet_native_stderr()
 
 
 def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: str = "llvm",

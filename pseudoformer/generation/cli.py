@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from pseudoformer.errors import UsageError
 from pseudoformer.file_access import regular_file
@@ -15,6 +16,9 @@ from pseudoformer.limits import FILE_CAPS
 from pseudoformer.quantization import add_arguments as add_quantize_arguments
 from pseudoformer.quantization import from_arguments
 from pseudoformer.run_settings import GENERATION_BACKENDS, check_seed
+from pseudoformer.terminal import escape, quiet_native_stderr
+
+T = TypeVar("T")
 
 
 def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None]) -> None:
@@ -89,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     path = args.tokenizer or (_checkpoint_tokenizer(args.weights) if args.prompt is not None else None)
     tokenizer = _tokenizer(path) if path else None
     if args.prompt is not None:
-        prompt = _encode(tokenizer, args.prompt)
+        prompt = _foreign(path, lambda: _encode(tokenizer, args.prompt))
     check_seed(args.seed)
     prepared = prepare(args.file, inference=args.inference, config=args.config, defines=args.defines,
                        weights=args.weights, backend=args.backend, cache=not args.no_cache, threads=args.threads,
@@ -105,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         progress.finish(len(tokens))
     print(" ".join(str(t) for t in tokens))
     if tokenizer is not None:
-        print(tokenizer.decode(tokens))
+        # Decoded text is the tokenizer file's to choose: escaped, it cannot drive the terminal.
+        print(escape(_foreign(path, lambda: tokenizer.decode(tokens)), keep="\n\t"))
     return 0
 
 
@@ -135,7 +140,19 @@ def _tokenizer(path: str):  # -> tokenizers.Tokenizer
         from tokenizers import Tokenizer
     except ImportError:
         raise UsageError("--tokenizer needs the tokenizers package: pip install tokenizers") from None
+    return _foreign(path, lambda: Tokenizer.from_file(path), "is not a tokenizers tokenizer.json")
+
+
+def _foreign(path: str | None, call: Callable[[], T], what: str = "failed") -> T:
+    """A call into tokenizers on a file the user gave. A malformed file raises a bare Exception, and a
+    pre-tokenizer regex that backtracks without end makes the Rust code panic: a pyo3 PanicException,
+    which derives from BaseException. Either is the file's fault, and one message naming it."""
     try:
-        return Tokenizer.from_file(path)
-    except Exception as e:  # tokenizers raises a bare Exception for a malformed file
-        raise UsageError(f"{path} is not a tokenizers tokenizer.json: {e}") from None
+        with quiet_native_stderr():  # the panic's own message and backtrace, raw on fd 2
+            return call()
+    except UsageError:
+        raise
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 (a Rust panic is not an Exception)
+        raise UsageError(f"tokenizer {path} {what}: {type(e).__name__}: {str(e)[:500]}") from None
