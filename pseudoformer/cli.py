@@ -47,7 +47,7 @@ def _model_args(p: argparse.ArgumentParser, entry: bool = True) -> None:
                    help="a directory `use` may read from, besides the entry file's and the installed models/")
     p.add_argument("--max-nodes", type=int, default=MAX_NODES, metavar="N",
                    help=f"refuse a model whose graph would pass N IR nodes (default {MAX_NODES:,})")
-    p.add_argument("--max-seq-len", type=int, default=limits.MAX_SEQ_LEN, metavar="N",
+    p.add_argument("--max-seq-len", type=int, metavar="N",
                    help="the longest sequence a model without a position table of its own takes (default "
                    f"{limits.MAX_SEQ_LEN:,}; a model with one takes at most its ℓ_max)")
 
@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], int] = {"check": _check, "inspect": _inspect, "run": _run,
                                                         "compile": _compile, "generate": _generate,
                                                         "train": _train}[args.command]
+    default_seq_len = limits.MAX_SEQ_LEN
     try:
         if getattr(args, "max_seq_len", None) is not None:
             if args.max_seq_len < 1:
@@ -189,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         raise
     except BaseException as e:  # noqa: BLE001 (a bug, or a library's panic: never a traceback)
         return _internal(e)
+    finally:
+        limits.MAX_SEQ_LEN = default_seq_len  # one command's --max-seq-len is not the next's (main() in-process)
     return 1
 
 

@@ -135,7 +135,7 @@ class Generator:
         if max_new_tokens < 1:
             raise UsageError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         if self.max_positions is not None and x.shape[1] + max_new_tokens - 1 > self.max_positions:
-            raise UsageError(f"a prompt of {x.shape[1]} tokens and {max_new_tokens} new ones need "
+            raise UsageError(f"a prompt of {x.shape[1]:,} tokens and {max_new_tokens:,} new ones need "
                              f"{x.shape[1] + max_new_tokens - 1:,} positions; the model takes at most {self.max_positions:,} "
                              f"({self.positions_why})")
         self._check_ids(self.decoder_input, x)
