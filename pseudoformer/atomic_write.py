@@ -146,10 +146,16 @@ class _Writer:
         except OSError as e:
             raise OutputError(f"cannot write {self.shown}: {e.strerror or e}") from None
         self.fd = fd
-        fcntl.flock(fd, fcntl.LOCK_EX)
         self.token = Path(name).name[len(TAG) + 2:-len(".locking")]
         self.lock = self.directory / f".{TAG}-{self.token}.lock"
-        os.replace(name, self.lock)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.replace(name, self.lock)
+        except OSError as e:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+            raise OutputError(f"cannot write {self.shown}: {e.strerror or e}") from None
         _live.add(self.lock)
         return self
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pseudoformer.errors import UsageError
-from pseudoformer.file_access import regular_file
+from pseudoformer.file_access import loads_json, regular_file
 from pseudoformer.inputs import check_size_against, check_token_ids
 from pseudoformer.limits import FILE_CAPS, MAX_NODES, RUN_MEMORY, available_memory, show_bytes
 from pseudoformer.model import Model, check_inputs, load, model_metadata
@@ -207,10 +206,9 @@ def run_onnx(onnx_model: Any, inputs: Mapping[str, np.ndarray], *, provider: str
         raise UsageError(str(e)) from None
     # Token inputs index tables, and ONNX's Gather takes a negative index from the end: check them as
     # `run model.alg` does, from the bounds the compiled model records (model_metadata).
-    recorded = runner.session.get_modelmeta().custom_metadata_map.get("token_bounds")
-    for name, vocabulary in (json.loads(recorded) if recorded else {}).items():
+    for name, vocabulary in _token_bounds(runner.session.get_modelmeta().custom_metadata_map).items():
         if name in inputs:
-            check_token_ids(name, np.asarray(inputs[name]), int(vocabulary))
+            check_token_ids(name, np.asarray(inputs[name]), vocabulary)
     if limit is not None:
         for i in runner.session.get_inputs():
             value = inputs.get(i.name)
@@ -228,6 +226,23 @@ def run_onnx(onnx_model: Any, inputs: Mapping[str, np.ndarray], *, provider: str
             raise UsageError(f"{runner_name(onnx_model)} needs more memory than the {show_bytes(limit)} it may use "
                              "(--max-memory BYTES raises it, up to the memory available)") from None
         raise UsageError(f"onnxruntime failed: {message}") from None
+
+
+def _token_bounds(metadata: Mapping[str, str]) -> dict[str, int]:
+    """The table sizes a compiled model records for its token inputs (model_metadata). A file from anyone
+    may record anything there: what is not an object of names to whole numbers ≥ 1 is refused."""
+    recorded = metadata.get("token_bounds")
+    if not recorded:
+        return {}
+    try:
+        bounds = loads_json(recorded)
+    except (ValueError, RecursionError):
+        bounds = None
+    if not isinstance(bounds, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in bounds.values()):
+        raise UsageError("the model's token_bounds metadata is not an object of input names to table sizes "
+                         "(whole numbers ≥ 1); it was not written by pseudoformer, or was changed since")
+    return bounds
 
 
 def runner_name(model: Any) -> str:

@@ -1,8 +1,12 @@
-"""Running mutants of the model and training files through `pseudoformer check`, in parallel, and judging each outcome.
+"""Running mutants of every input kind through the CLI, in parallel, and judging each outcome.
 
-Every mutant runs in-process (`pseudoformer.cli.main`), in worker processes that each hold their
-own copy of models/ (the mutant replaces its file there, so `use` lines and the .toml beside it are
-found as for the real file, and is put back afterwards). A worker's address space is capped, so a
+A job is a model file or a training algorithm of tests/frontend/training (its .alg text, or the
+.toml beside it, mutated and run through `pseudoformer check`) or another input kind of inputs.py (a
+checkpoint's config.json, a safetensors or GGUF file, a tokenizer.json, an ONNX model, each run
+through the command that reads it). Every mutant runs in-process (`pseudoformer.cli.main`), in
+worker processes that each hold their own copy of models/ (the mutant replaces its file there, so
+`use` lines and the .toml beside it are found as for the real file, and is put back afterwards)
+and their own directory for the other kinds' mutants. A worker's address space is capped, so a
 mutant that makes pseudoformer allocate without bound fails as a MemoryError instead of taking the
 machine down, and an alarm ends a mutant that hangs.
 
@@ -26,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.fuzz.inputs import KINDS, build_bases
 from tests.fuzz.mutations import mutate_config, mutate_source
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
@@ -34,6 +39,7 @@ MODELS = Path(__file__).resolve().parents[2] / "models"
 TRAINING = Path(__file__).resolve().parents[1] / "frontend" / "training"
 FILES = sorted(str(p.relative_to(MODELS)) for p in MODELS.rglob("*.alg")) + \
     sorted(f"training/{p.name}" for p in TRAINING.glob("*.alg"))
+KIND_WEIGHT = 3  # each non-.alg input kind gets the jobs of this many model files
 MAX_SECONDS = 5.0  # issue 16's target for the long run (__main__), on an idle machine; not asserted in tests
 HANG_SECONDS = 60  # a mutant still running then is stopped, and fails as a hang
 MEMORY_CAP = 4 << 30  # bytes of address space per worker
@@ -86,23 +92,16 @@ def _alarm(signum: int, frame: object) -> None:
     raise _Hang()
 
 
-def run_mutant(root: Path, rel: str, seed: int) -> Outcome:
+def _run(argv: list[str]) -> tuple[int, str]:
+    """main(argv) under the hang alarm: the exit code and what it printed on stderr."""
     from pseudoformer.cli import main
 
-    rng = random.Random(f"{rel}:{seed}")
-    path = root / rel
-    toml = path.with_suffix(".toml")
-    target = toml if toml.exists() and rng.random() < CONFIG_SHARE else path
-    original = target.read_text(encoding="utf-8")
-    text, edit = (mutate_config if target is toml else mutate_source)(original, rng)
-    target.write_text(text, encoding="utf-8", errors="surrogatepass")
     err = io.StringIO()
-    start = time.perf_counter()
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(HANG_SECONDS)
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            code = main(["check", str(path)])
+            code = main(argv)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except _Hang:
@@ -110,23 +109,65 @@ def run_mutant(root: Path, rel: str, seed: int) -> Outcome:
         err.write(f"hang: still running after {HANG_SECONDS} s\n")
     finally:
         signal.alarm(0)
+    return code, err.getvalue()
+
+
+def run_kind(bases: Path, work: Path, kind: str, seed: int) -> Outcome:
+    """One mutant of a non-.alg input kind (inputs.py), run through the command that reads it."""
+    rng = random.Random(f"{kind}:{seed}")
+    start = time.perf_counter()
+    argv, edit = KINDS[kind](bases, work, rng)
+    code, err = _run(argv)
+    return Outcome(kind, seed, edit, code, time.perf_counter() - start, err)
+
+
+def run_mutant(root: Path, rel: str, seed: int) -> Outcome:
+    rng = random.Random(f"{rel}:{seed}")
+    path = root / rel
+    toml = path.with_suffix(".toml")
+    target = toml if toml.exists() and rng.random() < CONFIG_SHARE else path
+    original = target.read_text(encoding="utf-8")
+    text, edit = (mutate_config if target is toml else mutate_source)(original, rng)
+    target.write_text(text, encoding="utf-8", errors="surrogatepass")
+    start = time.perf_counter()
+    try:
+        code, err = _run(["check", str(path)])
+    finally:
         target.write_text(original, encoding="utf-8")
-    return Outcome(rel, seed, ("config: " if target is toml else "") + edit, code, time.perf_counter() - start,
-                   err.getvalue())
+    return Outcome(rel, seed, ("config: " if target is toml else "") + edit, code, time.perf_counter() - start, err)
 
 
-def _work(jobs: list[tuple[str, int]]) -> list[Outcome]:
+def _work(args: tuple[list[tuple[str, int]], str | None]) -> list[Outcome]:
+    jobs, bases = args
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, resource.getrlimit(resource.RLIMIT_AS)[1]))
     with tempfile.TemporaryDirectory(prefix="pseudoformer-fuzz-") as tmp:
         root = copy_models(Path(tmp))
-        return [run_mutant(root, rel, seed) for rel, seed in jobs]
+        work = Path(tmp) / "work"
+        work.mkdir()
+        return [run_kind(Path(bases), work, target, seed) if target in KINDS else run_mutant(root, target, seed)
+                for target, seed in jobs if bases is not None or target not in KINDS]
 
 
-def run_mutants(count: int, workers: int | None = None, first_seed: int = 0) -> list[Outcome]:
-    """`count` mutants, spread over every model file, on `workers` processes (default: the CPUs)."""
-    jobs = [(FILES[i % len(FILES)], first_seed + i // len(FILES)) for i in range(count)]
+def targets(kinds: bool = True, files: bool = True) -> list[str]:
+    """What the jobs cycle through: every model file, and each other input kind KIND_WEIGHT times."""
+    return [*(FILES if files else []), *(k for k in KINDS for _ in range(KIND_WEIGHT) if kinds)]
+
+
+def run_mutants(count: int, workers: int | None = None, first_seed: int = 0, *, kinds: bool = True,
+                files: bool = True) -> list[Outcome]:
+    """`count` mutants, spread over every model file (`files`) and the other input kinds (`kinds`), on
+    `workers` processes (default: the CPUs)."""
+    cycle = targets(kinds, files)
+    seen: dict[str, int] = {}
+    jobs = []
+    for i in range(count):  # a target that appears k times in the cycle gets k seeds per round
+        target = cycle[i % len(cycle)]
+        seen[target] = seen.get(target, -1) + 1
+        jobs.append((target, first_seed + seen[target]))
     workers = workers or len(os.sched_getaffinity(0))
-    shares = [jobs[w::workers] for w in range(workers)]
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        results = pool.map(_work, shares)
+    with tempfile.TemporaryDirectory(prefix="pseudoformer-fuzz-bases-") as tmp:
+        bases = str(build_bases(Path(tmp))) if kinds else None
+        shares = [(jobs[w::workers], bases) for w in range(workers)]
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            results = pool.map(_work, shares)
     return sorted((o for r in results for o in r), key=lambda o: (o.file, o.seed))

@@ -72,6 +72,9 @@ def test_a_library_without_its_weights_file_is_a_clear_error(saved: tuple, tmp_p
     path, _ = saved
     lonely = tmp_path / "lonely.so"
     lonely.write_bytes(path.read_bytes())
+    manifest = json.loads(path.with_name(f"{path.stem}.manifest.json").read_text(encoding="utf-8"))
+    manifest["files"] = {"lonely.so": manifest["files"][path.name]}  # the library's own manifest, renamed with it
+    (tmp_path / "lonely.manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     with pytest.raises(Exception, match="lonely.weights.safetensors"):
         load_model(lonely)
 
@@ -105,9 +108,14 @@ def test_cli_compile_with_bound_weights_runs_in_a_fresh_process_without_a_weight
     assert main(["compile", "gpt2", "--config", os.devnull, *_defines(), "--backend", "tvm", "--tvm-params", "bind",
                  "-o", str(so)]) == 0
     assert "weights bound into the library" in capsys.readouterr().err
-    assert so.is_file() and not weights_path(so).exists() and list(tmp_path.iterdir()) == [so]
-    elsewhere = tmp_path / "elsewhere"  # alone in its folder: nothing to find beside it
+    # One library and its manifest (pseudoformer/manifest.py), which `run` checks before loading it.
+    assert so.is_file() and not weights_path(so).exists()
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "bound.manifest.json", so]
+    elsewhere = tmp_path / "elsewhere"  # alone in its folder with its manifest: no weights to find beside it
     elsewhere.mkdir()
+    manifest = json.loads((tmp_path / "bound.manifest.json").read_text(encoding="utf-8"))
+    manifest["files"] = {"model.so": manifest["files"]["bound.so"]}
+    (elsewhere / "model.manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     so = so.rename(elsewhere / "model.so")
     assert load_model(so).meta["param_mode"] == "bind"
     x = json.dumps(X.tolist())
