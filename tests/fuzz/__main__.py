@@ -1,4 +1,5 @@
-"""`python -m tests.fuzz --mutants 10000`: a long fuzzing run, with a summary of what the mutants did."""
+"""`python -m tests.fuzz --mutants 10000`: a long fuzzing run over every input kind, with a summary of what the
+mutants did, per kind."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import time
 from collections import Counter
 
 from tests.fuzz.harness import MAX_SECONDS, run_mutants
+from tests.fuzz.inputs import KINDS
 
 
 def main() -> int:
@@ -23,6 +25,10 @@ def main() -> int:
                     for o in outcomes)
     slowest = max(outcomes, key=lambda o: o.seconds)
     print(f"{len(outcomes)} mutants in {wall:.0f} s: {dict(kinds)}")
+    by_kind = Counter((o.file if o.file in KINDS else ".alg/.toml",
+                       "success" if o.code == 0 else "diagnostic" if not o.problem else "problem") for o in outcomes)
+    for kind in [".alg/.toml", *KINDS]:
+        print(f"  {kind}: " + ", ".join(f"{n} {what}" for (k, what), n in sorted(by_kind.items()) if k == kind))
     print(f"slowest: {slowest.seconds:.2f} s (limit {MAX_SECONDS} s): {slowest}")
     slow = [o for o in outcomes if o.seconds > MAX_SECONDS]
     print(f"over 1 s: {sum(o.seconds > 1 for o in outcomes)}; over {MAX_SECONDS} s: {len(slow)}; problems: {len(bad)}")
