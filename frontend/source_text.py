@@ -13,7 +13,8 @@ The Trojan Source class (CVE-2021-42574), refused as rustc refuses it:
   parameter names checkpoints are loaded by (docs/language.md §6) — is the same `W`, and a reader
   can take one for the other. Two names of one file that differ only by a mathematical
   alphanumeric style (U+1D400–U+1D7FF; `𝒲`, `𝐖`, `𝕎` against `W`) are refused as confusable, at the
-  second one, as rustc's `confusable_idents` lint flags them.
+  second one, as rustc's `confusable_idents` lint flags them. A group's label (`𝒲 consisting of:`)
+  is exempt: it is no parameter, and its members carry the ASCII names.
 
 check_source_text returns the text with each refused character replaced by a space (so columns and
 line numbers stay those of the file, and later stages do not trip over it) and the diagnostics.
@@ -35,6 +36,7 @@ LINE_BREAKS = {"\r": "a carriage return not followed by a line feed", "\x0b": "a
 _REFUSED = re.compile("[" + "".join(LINE_BREAKS) + "".join(BIDI_CONTROLS) + "]")
 # A whole name with its scripts (`W^h_q`, `γ¹_l`, `W^{e/d}_l`), as the names of frontend/names.py are written.
 _NAME = re.compile(r"[^\W\d]\w*(?:[_^]\{[^{}\s]*\}|[_^]\w+)*['′]*")
+_LABEL = re.compile(r"(" + _NAME.pattern + r")\s+consisting\s+of\b")
 _MATH_ALPHABET = re.compile("[\U0001d400-\U0001d7ff]")
 
 
@@ -79,9 +81,15 @@ def _confusables(text: str, file: str) -> list[AlgError]:
     first: dict[str, tuple[str, int]] = {}  # plain spelling → (a name as written, its line)
     errors: list[AlgError] = []
     reported: set[tuple[str, str]] = set()
+    code = [_code(line) for line in text.split("\n")]
+    # A group's label (`𝒲 consisting of:`) is no parameter and has no ASCII name of its own (its members
+    # have), so the paper's `𝒲` beside a member `W` makes no two parameters one.
+    labels = {m.group(1) for line in code for m in _LABEL.finditer(line)}
     for i, line in enumerate(text.split("\n"), start=1):
-        for m in _NAME.finditer(_code(line)):
+        for m in _NAME.finditer(code[i - 1]):
             name, plain = m.group(), _plain(m.group())
+            if name in labels:
+                continue
             seen = first.setdefault(plain, (name, i))
             if seen[0] != name and (seen[0], name) not in reported:
                 reported.add((seen[0], name))

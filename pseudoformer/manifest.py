@@ -28,20 +28,11 @@ from typing import Any
 
 from pseudoformer.errors import UsageError
 from pseudoformer.file_access import read_text, regular_file
+from pseudoformer.model_files import manifest_path
 from pseudoformer.regular_file import open_regular
 from pseudoformer.version import __version__
 
 FORMAT = 1
-
-
-def manifest_path(library: Path) -> Path:
-    """model.so → model.manifest.json."""
-    return library.with_name(f"{library.stem}.manifest.json")
-
-
-def weights_path(library: Path) -> Path:
-    """model.so → model.weights.safetensors: where a library compiled with params="args" keeps its weights."""
-    return library.with_name(f"{library.stem}.weights.safetensors")
 
 
 def _digest(fh: Any, copy: Any = None) -> tuple[str, int]:

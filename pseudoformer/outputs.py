@@ -19,12 +19,7 @@ from pathlib import Path
 
 from pseudoformer.atomic_write import OutputError, check_output
 from pseudoformer.config import default_config_path
-from pseudoformer.manifest import manifest_path, weights_path
-
-
-def data_path(path: Path) -> Path:
-    """Where an ONNX model saved at `path` keeps its weights once it is too big for one file."""
-    return path.with_name(path.name + ".data")
+from pseudoformer.model_files import data_path, manifest_path, weights_path
 
 
 def outputs_of(args: argparse.Namespace) -> list[Path]:

@@ -37,7 +37,7 @@ from pseudoformer.backends.onnx.lower import LoweredModel, initializer_header
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.lazy_tensor import LazyTensor, materialize
 from pseudoformer.limits import show_bytes
-from pseudoformer.outputs import data_path
+from pseudoformer.model_files import data_path
 
 # Protobuf refuses to serialise a message of 2 GiB or more; keep a margin for the graph itself.
 EXTERNAL_DATA_THRESHOLD = 2**31 - 2**26

@@ -36,7 +36,8 @@ from pseudoformer.errors import BackendError, UsageError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.token_bounds import out_of_range, token_bounds
 from pseudoformer.ir.types import TensorType
-from pseudoformer.manifest import check_file, manifest_path, verified_copy, weights_path, write_manifest
+from pseudoformer.manifest import check_file, verified_copy, write_manifest
+from pseudoformer.model_files import manifest_path, weights_path
 from pseudoformer.terminal import quiet_native_stderr
 from pseudoformer.weights.errors import WeightsError
 from pseudoformer.weights.safetensors_io import read_safetensors, write_safetensors

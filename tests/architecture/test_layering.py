@@ -23,7 +23,7 @@ FOLDERS = {"pseudoformer": "pseudoformer", "pseudoformer.frontend": "frontend", 
 SHARED = {"pseudoformer.errors", "pseudoformer.version", "pseudoformer.weights.errors",
           "pseudoformer.weights.safetensors_io", "pseudoformer.weights.tensor_ref", "pseudoformer.limits",
           "pseudoformer.regular_file", "pseudoformer.file_access", "pseudoformer.atomic_write",
-          "pseudoformer.submodules"}
+          "pseudoformer.submodules", "pseudoformer.terminal", "pseudoformer.model_files", "pseudoformer.manifest"}
 # What each stage may import besides itself and the shared modules.
 ALLOWED = {
     "ir": set(),

@@ -36,6 +36,7 @@ from pseudoformer.frontend.errors import (
     UnknownNameError,
 )
 from pseudoformer.model import check, load
+from pseudoformer.terminal import escape
 
 INVALID = Path(__file__).parent / "invalid"
 CASES = sorted(p.name for p in INVALID.glob("*.alg"))
@@ -131,9 +132,10 @@ def test_cli_reports_the_error(name: str, tmp_path: Path, capsys: pytest.Capture
         assert exp.text in m["msg"], lines[i]
         # The source line, then a caret under the column.
         source = (INVALID / exp.file).read_text(encoding="utf-8").splitlines()[exp.line - 1]
-        assert lines[i + 1] == f"    {source}", err
+        # (escaped for the terminal, pseudoformer/terminal.py: a control character shows as \x07)
+        assert lines[i + 1] == f"    {escape(source, keep=chr(9))}", err
         caret = lines[i + 2]
-        assert caret.strip() == "^" and caret.index("^") == 4 + exp.col - 1, err
+        assert caret.strip() == "^" and caret.index("^") == 4 + len(escape(source[:exp.col - 1], keep=chr(9))), err
         notes = []
         for after in lines[i + 3:]:
             if not after.startswith("  note: "):
