@@ -203,7 +203,9 @@ def _commit(tmp: Path, target: Path) -> None:
     if not in_place:
         os.replace(tmp, target)
         return
-    with open(tmp, "rb") as src, open(target, "r+b") as dst:
+    # O_NOFOLLOW: the file checked, not a link someone put at its name since.
+    fd = os.open(target, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with open(tmp, "rb") as src, os.fdopen(fd, "r+b") as dst:
         dst.truncate(0)
         shutil.copyfileobj(src, dst, 1 << 20)
         dst.flush()

@@ -33,7 +33,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # A bad argument is a user error like any other: one message, exit 1.
         self.print_usage(sys.stderr)
-        print(escape_lines(f"{self.prog}: error: {message}"), file=sys.stderr)
+        print(f"{self.prog}: error: {escape(message)}", file=sys.stderr)  # one line, whatever the argument held
         raise SystemExit(1)
 
 

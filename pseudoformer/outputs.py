@@ -42,6 +42,8 @@ def inputs_of(args: argparse.Namespace) -> Iterator[tuple[str, Path]]:
         yield "the source", Path(f)
         if getattr(args, "config", None) is None and (toml := default_config_path(Path(f))) is not None:
             yield "the config", toml
+        if Path(f).suffix == ".onnx":
+            yield "the model's weights", data_path(Path(os.path.realpath(f)))
         if Path(f).suffix == ".so":
             yield "the library's weights", weights_path(Path(os.path.realpath(f)))
             yield "the library's manifest", manifest_path(Path(os.path.realpath(f)))

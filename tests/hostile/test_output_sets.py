@@ -175,3 +175,12 @@ def test_a_companion_that_is_an_input_is_refused(tmp_path: Path, capfd: pytest.C
     judge(run_cli(["compile", GPT2, *SMALL_GPT2, "--weights", weights, "-o", tmp_path / "m.onnx"], capfd),
           "(with m.onnx.data): it is --weights")
     assert weights.read_bytes() == before and not (tmp_path / "m.onnx").exists()
+
+
+def test_run_of_an_onnx_cannot_write_over_its_own_data(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "m.onnx"
+    save_model(_small_model(), model, external_threshold=0)
+    data = data_path(model)
+    before = data.read_bytes()
+    judge(run_cli(["run", model, "--input", "x=[[1]]", "-o", data], capfd), "it is the model's weights")
+    assert data.read_bytes() == before

@@ -76,3 +76,13 @@ def test_an_npz_name_reported_after_a_run(tmp_path: Path, capfd: pytest.CaptureF
     r = run_cli(["run", GPT2, *SMALL_GPT2, "--input", "x=[[1]]", "-o", out], capfd)
     assert r.code == 0 and "wrote" in r.err and not RAW_CONTROL.search(r.err), repr(r.err)
     assert np.load(out)["Y"].shape == (1, 1, 11)
+
+
+@pytest.mark.parametrize("argv", [["check", GPT2, f"--bogus{EVIL}"], ["check", GPT2, "--max-nodes", EVIL],
+                                  ["run", GPT2, "--input", f"x{EVIL}", "-o", "y.npz"]])
+def test_a_command_line_argument_quoted_back(argv: list[str], tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = run_cli(argv, capfd)
+    assert r.code == 1 and not RAW_CONTROL.search(r.err), repr(r.err)
+    assert not any(line.startswith("error: forged") for line in r.err.splitlines()), r.err
