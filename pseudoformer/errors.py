@@ -48,7 +48,7 @@ class AlgError(Exception):
         # Every part may hold input text (a tensor name, a config key, a source line): each is escaped
         # for the terminal (terminal.py), so none can forge a line, move the cursor or retitle the window.
         where = f"{escape(str(self.pos))}: " if self.pos else ""
-        out = [f"{where}{self.kind}: {escape(self.message)}"]
+        out = [f"{where}{self.kind}: {_message_lines(self.message)}"]
         line = self.source_line
         if line is None and self.pos is not None:
             line = _read_line(self.pos)
@@ -59,11 +59,19 @@ class AlgError(Exception):
             prefix = escape(line[: max(self.pos.col - 1, 0)], keep="\t")
             pad = "".join(c if c == "\t" else " " for c in prefix)
             out.append(f"    {pad}^")
-        out.extend(f"  note: {escape(n)}" for n in self.notes)
+        out.extend(f"  note: {_message_lines(n)}" for n in self.notes)
         return "\n".join(out)
 
     def __str__(self) -> str:
         return self.render()
+
+
+def _message_lines(message: str) -> str:
+    """A message escaped for the terminal. A message may list things a line each (the tensors that do not
+    fit); its lines stay lines, but every line after the first is indented, so that no newline in a name
+    it quotes can start a line that reads as a diagnostic of its own (`error: …`, `FILE:1:1: error: …`)."""
+    first, *rest = escape(message, keep="\n").split("\n")
+    return "\n".join([first, *(line if line[:1] in (" ", "\t") else "  " + line for line in rest)])
 
 
 class UsageError(AlgError):

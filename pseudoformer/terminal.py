@@ -4,8 +4,10 @@ Tensor names from a safetensors header, config keys, source lines, paths and dec
 stderr and stdout inside pseudoformer's messages. Printed raw, an ESC or OSC sequence in one of them
 could retitle or clear the terminal, a carriage return could overwrite what came before it on the
 line, a bidi control could reorder it, and a newline could forge a second `error:` line. `escape`
-writes each such character as a visible Python-style escape (`\\x1b`, `\\u202e`, `\\n`), so what is
-printed is what the input held, one line per line pseudoformer meant.
+writes each such character as a visible escape (`\\x1b`, `\\u202e`, `\\x0a`), so what is printed is
+what the input held, one line per line pseudoformer meant (errors.py keeps the newlines of a
+diagnostic's message and indents its continuation lines instead, so that none reads as a diagnostic
+of its own).
 """
 
 from __future__ import annotations
