@@ -19,6 +19,7 @@ command line that reads it. What the mutants aim at:
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import shutil
@@ -86,7 +87,7 @@ def mutate_json(doc: Any, rng: random.Random, extra: list[Any] = ()) -> tuple[st
             parent[f"{path[-1]}\x1b[2J"] = parent.pop(path[-1])
             edits.append(f"rename {'.'.join(map(str, path))}")
             continue
-        value = rng.choice([*HOSTILE_VALUES, *extra])
+        value = copy.deepcopy(rng.choice([*HOSTILE_VALUES, *extra]))  # a shared list set twice would make a cycle
         shown = str(value[1] if isinstance(value, tuple) else value)[:40]
         if isinstance(value, tuple):
             raws.append(value[1])
