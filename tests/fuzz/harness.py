@@ -84,8 +84,9 @@ def copy_models(dest: Path) -> Path:
     return root
 
 
-class _Hang(BaseException):
-    """Raised by the alarm: BaseException, so no `except Exception` in pseudoformer swallows it."""
+class _Hang(SystemExit):
+    """Raised by the alarm: a SystemExit, which main() passes on (it turns every other exception, Rust
+    panics included, into a message), so the hang is reported as one."""
 
 
 def _alarm(signum: int, frame: object) -> None:
@@ -102,11 +103,11 @@ def _run(argv: list[str]) -> tuple[int, str]:
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             code = main(argv)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
     except _Hang:
         code = -1
         err.write(f"hang: still running after {HANG_SECONDS} s\n")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
     finally:
         signal.alarm(0)
     return code, err.getvalue()
