@@ -102,3 +102,29 @@ def test_a_foreign_onnx_input_is_bounded(tmp_path: Path, capfd: pytest.CaptureFi
 def test_max_memory_is_only_for_onnx_files(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     judge(run_cli(["run", GPT2, *SMALL_GPT2, "--max-memory", "100", "--input", "x=[[1]]", "-o", tmp_path / "y.npz"],
                   capfd), "--max-memory BYTES (at least 1) is for running a .onnx file")
+
+
+@pytest.mark.parametrize("location", ["pipe", "/etc/passwd", "../../../../../../../etc/passwd", "zero"])
+def test_a_foreign_onnx_whose_external_data_points_anywhere(location: str, tmp_path: Path,
+                                                            capfd: pytest.CaptureFixture[str]) -> None:
+    """A FIFO would block a reader for ever, /dev/zero never ends, and a path outside the model's directory
+    reads what it should not: each is one refusal (onnxruntime's own checks), not a hang or a read."""
+    import os
+
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    w = helper.make_tensor("w", TensorProto.FLOAT, [4], [0.0] * 4)
+    w.ClearField("float_data")
+    w.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "16")):
+        entry = w.external_data.add()
+        entry.key, entry.value = key, value
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
+    model = tmp_path / "m.onnx"
+    model.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    start = time.perf_counter()
+    r = run_cli(["run", model, "--input", "x=[1.0, 2.0, 3.0, 4.0]", "-o", tmp_path / "y.npz"], capfd)
+    judge(r, "onnxruntime could not load the model")
+    assert "root:" not in r.err and time.perf_counter() - start < 60
