@@ -5,7 +5,8 @@
 `pseudoformer.errors`, `pseudoformer.version`, the safetensors file format (`pseudoformer.weights.errors`,
 `.safetensors_io`, which the TVM backend saves its weights in) and the rules for touching files
 (`pseudoformer.limits`, `.regular_file`, `.file_access`, `.atomic_write`) and the import of a package's modules
-that register themselves (`pseudoformer.submodules`) sit below every stage; function-level
+that register themselves (`pseudoformer.submodules`) and the hostile-input helpers (`.terminal`, `.model_files`,
+`.manifest`) sit below every stage; function-level
 and relative imports count too; imports under `if TYPE_CHECKING:` do not (they never run).
 """
 
