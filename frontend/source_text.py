@@ -35,8 +35,8 @@ LINE_BREAKS = {"\r": "a carriage return not followed by a line feed", "\x0b": "a
                "\u2028": "a line separator (U+2028)", "\u2029": "a paragraph separator (U+2029)"}
 _REFUSED = re.compile("[" + "".join(LINE_BREAKS) + "".join(BIDI_CONTROLS) + "]")
 # A whole name with its scripts (`W^h_q`, `γ¹_l`, `W^{e/d}_l`), as the names of frontend/names.py are written.
-_NAME = re.compile(r"[^\W\d]\w*(?:[_^]\{[^{}\s]*\}|[_^]\w+)*['′]*")
-_LABEL = re.compile(r"(" + _NAME.pattern + r")\s+consisting\s+of\b")
+_NAME = re.compile(r"[^\W\d]\w*+(?:[_^]\{[^{}\s]*\}|[_^]\w++)*+['′]*+")  # possessive: linear on any line
+_LABEL = re.compile(r"(?<=\s)consisting\s++of\b")
 _MATH_ALPHABET = re.compile("[\U0001d400-\U0001d7ff]")
 
 
@@ -84,7 +84,8 @@ def _confusables(text: str, file: str) -> list[AlgError]:
     code = [_code(line) for line in text.split("\n")]
     # A group's label (`𝒲 consisting of:`) is no parameter and has no ASCII name of its own (its members
     # have), so the paper's `𝒲` beside a member `W` makes no two parameters one.
-    labels = {m.group(1) for line in code for m in _LABEL.finditer(line)}
+    labels = {before[-1] for line in code for m in _LABEL.finditer(line)
+              if (before := line[:m.start()].split())}
     for i, line in enumerate(text.split("\n"), start=1):
         for m in _NAME.finditer(code[i - 1]):
             name, plain = m.group(), _plain(m.group())

@@ -145,8 +145,18 @@ def _work(args: tuple[list[tuple[str, int]], str | None]) -> list[Outcome]:
         root = copy_models(Path(tmp))
         work = Path(tmp) / "work"
         work.mkdir()
-        return [run_kind(Path(bases), work, target, seed) if target in KINDS else run_mutant(root, target, seed)
-                for target, seed in jobs if bases is not None or target not in KINDS]
+        outcomes = []
+        log = os.environ.get("PSEUDOFORMER_FUZZ_LOG")  # a line per mutant as it ends: a long run's progress
+        for target, seed in jobs:
+            if bases is None and target in KINDS:
+                continue
+            o = run_kind(Path(bases), work, target, seed) if target in KINDS else run_mutant(root, target, seed)
+            outcomes.append(o)
+            if log:
+                with open(log, "a", encoding="utf-8") as f:
+                    f.write(f"{o.seconds:.2f}\t{o.problem or ('success' if o.code == 0 else 'diagnostic')}\t"
+                            f"{o.file}\t{o.seed}\n")
+        return outcomes
 
 
 def targets(kinds: bool = True, files: bool = True) -> list[str]:

@@ -68,3 +68,17 @@ def test_a_styled_group_label_beside_its_plain_members_is_fine(tmp_path: Path,
     # The paper's own use: 𝒲 names the group, W^h_q its members. Only whole names are compared.
     paper = Path(__file__).resolve().parents[2] / "models" / "paper" / "primitives.alg"
     assert run_cli(["check", paper], capfd).code == 0
+
+
+@pytest.mark.parametrize("line", ["q" * 200_000 + " x", "W_" * 100_000, " " * 200_000 + "consisting x",
+                                  "W" + " " * 200_000 + "consisting" + " " * 100_000 + "of"])
+def test_the_twin_scan_is_linear_on_long_lines(line: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The long fuzz run found the first twin scan backtracking without end on a 200,000-character name
+    (a regex that Python cannot interrupt, so the hang guard could not stop it either)."""
+    import time
+
+    src = _write(tmp_path, HEAD + "  \U0001d4b2 consisting of\n" + line + "\n")
+    start = time.perf_counter()
+    r = run_cli(["check", src], capfd)
+    assert r.code == 1 and "internal error" not in r.err
+    assert time.perf_counter() - start < 30
