@@ -206,7 +206,7 @@ def run_onnx(onnx_model: Any, inputs: Mapping[str, np.ndarray], *, provider: str
         raise UsageError(str(e)) from None
     # Token inputs index tables, and ONNX's Gather takes a negative index from the end: check them as
     # `run model.alg` does, from the bounds the compiled model records (model_metadata).
-    for name, vocabulary in _token_bounds(runner.session.get_modelmeta().custom_metadata_map).items():
+    for name, vocabulary in _token_bounds(runner.metadata).items():
         if name in inputs:
             check_token_ids(name, np.asarray(inputs[name]), vocabulary)
     if limit is not None:

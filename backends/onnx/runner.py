@@ -105,9 +105,13 @@ class OnnxRunner:
             self.session = ort.InferenceSession(source, sess_options=options, providers=[PROVIDERS[provider]])
         except Exception as e:  # onnxruntime raises its own exception types for load failures
             raise BackendError(f"onnxruntime could not load the model: {e}") from e
-        self._inputs = {i.name: i for i in self.session.get_inputs()}
+        try:  # a file's names and metadata are its own bytes: onnxruntime hands back invalid UTF-8 as an error
+            self._inputs = {i.name: i for i in self.session.get_inputs()}
+            self.output_names = [o.name for o in self.session.get_outputs()]
+            self.metadata: dict[str, str] = dict(self.session.get_modelmeta().custom_metadata_map)
+        except UnicodeDecodeError as e:
+            raise BackendError(f"the model's names or metadata are not UTF-8 text ({e})") from None
         self.input_names = list(self._inputs)
-        self.output_names = [o.name for o in self.session.get_outputs()]
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run on `inputs` (by input name); return every output by name, as numpy arrays."""

@@ -128,3 +128,14 @@ def test_a_foreign_onnx_whose_external_data_points_anywhere(location: str, tmp_p
     r = run_cli(["run", model, "--input", "x=[1.0, 2.0, 3.0, 4.0]", "-o", tmp_path / "y.npz"], capfd)
     judge(r, "onnxruntime could not load the model")
     assert "root:" not in r.err and time.perf_counter() - start < 60
+
+
+def test_a_foreign_onnx_whose_metadata_is_not_utf8(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Found by the long fuzz run: onnxruntime hands invalid UTF-8 in a name or a metadata value back as a
+    UnicodeDecodeError, which was an internal error."""
+    model = onnx.load(_bomb(tmp_path / "m.onnx", 4))
+    model.metadata_props.add(key="token_bounds", value="MARKMARK")
+    raw = model.SerializeToString().replace(b"MARKMARK", b"\xaf\xfe\xaf\xfe\xaf\xfe\xaf\xfe")
+    (tmp_path / "m.onnx").write_bytes(raw)
+    judge(run_cli(["run", tmp_path / "m.onnx", "--input", "x=[1.0]", "-o", tmp_path / "y.npz"], capfd),
+          "not UTF-8 text")
