@@ -25,8 +25,8 @@ from pseudoformer.model_files import data_path, manifest_path, weights_path
 def outputs_of(args: argparse.Namespace) -> list[Path]:
     """The files `args`' command writes: -o, and the files of its set."""
     out = getattr(args, "output", None)
-    if not out:
-        return []
+    if not out or args.command not in ("compile", "run", "inspect"):
+        return []  # train's -o is a directory it writes its checkpoints into (training/), checked there
     path = Path(out)
     if args.command != "compile":
         return [path]
