@@ -65,19 +65,23 @@ class _Progress:
     """`generate ▕████▏ 12/32 tokens, ms/token` on stderr: a tqdm bar, called with the tokens done so far."""
 
     def __init__(self, total: int) -> None:
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, desc="generate", unit="token", file=sys.stderr,
-                        bar_format="{desc} ▕{bar:24}▏ {n_fmt}/{total_fmt} tokens {postfix}")
+        self.total = total
+        self.bar = None  # made at the first token: a refusal before it (too many tokens) prints no bar
         self.start = time.perf_counter()
 
     def __call__(self, done: int) -> None:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total, desc="generate", unit="token", file=sys.stderr,
+                            bar_format="{desc} ▕{bar:24}▏ {n_fmt}/{total_fmt} tokens {postfix}")
         self.bar.update(done - self.bar.n)
         self.bar.set_postfix_str(f"{(time.perf_counter() - self.start) / done * 1e3:5.0f} ms/token")
 
     def finish(self, done: int) -> None:
-        self.bar.close()
-        if done < self.bar.total:  # stopped early at the end token
+        if self.bar is not None:
+            self.bar.close()
+        if done < self.total:  # stopped early at the end token
             sys.stderr.write("(stopped at the end token)\n")
 
 
