@@ -163,10 +163,12 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
         # A tied unembedding (W_u = W_eᵀ) read as W_e's transpose: held and stored once (tied_weights.py).
         graph, params = tie(graph, params)
     else:
-        params = random_weights(expected, seed=seed)
+        group, params = None, random_weights(expected, seed=seed)
     alg = find_entry(prog, entry or cfg.entry)
     plan = plan_training(prog, alg) if is_training(alg) else None
-    return Model(graph, params, src, cfg, str(wpath) if wpath else None, meta={"seed": seed}, training=plan)
+    # The group the checkpoint filled: training writes the trained group back as that checkpoint.
+    meta: dict[str, Any] = {"seed": seed, **({"weights_group": group} if group else {})}
+    return Model(graph, params, src, cfg, str(wpath) if wpath else None, meta=meta, training=plan)
 
 
 def _elaborates(prog: Any, src: Path, entry: str | None, config: str | Path | None,

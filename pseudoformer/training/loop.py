@@ -10,7 +10,6 @@ and returns cleanly.
 from __future__ import annotations
 
 import math
-import re
 import signal
 import time
 from collections.abc import Sequence
@@ -20,19 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer.errors import CompileError, UsageError
+from pseudoformer.errors import UsageError
 from pseudoformer.inputs import token_bounds
 from pseudoformer.model import Model, load
 from pseudoformer.passes.training_step import STEP, Optimizer
 from pseudoformer.training import data as datasets
 from pseudoformer.training.compile import CompiledStep, compile_step, tied_unembedding
-from pseudoformer.training.outputs import (
-    group_prefix,
-    hf_onto_group,
-    save_checkpoint,
-    write_loss_curve,
-    write_meta,
-)
+from pseudoformer.training.outputs import save_checkpoint, write_loss_curve, write_meta
 from pseudoformer.training.runtimes import BACKENDS, make_runtime
 
 
@@ -60,39 +53,12 @@ def step_size(step: int, lr: float, warmup: int, total: int, schedule: str) -> f
     return lr * 0.5 * (1 + math.cos(math.pi * min(step - warmup, span) / span))
 
 
-def _load(source: str | Path, weights: str | Path | None, seed: int, **kw: Any) -> tuple[Model, Path | None, str]:
+def _load(source: str | Path, weights: str | Path | None, seed: int, **kw: Any) -> tuple[Model, Path | None, str | None]:
     """The loss model with its weights, the HF checkpoint directory they came from (if one), and the
-    parameter group's prefix in our names ("theta."): a HF checkpoint of the model a loss algorithm calls
-    (θ : GPT2) goes onto the group when the loader cannot place it itself."""
-    wdir = Path(weights) if weights is not None else None
-    try:
-        return load(source, weights=weights, seed=seed, **kw), wdir if wdir and wdir.is_dir() else None, ""
-    except UsageError:
-        if wdir is None or not wdir.is_dir():
-            raise
-    model = _load_sized_by(wdir, source, seed, **kw)
-    model.weights = hf_onto_group(wdir, list(model.weights))
-    prefix = group_prefix(list(model.weights), {k.split(".", 1)[1]: None for k in model.weights if "." in k}) or ""
-    return model, wdir, prefix
-
-
-def _load_sized_by(wdir: Path, source: str | Path, seed: int, **kw: Any) -> Model:
-    """The loss model at the sizes of the checkpoint's config.json, given as -D (those the loss algorithm
-    does not declare left out: the loader takes them as optional only when it binds the weights itself)."""
-    from pseudoformer.weights import hf_hyperparameters, read_hf_config
-
-    sizes = {k: v for k, v in hf_hyperparameters(read_hf_config(wdir)).items()}
-    user = list(kw.pop("defines", []) or [])
-    for _ in range(2):
-        try:
-            return load(source, seed=seed, defines=[f"{k}={v}" for k, v in sizes.items()] + user, **kw)
-        except CompileError as e:
-            unknown = re.search(r"unknown hyperparameters? (.+) for ", e.errors[0].message)
-            if unknown is None:
-                raise
-            for name in unknown.group(1).split(", "):
-                sizes.pop(name, None)
-    raise AssertionError("unreachable")
+    parameter group that checkpoint filled (``theta`` for a loss algorithm over ``θ : GPT2``; load places it)."""
+    model = load(source, weights=weights, seed=seed, **kw)
+    wdir = Path(weights) if weights is not None and Path(weights).is_dir() else None
+    return model, wdir, model.meta.get("weights_group")
 
 
 def _plan_settings(model: Model) -> dict[str, Any]:
@@ -131,7 +97,7 @@ def train(source: str | Path, data: str | Path | np.ndarray, *, entry: str | Non
     the trained weights. `trainable`: the parameter names to train (the rest frozen); all by default."""
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}: the backends are {', '.join(BACKENDS)}")
-    model, hf_dir, prefix = _load(source, weights, seed, entry=entry, config=config, defines=list(defines or []))
+    model, hf_dir, group = _load(source, weights, seed, entry=entry, config=config, defines=list(defines or []))
     settings = _plan_settings(model)
     lr = lr if lr is not None else settings.get("lr")
     if lr is None or not lr > 0 or not math.isfinite(lr):
@@ -157,7 +123,7 @@ def train(source: str | Path, data: str | Path | np.ndarray, *, entry: str | Non
     outdir = Path(out) if out is not None else None
     sched = schedule or ("cosine" if opt.kind == "adamw" and warmup else "constant")
     return _loop(model, step, runtime, rows, batch_size, total, lr, warmup, sched, seed, save_every, outdir,
-                 (hf_dir, prefix), progress, settings.get("plan"))
+                 (hf_dir, group), progress, settings.get("plan"))
 
 
 def _tied(hf_dir: Path | None) -> bool:
@@ -170,7 +136,7 @@ def _tied(hf_dir: Path | None) -> bool:
 
 def _loop(model: Model, step: CompiledStep, runtime: Any, rows: np.ndarray, batch_size: int, total: int,
           lr: float, warmup: int, schedule: str, seed: int, save_every: int, outdir: Path | None,
-          hf: tuple[Path | None, str], progress: bool, plan: Any) -> TrainResult:
+          hf: tuple[Path | None, str | None], progress: bool, plan: Any) -> TrainResult:
     from tqdm import tqdm
 
     rng = np.random.default_rng(seed)
@@ -226,7 +192,7 @@ def _weights(model: Model, step: CompiledStep, runtime: Any) -> dict[str, np.nda
     return out
 
 
-def _save(model: Model, step: CompiledStep, runtime: Any, outdir: Path, hf: tuple[Path | None, str],
+def _save(model: Model, step: CompiledStep, runtime: Any, outdir: Path, hf: tuple[Path | None, str | None],
           history: list[tuple[int, float, float]]) -> None:
     weights = _weights(model, step, runtime)
     save_checkpoint(outdir, weights, *hf)

@@ -1,6 +1,6 @@
 """What training writes: checkpoints (ours, and for the HF families a HF checkpoint directory), and the
 loss curve as CSV and SVG. Every file is written atomically (atomic_write.py): an interrupted save leaves
-the last complete one in place. Also: HF weights onto a loss model's parameter group (θ : GPT2)."""
+the last complete one in place."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ import numpy as np
 
 from pseudoformer.atomic_write import atomic_path, write_atomic
 from pseudoformer.errors import UsageError
-from pseudoformer.weights import WeightsError
-from pseudoformer.weights.hf_checkpoint import MAPPERS, read_hf_config, read_hf_tensors
+from pseudoformer.weights import hf_engine
+from pseudoformer.weights.hf_checkpoint import open_hf_tensors, read_hf_config, table_for
+from pseudoformer.weights.hf_table import Table, Tie
 from pseudoformer.weights.safetensors_io import save_weights
+from pseudoformer.weights.tensor_ref import in_memory
 
 CHECKPOINT = "model.safetensors"
 HF_DIR = "hf"
@@ -25,65 +27,59 @@ HF_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenize
             "special_tokens_map.json", "vocab.json", "merges.txt")
 
 
-def group_prefix(expected: Sequence[str], ours: Mapping[str, object]) -> str | None:
-    """The prefix that puts a model's names under a loss model's parameter group ("theta."), if one does."""
-    for e in expected:
-        for k in ours:
-            if e.endswith("." + k):
-                prefix = e[: -len(k)]
-                if all(prefix + name in expected for name in ours if not name.startswith("_")):
-                    return prefix
-    return None
-
-
-def hf_onto_group(directory: Path, expected: Sequence[str]) -> dict[str, np.ndarray]:
-    """A HF checkpoint's tensors, mapped to the model's names and placed under the loss model's group."""
-    try:
-        config = read_hf_config(directory)
-        col = MAPPERS[str(config.get("model_type"))](read_hf_tensors(directory), config, ())
-    except (WeightsError, KeyError) as e:
-        raise UsageError(f"cannot read {directory} as a HuggingFace checkpoint: {e}") from None
-    if col.problems:
-        raise UsageError(f"{directory}: " + "; ".join(str(p) for p in col.problems))
-    prefix = group_prefix(expected, col.tensors)
-    if prefix is None:
-        raise UsageError(f"the tensors of {directory} do not fit the parameters of the loss algorithm")
-    return {prefix + k: np.asarray(v, np.float32) for k, v in col.tensors.items() if prefix + k in expected}
-
-
 def save_checkpoint(directory: Path, weights: Mapping[str, np.ndarray], hf_source: Path | None = None,
-                    prefix: str = "") -> None:
-    """directory/model.safetensors (our names); with a HF source, directory/hf/ too: a HF checkpoint."""
+                    group: str | None = None) -> None:
+    """directory/model.safetensors (our names); with a HF source, directory/hf/ too: a HF checkpoint.
+    ``group``: the parameter group (``theta`` for ``θ : GPT2``) the source checkpoint filled."""
     directory.mkdir(parents=True, exist_ok=True)
     save_weights(weights, directory / CHECKPOINT)
     if hf_source is not None:
-        export_hf(hf_source, {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)},
-                  directory / HF_DIR)
+        export_hf(hf_source, weights, directory / HF_DIR, group)
 
 
-def export_hf(source: Path, ours: Mapping[str, np.ndarray], target: Path) -> None:
-    """The source checkpoint with its tensors replaced by the trained ones. The HF → ours mapping only moves
-    values (transposes, head slices), so it is inverted by mapping each HF tensor's element indices: where
-    an index lands in our tensor is where that element's trained value is."""
+def export_hf(source: Path, ours: Mapping[str, np.ndarray], target: Path, group: str | None = None) -> None:
+    """The source checkpoint with its tensors replaced by the trained ones. The HF → ours mapping (the
+    family's table, applied by hf_engine) only moves values (transposes, head slices), so it is inverted by
+    mapping each HF tensor's element indices: where an index lands in our tensor is where that element's
+    trained value is. A tied copy the file holds (GPT-2's lm_head beside wte) is saved equal to its source."""
     config = read_hf_config(source)
-    tensors = read_hf_tensors(source)
+    table = table_for(config)
+    tensors = {name: ref.load() for name, ref in open_hf_tensors(source).items()}
     offsets, start = {}, 0
     for name, t in tensors.items():
         offsets[name] = start
         start += t.size
+    # float64 holds every index of a model below 2^53 elements exactly
     ids = {n: (np.arange(t.size, dtype=np.float64) + offsets[n]).reshape(t.shape) for n, t in tensors.items()}
-    mapped = MAPPERS[str(config.get("model_type"))](ids, config, ()).tensors
+    mapped = hf_engine.plan(table, in_memory(ids), config, list(ours), group=group)
+    if mapped.problems:
+        raise UsageError(f"{source}: " + "; ".join(str(p) for p in mapped.problems))
     flat = np.concatenate([t.astype(np.float32).reshape(-1) for t in tensors.values()]) if tensors else np.zeros(0)
-    for k, where in mapped.items():
-        if k in ours:
-            flat[np.asarray(where, np.int64).reshape(-1)] = np.asarray(ours[k], np.float32).reshape(-1)
+    for planned, where in mapped.stream():
+        # A Fill (a tensor the file lacks, BART's final_logits_bias) has no HF element to write back.
+        if planned.name in ours and planned.origin in tensors:
+            flat[np.asarray(where, np.int64).reshape(-1)] = np.asarray(ours[planned.name], np.float32).reshape(-1)
     out = {n: flat[offsets[n]: offsets[n] + t.size].reshape(t.shape) for n, t in tensors.items()}
+    _retie(table, out, set(mapped.origin.values()))
     target.mkdir(parents=True, exist_ok=True)
     for f in HF_FILES:
         if (source / f).is_file():
             with atomic_path(target / f) as tmp:
                 shutil.copyfile(source / f, tmp)
     save_weights(out, target / CHECKPOINT)
+
+
+def _retie(table: Table, out: dict[str, np.ndarray], read: set[str]) -> None:
+    """Copies of a tied tensor that no parameter was read from take the trained source's values, so the
+    saved checkpoint stays tied (transformers re-ties on load, but a reader of the file sees them equal)."""
+    short = {name.removeprefix(table.prefix): name for name in out}
+    for tie in (t for t in table.tensors if isinstance(t, Tie)):
+        present = [short[n] for n in tie.sources if n in short]
+        if not present or present[0] not in read:
+            continue
+        for name in (*present[1:], *(short[n] for n in tie.copies if n in short)):
+            if name not in read and out[name].shape == out[present[0]].shape:
+                out[name] = out[present[0]].copy()
 
 
 def write_loss_curve(directory: Path, losses: Sequence[tuple[int, float, float]]) -> None:

@@ -13,7 +13,9 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from pseudoformer.model import Model, load
-from pseudoformer.weights.hf_checkpoint import MAPPERS
+from pseudoformer.weights.hf_checkpoint import TABLES
+from pseudoformer.weights.hf_engine import plan
+from pseudoformer.weights.tensor_ref import in_memory
 from tests.models.llama_cases import hf_model
 
 HERE = Path(__file__).parent
@@ -30,8 +32,8 @@ class Case:
 
     def to_ours(self, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """HF-named tensors (weights or their gradients: the mapping only moves values) under our names."""
-        col = MAPPERS[self.kind](tensors, self.hf.config.to_dict(), ())
-        return {GROUP + k: v for k, v in col.tensors.items()}
+        mapped = plan(TABLES[self.kind], in_memory(tensors), self.hf.config.to_dict(), group=GROUP[:-1])
+        return {p.name: np.array(a) for p, a in mapped.stream()}
 
     def torch_loss(self, x: np.ndarray) -> torch.Tensor:
         """−Σ_t log P[x[t+1], t] per example, averaged over the batch, as our loss algorithms write it."""
