@@ -11,6 +11,8 @@ from pseudoformer.limits import THREADS_PER_CORE, cores, max_threads
 
 # The backends `generate` runs on (generation/generator.py); here, where the command line reads it cheaply.
 GENERATION_BACKENDS = ("onnx", "numpy", "tvm")
+# The backends `train` runs its step on (training/runtimes.py), for the same reason.
+TRAINING_BACKENDS = ("interpreter", "onnxruntime", "tvm")
 
 
 def _whole(value: object) -> bool:

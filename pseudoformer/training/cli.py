@@ -6,7 +6,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from pseudoformer.training.runtimes import BACKENDS
+# run_settings, not runtimes: `pseudoformer --version` builds this parser and must not import numpy
+from pseudoformer.run_settings import TRAINING_BACKENDS as BACKENDS
 
 
 def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None]) -> None:

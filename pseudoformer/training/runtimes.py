@@ -17,8 +17,9 @@ import numpy as np
 from pseudoformer.errors import UsageError
 from pseudoformer.ir import Graph
 from pseudoformer.passes.training_step import LR, NEW, STEP, Optimizer
+from pseudoformer.run_settings import TRAINING_BACKENDS
 
-BACKENDS = ("interpreter", "onnxruntime", "tvm")
+BACKENDS = TRAINING_BACKENDS
 
 
 def initial_state(graph: Graph, params: Mapping[str, np.ndarray], optimizer: Optimizer) -> dict[str, np.ndarray]:
