@@ -17,7 +17,7 @@ from transformers import GPT2LMHeadModel
 
 from pseudoformer.cli import main
 from pseudoformer.model import load
-from pseudoformer.weights.safetensors_io import read_safetensors
+from pseudoformer.weights.safetensors_io import read_safetensors, save_weights
 from tests.training import torch_cases
 
 LOSS = str(Path(__file__).resolve().parents[1] / "training" / "gpt2_loss.alg")
@@ -52,6 +52,20 @@ def test_fine_tuned_gpt2_loads_in_transformers_with_the_same_logits(tmp_path: Pa
         want = hf(torch.from_numpy(x)).logits.numpy()
     assert np.abs(trained.run(x=x)["Y"] - want).max() <= 1e-4
     assert (out / "loss.svg").read_text().startswith("<svg") and len((out / "loss.csv").read_text().splitlines()) == 5
+
+
+def test_an_exported_checkpoint_with_a_tied_copy_keeps_it_tied(tmp_path: Path, ids: Path) -> None:
+    """Older transformers saved GPT-2's lm_head.weight beside wte: the export writes both, equal, trained."""
+    torch_cases.gpt2(tmp_path / "hf")
+    source = read_safetensors(tmp_path / "hf" / "model.safetensors")
+    save_weights({**source, "lm_head.weight": source["transformer.wte.weight"]}, tmp_path / "hf" / "model.safetensors")
+    out = tmp_path / "out"
+    assert main(["train", LOSS, "--weights", str(tmp_path / "hf"), "--data", str(ids), "--seq-len", "8",
+                 "--batch-size", "2", "--steps", "2", "--lr", "1e-3", "-o", str(out)]) == 0
+    exported = read_safetensors(out / "hf" / "model.safetensors")
+    assert sorted(exported) == sorted([*source, "lm_head.weight"])
+    assert np.array_equal(exported["lm_head.weight"], exported["transformer.wte.weight"])
+    assert not np.array_equal(exported["transformer.wte.weight"], source["transformer.wte.weight"])  # trained
 
 
 def test_checkpoints_every_n_steps_and_the_loss_falls(tmp_path: Path, ids: Path) -> None:
