@@ -135,19 +135,63 @@ def embed(x: np.ndarray, w: Weights, positions: bool = True) -> np.ndarray:
     return e + f64(w, "W_p").T[: len(x)] if positions else e
 
 
+# A layer's sub-layer on its normalised input, given the layer's prefix "layers.{i}.".
+SubLayer = Callable[[np.ndarray, str], np.ndarray]
+
+
+def pre_norm_layers(X: np.ndarray, w: Weights, hp: Mapping[str, Any], attention: SubLayer,
+                    ffn: SubLayer | None = None) -> np.ndarray:
+    """Algorithm 10's layers on one embedded sequence X [ℓ, d]: X += attention(LN₁(X)), X += ffn(LN₂(X)),
+    the feed-forward part GPT-2's `mlp` unless given; before the final norm."""
+    ffn = ffn or (lambda Xn, p: mlp(Xn, w, p))
+    for i in range(hp["L"]):
+        p = f"layers.{i}."
+        Xn = layer_norm(X, f64(w, p + "gamma_1"), f64(w, p + "beta_1"), hp["eps"])
+        X = X + attention(Xn, p)
+        Xn = layer_norm(X, f64(w, p + "gamma_2"), f64(w, p + "beta_2"), hp["eps"])
+        X = X + ffn(Xn, p)
+    return X
+
+
+def pre_norm_lm(model: Model, x: np.ndarray, attention: SubLayer, *, positions: bool = True,
+                ffn: SubLayer | None = None) -> np.ndarray:
+    """Algorithm 10 on a batch of token ids [batch, ℓ]: embed, `pre_norm_layers`, final norm,
+    softmax(X W_uᵀ); the probabilities [batch, ℓ, N_V]."""
+    w, hp = model.weights, model.config.hyperparameters
+    out = []
+    for row in x:
+        X = pre_norm_layers(embed(row, w, positions), w, hp, attention, ffn)
+        X = layer_norm(X, f64(w, "gamma"), f64(w, "beta"), hp["eps"])
+        out.append(softmax(X @ f64(w, "W_u").T))
+    return np.stack(out)
+
+
 def pre_norm_decoder(x: np.ndarray, w: Weights, hp: Mapping[str, Any], rule: HeadRule, *, positions: bool = True,
                      head_path: str = "heads.{h}.") -> np.ndarray:
     """Algorithm 10 (GPT-2's pre-norm decoder, exact GELU) on one sequence of token ids, every layer's
     heads under `rule`; the probabilities [ℓ, N_V]."""
-    X = embed(x, w, positions)
+    def attention(Xn: np.ndarray, p: str) -> np.ndarray:
+        return mha(Xn, Xn, w, p + "W.", hp["H"], rule, head_path=head_path)
+
+    X = pre_norm_layers(embed(x, w, positions), w, hp, attention)
+    X = layer_norm(X, f64(w, "gamma"), f64(w, "beta"), hp["eps"])
+    return softmax(X @ f64(w, "W_u").T)
+
+
+def t5_encoder(x: np.ndarray, w: Weights, hp: Mapping[str, Any],
+               rule: Callable[[int], HeadRule]) -> np.ndarray:
+    """T5's encoder on one sequence of token ids: pre-RMS-norm layers, heads without biases whose scores
+    get layer i's `rule(i)`, a ReLU MLP without biases; the probabilities [ℓ, N_V]."""
+    X = embed(x, w, positions=False)
     eps = hp["eps"]
     for i in range(hp["L"]):
         p = f"layers.{i}."
-        Xn = layer_norm(X, f64(w, p + "gamma_1"), f64(w, p + "beta_1"), eps)
-        X = X + mha(Xn, Xn, w, p + "W.", hp["H"], rule, head_path=head_path)
-        Xn = layer_norm(X, f64(w, p + "gamma_2"), f64(w, p + "beta_2"), eps)
-        X = X + mlp(Xn, w, p)
-    X = layer_norm(X, f64(w, "gamma"), f64(w, "beta"), eps)
+        Xn = rms_norm(X, f64(w, p + "gamma_1"), eps)
+        X = X + mha(Xn, Xn, w, p + "W.", hp["H"], rule(i), head_path="heads.{h}.W_qkv.", biases=False,
+                    out_bias=False)
+        Xn = rms_norm(X, f64(w, p + "gamma_2"), eps)
+        X = X + relu(Xn @ f64(w, p + "W_mlp1").T) @ f64(w, p + "W_mlp2").T
+    X = rms_norm(X, f64(w, "gamma"), eps)
     return softmax(X @ f64(w, "W_u").T)
 
 
@@ -204,3 +248,31 @@ def assert_checks(name: str) -> None:
     path = EXAMPLES / f"{name}.alg"
     assert check(path)
     assert check(path, config=os.devnull)
+
+
+SHAPES = [(2, 9), (1, 16), (3, 1)]  # (batch, ℓ): a batch, a long sequence, one token
+
+
+def token_lm_tests(name: str, reference: Callable[[Model, np.ndarray], np.ndarray], *,
+                   shapes: list[tuple[int, int]] = SHAPES, tvm_shape: tuple[int, int] = (2, 9)) -> tuple:
+    """The `model` fixture and the three tests every token-in, P-out example has: `pseudoformer check`,
+    `reference` on every backend over `shapes` (seed the sum of the shape), and on TVM over `tvm_shape`
+    (seed 3). A test file unpacks them into its names, where pytest finds them:
+    model, test_checks, test_matches_numpy, test_matches_numpy_on_tvm = token_lm_tests(...)."""
+    @pytest.fixture(scope="module", name="model")
+    def model_fixture() -> Model:
+        return load_example(name)
+
+    def test_checks() -> None:
+        assert_checks(name)
+
+    @pytest.mark.parametrize("shape", shapes)
+    def test_matches_numpy(model: Model, shape: tuple[int, int]) -> None:
+        x = tokens(*shape, vocab=model.config.hyperparameters["N_V"], seed=sum(shape))
+        on_every_backend(model, {"x": x}, "P", reference(model, x))
+
+    def test_matches_numpy_on_tvm(model: Model) -> None:
+        x = tokens(*tvm_shape, vocab=model.config.hyperparameters["N_V"], seed=3)
+        on_tvm(model, {"x": x}, "P", reference(model, x))
+
+    return model_fixture, test_checks, test_matches_numpy, test_matches_numpy_on_tvm

@@ -7,30 +7,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 from pseudoformer.ir import Op
 from pseudoformer.model import Model
 from pseudoformer.optimize import optimize
 from tests.models.examples_numpy import (
-    assert_checks,
     assert_fused,
     causal,
     f64,
     grid,
-    load_example,
-    on_every_backend,
-    on_tvm,
     softmax,
+    token_lm_tests,
     tokens,
 )
-
-SHAPES = [(2, 9), (1, 16), (3, 1)]
-
-
-@pytest.fixture(scope="module")
-def model() -> Model:
-    return load_example("gemma2")
 
 
 def norm(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:
@@ -87,19 +76,7 @@ def reference(model: Model, x: np.ndarray, cap: float | None = None, alternate: 
     return np.stack(out)
 
 
-def test_checks() -> None:
-    assert_checks("gemma2")
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-def test_matches_numpy(model: Model, shape: tuple[int, int]) -> None:
-    x = tokens(*shape, vocab=model.config.hyperparameters["N_V"], seed=sum(shape))
-    on_every_backend(model, {"x": x}, "P", reference(model, x))
-
-
-def test_matches_numpy_on_tvm(model: Model) -> None:
-    x = tokens(2, 9, vocab=model.config.hyperparameters["N_V"], seed=3)
-    on_tvm(model, {"x": x}, "P", reference(model, x))
+model, test_checks, test_matches_numpy, test_matches_numpy_on_tvm = token_lm_tests("gemma2", reference)
 
 
 def test_the_cap_and_the_alternation_matter(model: Model) -> None:

@@ -5,33 +5,21 @@ sparsely: each token's expert weights are gathered, so no ℓ × E × d_mlp × d
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from pseudoformer.ir import Op
 from pseudoformer.model import Model
 from pseudoformer.optimize import optimize
 from tests.models.examples_numpy import (
-    assert_checks,
     causal,
-    embed,
     f64,
     fused_ops,
-    layer_norm,
-    load_example,
     mha,
-    on_every_backend,
-    on_tvm,
+    pre_norm_lm,
     relu,
     softmax,
+    token_lm_tests,
     tokens,
 )
-
-SHAPES = [(2, 9), (1, 16), (3, 1)]
-
-
-@pytest.fixture(scope="module")
-def model() -> Model:
-    return load_example("moe")
 
 
 def experts(x: np.ndarray, w, p: str, k: int = 2) -> np.ndarray:  # noqa: ANN001
@@ -50,33 +38,11 @@ def experts(x: np.ndarray, w, p: str, k: int = 2) -> np.ndarray:  # noqa: ANN001
 
 def reference(model: Model, x: np.ndarray, k: int = 2) -> np.ndarray:
     w, hp = model.weights, model.config.hyperparameters
-    out = []
-    for row in x:
-        X = embed(row, w)
-        for i in range(hp["L"]):
-            p = f"layers.{i}."
-            Xn = layer_norm(X, f64(w, p + "gamma_1"), f64(w, p + "beta_1"), hp["eps"])
-            X = X + mha(Xn, Xn, w, p + "W.", hp["H"], lambda h, ell: causal(ell))
-            Xn = layer_norm(X, f64(w, p + "gamma_2"), f64(w, p + "beta_2"), hp["eps"])
-            X = X + experts(Xn, w, p + "M.", k)
-        X = layer_norm(X, f64(w, "gamma"), f64(w, "beta"), hp["eps"])
-        out.append(softmax(X @ f64(w, "W_u").T))
-    return np.stack(out)
+    return pre_norm_lm(model, x, lambda Xn, p: mha(Xn, Xn, w, p + "W.", hp["H"], lambda h, ell: causal(ell)),
+                       ffn=lambda Xn, p: experts(Xn, w, p + "M.", k))
 
 
-def test_checks() -> None:
-    assert_checks("moe")
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-def test_matches_numpy(model: Model, shape: tuple[int, int]) -> None:
-    x = tokens(*shape, vocab=model.config.hyperparameters["N_V"], seed=sum(shape))
-    on_every_backend(model, {"x": x}, "P", reference(model, x))
-
-
-def test_matches_numpy_on_tvm(model: Model) -> None:
-    x = tokens(2, 9, vocab=model.config.hyperparameters["N_V"], seed=3)
-    on_tvm(model, {"x": x}, "P", reference(model, x))
+model, test_checks, test_matches_numpy, test_matches_numpy_on_tvm = token_lm_tests("moe", reference)
 
 
 def test_the_second_expert_matters(model: Model) -> None:

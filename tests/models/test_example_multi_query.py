@@ -6,32 +6,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 from pseudoformer.ir import Op
 from pseudoformer.model import Model
 from pseudoformer.optimize import optimize
 from tests.models.examples_numpy import (
-    assert_checks,
     assert_fused,
     causal,
-    embed,
     f64,
-    layer_norm,
-    load_example,
-    mlp,
-    on_every_backend,
-    on_tvm,
+    pre_norm_lm,
     softmax,
-    tokens,
+    token_lm_tests,
 )
-
-SHAPES = [(2, 9), (1, 16), (3, 1)]
-
-
-@pytest.fixture(scope="module")
-def model() -> Model:
-    return load_example("multi_query")
 
 
 def mqa(x: np.ndarray, w, p: str, heads: int) -> np.ndarray:  # noqa: ANN001
@@ -47,33 +33,11 @@ def mqa(x: np.ndarray, w, p: str, heads: int) -> np.ndarray:  # noqa: ANN001
 
 def reference(model: Model, x: np.ndarray) -> np.ndarray:
     w, hp = model.weights, model.config.hyperparameters
-    out = []
-    for row in x:
-        X = embed(row, w)
-        for i in range(hp["L"]):
-            p = f"layers.{i}."
-            Xn = layer_norm(X, f64(w, p + "gamma_1"), f64(w, p + "beta_1"), hp["eps"])
-            X = X + mqa(Xn, w, p + "W.", hp["H"])
-            Xn = layer_norm(X, f64(w, p + "gamma_2"), f64(w, p + "beta_2"), hp["eps"])
-            X = X + mlp(Xn, w, p)
-        X = layer_norm(X, f64(w, "gamma"), f64(w, "beta"), hp["eps"])
-        out.append(softmax(X @ f64(w, "W_u").T))
-    return np.stack(out)
+    return pre_norm_lm(model, x, lambda Xn, p: mqa(Xn, w, p + "W.", hp["H"]))
 
 
-def test_checks() -> None:
-    assert_checks("multi_query")
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-def test_matches_numpy(model: Model, shape: tuple[int, int]) -> None:
-    x = tokens(*shape, vocab=model.config.hyperparameters["N_V"], seed=sum(shape))
-    on_every_backend(model, {"x": x}, "P", reference(model, x))
-
-
-def test_matches_numpy_on_tvm(model: Model) -> None:
-    x = tokens(2, 7, vocab=model.config.hyperparameters["N_V"], seed=3)
-    on_tvm(model, {"x": x}, "P", reference(model, x))
+model, test_checks, test_matches_numpy, test_matches_numpy_on_tvm = token_lm_tests(
+    "multi_query", reference, tvm_shape=(2, 7))
 
 
 def test_one_attention_per_layer_over_one_key_head(model: Model) -> None:

@@ -6,32 +6,21 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 from pseudoformer.ir import Op
 from pseudoformer.model import Model
 from pseudoformer.optimize import optimize, refusals
 from tests.models.examples_numpy import (
-    assert_checks,
     causal,
     f64,
     fused_ops,
     layer_norm,
-    load_example,
     mlp,
-    on_every_backend,
-    on_tvm,
     softmax,
+    token_lm_tests,
     tokens,
 )
 from tests.models.test_example_gemma2 import rope
-
-SHAPES = [(2, 9), (1, 16), (3, 1)]
-
-
-@pytest.fixture(scope="module")
-def model() -> Model:
-    return load_example("neox")
 
 
 def head(x: np.ndarray, w, p: str, r: int, base: float) -> np.ndarray:  # noqa: ANN001
@@ -59,19 +48,7 @@ def reference(model: Model, x: np.ndarray, r: int | None = None) -> np.ndarray:
     return np.stack(out)
 
 
-def test_checks() -> None:
-    assert_checks("neox")
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-def test_matches_numpy(model: Model, shape: tuple[int, int]) -> None:
-    x = tokens(*shape, vocab=model.config.hyperparameters["N_V"], seed=sum(shape))
-    on_every_backend(model, {"x": x}, "P", reference(model, x))
-
-
-def test_matches_numpy_on_tvm(model: Model) -> None:
-    x = tokens(2, 9, vocab=model.config.hyperparameters["N_V"], seed=3)
-    on_tvm(model, {"x": x}, "P", reference(model, x))
+model, test_checks, test_matches_numpy, test_matches_numpy_on_tvm = token_lm_tests("neox", reference)
 
 
 def test_the_rotation_is_partial(model: Model) -> None:

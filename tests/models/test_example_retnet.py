@@ -7,32 +7,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
 from pseudoformer.ir import Op
 from pseudoformer.model import Model
 from tests.models.examples_numpy import (
-    assert_checks,
     causal,
-    embed,
     f64,
     fused_ops,
     grid,
     layer_norm,
-    load_example,
-    mlp,
-    on_every_backend,
-    on_tvm,
-    softmax,
+    pre_norm_lm,
+    token_lm_tests,
     tokens,
 )
-
-SHAPES = [(2, 9), (1, 16), (3, 1)]
-
-
-@pytest.fixture(scope="module")
-def model() -> Model:
-    return load_example("retnet")
 
 
 def retention(x: np.ndarray, w, prefix: str, gamma: float, eps: float) -> np.ndarray:  # noqa: ANN001
@@ -46,36 +33,18 @@ def retention(x: np.ndarray, w, prefix: str, gamma: float, eps: float) -> np.nda
 def reference(model: Model, x: np.ndarray, decays=None) -> np.ndarray:  # noqa: ANN001
     w, hp = model.weights, model.config.hyperparameters
     decays = decays or [1 - 2.0 ** (-5 - h) for h in range(1, hp["H"] + 1)]
-    out = []
-    for row in x:
-        X = embed(row, w, positions=False)
-        for i in range(hp["L"]):
-            p = f"layers.{i}."
-            Xn = layer_norm(X, f64(w, p + "gamma_1"), f64(w, p + "beta_1"), hp["eps"])
-            y = np.concatenate([retention(Xn, w, f"{p}W.heads.{h}.W_qkv.", g, hp["eps"])
-                                for h, g in enumerate(decays)], -1)
-            gate = Xn @ f64(w, p + "W.W_G").T
-            X = X + (gate / (1 + np.exp(-gate)) * y) @ f64(w, p + "W.W_O").T
-            Xn = layer_norm(X, f64(w, p + "gamma_2"), f64(w, p + "beta_2"), hp["eps"])
-            X = X + mlp(Xn, w, p)
-        X = layer_norm(X, f64(w, "gamma"), f64(w, "beta"), hp["eps"])
-        out.append(softmax(X @ f64(w, "W_u").T))
-    return np.stack(out)
+
+    def attention(Xn: np.ndarray, p: str) -> np.ndarray:
+        y = np.concatenate([retention(Xn, w, f"{p}W.heads.{h}.W_qkv.", g, hp["eps"])
+                            for h, g in enumerate(decays)], -1)
+        gate = Xn @ f64(w, p + "W.W_G").T
+        return (gate / (1 + np.exp(-gate)) * y) @ f64(w, p + "W.W_O").T
+
+    return pre_norm_lm(model, x, attention, positions=False)
 
 
-def test_checks() -> None:
-    assert_checks("retnet")
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-def test_matches_numpy(model: Model, shape: tuple[int, int]) -> None:
-    x = tokens(*shape, vocab=model.config.hyperparameters["N_V"], seed=sum(shape))
-    on_every_backend(model, {"x": x}, "P", reference(model, x))
-
-
-def test_matches_numpy_on_tvm(model: Model) -> None:
-    x = tokens(2, 7, vocab=model.config.hyperparameters["N_V"], seed=3)
-    on_tvm(model, {"x": x}, "P", reference(model, x))
+model, test_checks, test_matches_numpy, test_matches_numpy_on_tvm = token_lm_tests(
+    "retnet", reference, tvm_shape=(2, 7))
 
 
 def test_the_decays_matter(model: Model) -> None:

@@ -9,16 +9,12 @@ from pseudoformer.model import Model
 from tests.models.examples_numpy import (
     assert_checks,
     assert_fused,
-    embed,
     f64,
     grid,
     load_example,
-    mha,
     on_every_backend,
     on_tvm,
-    relu,
-    rms_norm,
-    softmax,
+    t5_encoder,
     tokens,
 )
 
@@ -40,17 +36,7 @@ def forward(x: np.ndarray, w, hp: dict, flip: bool = False) -> np.ndarray:  # no
             return {"bias": table[offset + hp["ell_max"] - 1]}  # w[t_x − t_z + ℓ_max], counting from 1
         return bias
 
-    X = embed(x, w, positions=False)
-    eps = hp["eps"]
-    for i in range(hp["L"]):
-        p = f"layers.{i}."
-        Xn = rms_norm(X, f64(w, p + "gamma_1"), eps)
-        X = X + mha(Xn, Xn, w, p + "W.", hp["H"], rule(i), head_path="heads.{h}.W_qkv.", biases=False,
-                    out_bias=False)
-        Xn = rms_norm(X, f64(w, p + "gamma_2"), eps)
-        X = X + relu(Xn @ f64(w, p + "W_mlp1").T) @ f64(w, p + "W_mlp2").T
-    X = rms_norm(X, f64(w, "gamma"), eps)
-    return softmax(X @ f64(w, "W_u").T)
+    return t5_encoder(x, w, hp, rule)
 
 
 def reference(model: Model, x: np.ndarray, flip: bool = False) -> np.ndarray:

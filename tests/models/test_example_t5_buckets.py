@@ -11,27 +11,16 @@ import pytest
 
 from pseudoformer.model import Model
 from tests.models.examples_numpy import (
-    assert_checks,
+    HeadRule,
     assert_fused,
-    embed,
     f64,
     grid,
-    load_example,
-    mha,
-    on_every_backend,
-    on_tvm,
-    relu,
-    rms_norm,
-    softmax,
+    t5_encoder,
+    token_lm_tests,
     tokens,
 )
 
 SHAPES = [(2, 9), (1, 20), (3, 1)]  # 20 positions: offsets past M = 12 share the last bucket
-
-
-@pytest.fixture(scope="module")
-def model() -> Model:
-    return load_example("t5_buckets")
 
 
 def bucket(n: np.ndarray, buckets: int, max_distance: int) -> np.ndarray:
@@ -49,23 +38,14 @@ def bucket(n: np.ndarray, buckets: int, max_distance: int) -> np.ndarray:
 def reference(model: Model, x: np.ndarray, buckets=bucket) -> np.ndarray:  # noqa: ANN001
     w, hp = model.weights, model.config.hyperparameters
 
-    def rule(h: int, ell: int) -> dict[str, np.ndarray]:
-        tx, tz = grid(ell)
-        return {"bias": f64(w, f"{prefix}heads.{h - 1}.W_qkv.w")[buckets(tz - tx, hp["B"], hp["M"])]}
+    def rule(layer: int) -> HeadRule:
+        def bias(h: int, ell: int) -> dict[str, np.ndarray]:
+            tx, tz = grid(ell)
+            table = f64(w, f"layers.{layer}.W.heads.{h - 1}.W_qkv.w")
+            return {"bias": table[buckets(tz - tx, hp["B"], hp["M"])]}
+        return bias
 
-    out = []
-    for row in x:
-        X = embed(row, w, positions=False)
-        for i in range(hp["L"]):
-            prefix = f"layers.{i}.W."
-            Xn = rms_norm(X, f64(w, f"layers.{i}.gamma_1"), hp["eps"])
-            X = X + mha(Xn, Xn, w, prefix, hp["H"], rule, head_path="heads.{h}.W_qkv.", biases=False,
-                        out_bias=False)
-            Xn = rms_norm(X, f64(w, f"layers.{i}.gamma_2"), hp["eps"])
-            X = X + relu(Xn @ f64(w, f"layers.{i}.W_mlp1").T) @ f64(w, f"layers.{i}.W_mlp2").T
-        X = rms_norm(X, f64(w, "gamma"), hp["eps"])
-        out.append(softmax(X @ f64(w, "W_u").T))
-    return np.stack(out)
+    return np.stack([t5_encoder(row, w, hp, rule) for row in x])
 
 
 def test_the_buckets_are_t5s() -> None:
@@ -79,19 +59,8 @@ def test_the_buckets_are_t5s() -> None:
         np.testing.assert_array_equal(bucket(n, buckets, distance), want)
 
 
-def test_checks() -> None:
-    assert_checks("t5_buckets")
-
-
-@pytest.mark.parametrize("shape", SHAPES)
-def test_matches_numpy(model: Model, shape: tuple[int, int]) -> None:
-    x = tokens(*shape, vocab=model.config.hyperparameters["N_V"], seed=sum(shape))
-    on_every_backend(model, {"x": x}, "P", reference(model, x))
-
-
-def test_matches_numpy_on_tvm(model: Model) -> None:
-    x = tokens(2, 20, vocab=model.config.hyperparameters["N_V"], seed=3)
-    on_tvm(model, {"x": x}, "P", reference(model, x))
+model, test_checks, test_matches_numpy, test_matches_numpy_on_tvm = token_lm_tests(
+    "t5_buckets", reference, shapes=SHAPES, tvm_shape=(2, 20))
 
 
 def test_the_buckets_matter(model: Model) -> None:

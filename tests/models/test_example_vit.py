@@ -14,9 +14,9 @@ from tests.models.examples_numpy import (
     layer_norm,
     load_example,
     mha,
-    mlp,
     on_every_backend,
     on_tvm,
+    pre_norm_layers,
     softmax,
 )
 
@@ -36,12 +36,7 @@ def reference(model: Model, e: np.ndarray, cls: bool = True) -> np.ndarray:
     for image in e.astype(np.float64):
         first = f64(w, "x_cls")[None] if cls else np.zeros((1, hp["d_e"]))
         X = np.concatenate([first, image @ f64(w, "W_E").T + f64(w, "b_E")]) + f64(w, "W_pos").T
-        for i in range(hp["L"]):
-            p = f"layers.{i}."
-            Xn = layer_norm(X, f64(w, p + "gamma_1"), f64(w, p + "beta_1"), hp["eps"])
-            X = X + mha(Xn, Xn, w, p + "W.", hp["H"])
-            Xn = layer_norm(X, f64(w, p + "gamma_2"), f64(w, p + "beta_2"), hp["eps"])
-            X = X + mlp(Xn, w, p)
+        X = pre_norm_layers(X, w, hp, lambda Xn, p: mha(Xn, Xn, w, p + "W.", hp["H"]))
         y = layer_norm(X[0], f64(w, "gamma"), f64(w, "beta"), hp["eps"])
         out.append(softmax(y @ f64(w, "W_u").T + f64(w, "b_u")))
     return np.stack(out)
