@@ -10,6 +10,7 @@ and, for layer norm, more accurate than the sum-of-quotients form.
   gelu_fusion         rules/gelu_tanh.py   →  GELU(x; approximate="tanh" | "none")
   swiglu_fusion       rules/swiglu.py      →  SWIGLU([W₁; W₃] X; axis)
   rotary_fusion       rules/rotary.py      →  ROTARY(x, cos θ, sin θ; axis)
+                      rules/partial_rotary.py → ROTARY(x, cos θ, sin θ; axis, rotary_dim) of x's first rows
   attention_fusion    rules/attention.py   →  ATTENTION(q, k, v[, mask]; scale, causal)
   log_softmax         rules/log_softmax.py →  z − max z − log Σ exp(z − max z) for log ∘ softmax (training)
 
@@ -24,13 +25,23 @@ from __future__ import annotations
 
 from pseudoformer.ir import Graph
 from pseudoformer.passes.rule import apply_rules
-from pseudoformer.passes.rules import attention, gelu_tanh, layer_norm, log_softmax, rms_norm, rotary, swiglu
+from pseudoformer.passes.rules import (
+    attention,
+    gelu_tanh,
+    layer_norm,
+    log_softmax,
+    partial_rotary,
+    rms_norm,
+    rotary,
+    swiglu,
+)
 
 NORM_RULES = [layer_norm.RULE, rms_norm.RULE]
 GELU_RULES = [gelu_tanh.RULE]
 ATTENTION_RULES = [attention.RULE]
 SWIGLU_RULES = [swiglu.RULE]
 ROTARY_RULES = [rotary.RULE]
+PARTIAL_ROTARY_RULES = [partial_rotary.RULE]
 LOG_SOFTMAX_RULES = [log_softmax.RULE]
 
 
@@ -55,8 +66,12 @@ def fuse_swiglu(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool
 
 
 def fuse_rotary(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Replace every rotate-half rotary embedding with one ROTARY node."""
-    return apply_rules(graph, ROTARY_RULES, refusals)
+    """Replace every rotate-half rotary embedding with one ROTARY node, then every rotation of a head's first
+    rows joined to the rest with a partial one. Two walks: the second counts the uses of the rotated slice
+    in the graph the first made, where the halves the rotation read are gone."""
+    graph, whole = apply_rules(graph, ROTARY_RULES, refusals)
+    graph, partial = apply_rules(graph, PARTIAL_ROTARY_RULES, refusals)
+    return graph, whole or partial
 
 
 def stable_log_softmax(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:

@@ -16,7 +16,8 @@ checkpoint names stay as they are; ONNX Runtime folds a Concat of initializers i
 
 Rotary embeddings: a projection may be rotated, ROTARY(W X + b 1ᵀ, c, s) (Llama's RoPE, made by
 rules/rotary.py), with the same angles for every head; the rotation then applies to the stacked
-heads after the split, [.., H, d, s], the angles broadcasting over the head axis.
+heads after the split, [.., H, d, s], the angles broadcasting over the head axis. A partial rotation
+of each head's first r rows (GPT-NeoX's, rules/partial_rotary.py) is batched alike, its rotary_dim kept.
 
 Masks: one mask shared by the heads is shared by the batched attention; masks that differ by head
 (ALiBi's per-head slopes, a bias learned per head) are stacked along the head axis, [H, s_q, s_k].
@@ -42,12 +43,14 @@ KINDS = ("q", "k", "v")
 
 @dataclass
 class _Proj:
-    """W X + B for one head and one of q, k, v, perhaps rotated by angles (c, s); B is [d, 1] or absent."""
+    """W X + B for one head and one of q, k, v, perhaps rotated by angles (c, s) in its first rotary_dim
+    rows (0: all of them); B is [d, 1] or absent."""
 
     w: Node
     b: Node | None
     x: Node
     rot: tuple[Node, Node] | None = None
+    rotary_dim: int = 0
 
 
 @dataclass
@@ -70,9 +73,9 @@ def _projection(t: Node, interior: list[Node]) -> _Proj | None:
         return None
     p = t.src[0]
     found = [t, p]
-    rot = None
+    rot, rotary_dim = None, 0
     if p.op is Op.ROTARY and not p.attrs.get("heads", 0) and p.attrs["axis"] % p.type.rank == p.type.rank - 2:
-        rot, p = (p.src[1], p.src[2]), p.src[0]
+        rot, rotary_dim, p = (p.src[1], p.src[2]), int(p.attrs.get("rotary_dim", 0)), p.src[0]
         found.append(p)
     b = None
     if p.op is Op.ADD:
@@ -89,7 +92,7 @@ def _projection(t: Node, interior: list[Node]) -> _Proj | None:
     if w.type.rank != 2 or x.type.rank != p.type.rank:
         return None
     interior += found
-    return _Proj(w, b, x, rot)
+    return _Proj(w, b, x, rot, rotary_dim)
 
 
 def _match(n: Node, src: tuple[Node, ...], ctx: Context) -> HeadsMatch | None:
@@ -156,7 +159,7 @@ def _check(m: HeadsMatch, ctx: Context) -> str | None:
                 return f"head {h + 1}'s {kind} reads another input than head 1's"
             if a.w.type != b.w.type or (a.b is None) != (b.b is None):
                 return f"head {h + 1}'s {kind} projection {a.w.type} differs in size or bias from head 1's {b.w.type}"
-            if (a.rot is None) != (b.rot is None) or (a.rot and b.rot and any(
+            if (a.rot is None) != (b.rot is None) or a.rotary_dim != b.rotary_dim or (a.rot and b.rot and any(
                     x is not y for x, y in zip(a.rot, b.rot, strict=True))):
                 return f"head {h + 1}'s {kind} is rotated differently from head 1's"
     leak = escaping(ctx, m.src, m.interior)
@@ -231,9 +234,10 @@ def _rewrite(m: HeadsMatch, n: Node) -> Node:
         *lead, rows, s = y.shape
         count = len(_heads_of(m, kind))
         split = _node(n, Op.RESHAPE, (y,), shape=[*lead, count, rows // count, s])
-        rot = m.projs[0][kind].rot
+        rot, rotary_dim = m.projs[0][kind].rot, m.projs[0][kind].rotary_dim
         if rot is not None:  # [.., H, d, s] rotated along d, the angles [d/2, s] shared by the heads
-            split = _node(n, Op.ROTARY, (split, *rot), axis=split.type.rank - 2)
+            partial = {"rotary_dim": rotary_dim} if rotary_dim else {}
+            split = _node(n, Op.ROTARY, (split, *rot), axis=split.type.rank - 2, **partial)
         operands.append(_node(n, Op.TRANSPOSE, (split,), perm=swap_last(split.type.rank)))
     if len(m.heads[0].src) == 4:
         operands.append(_masks(m, n))

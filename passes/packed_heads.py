@@ -38,6 +38,7 @@ class _Side:
     heads: int
     rot: tuple[Node, Node] | None
     gone: tuple[Node, ...]  # the split (and the 4-D rotation) the packed form does without
+    rotary_dim: int = 0  # a partial rotation's (0: all of each head)
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,9 @@ def _angles(t: Node, c: Consumers, user: Node) -> tuple[Node, Node] | None:
 def _split_heads(t: Node, att: Node, c: Consumers) -> _Side | None:
     """t = transpose(reshape(x3, [b, s, H, d]), [0, 2, 1, 3]) read only by att, or that with a rotary
     embedding over d before or after the transpose."""
-    rot, gone = None, [t]
+    rot, gone, rotary_dim = None, [t], 0
     if t.op is Op.ROTARY:  # after the transpose: [b, H, s, d], angles [s, d/2]
-        rot = _angles(t, c, att)
+        rot, rotary_dim = _angles(t, c, att), int(t.attrs.get("rotary_dim", 0))
         if rot is None:
             return None
         t, user = t.src[0], t
@@ -79,7 +80,7 @@ def _split_heads(t: Node, att: Node, c: Consumers) -> _Side | None:
         return None
     r = t.src[0]
     if r.op is Op.ROTARY and rot is None:  # before the transpose: [b, s, H, d], angles [s, 1, d/2]
-        rot = _angles(r, c, t)
+        rot, rotary_dim = _angles(r, c, t), int(r.attrs.get("rotary_dim", 0))
         if rot is None:
             return None
         gone.append(r)
@@ -93,7 +94,7 @@ def _split_heads(t: Node, att: Node, c: Consumers) -> _Side | None:
         return None
     if x3.shape[:2] != r.shape[:2]:
         return None
-    return _Side(x3, h, rot, tuple(gone))
+    return _Side(x3, h, rot, tuple(gone), rotary_dim)
 
 
 def _merged(y: Node, c: Consumers) -> Node | None:
@@ -152,8 +153,9 @@ def pack_heads(graph: Graph) -> tuple[Graph, bool]:
     def packed(side: _Side, like: Node) -> Node:
         if side.rot is None:
             return get(side.x3)
-        return Node(Op.ROTARY, (get(side.x3), *(get(a) for a in side.rot)), {"axis": 2, "heads": side.heads},
-                    span=like.span, scope=like.scope)
+        partial = {"rotary_dim": side.rotary_dim} if side.rotary_dim else {}
+        return Node(Op.ROTARY, (get(side.x3), *(get(a) for a in side.rot)),
+                    {"axis": 2, "heads": side.heads, **partial}, span=like.span, scope=like.scope)
 
     for n in graph.nodes():
         if id(n) in found:

@@ -10,6 +10,10 @@ so the key/value cache's derivation continues them after the prompt like any oth
 Packed form (heads = H > 0): x is [.., H·d] with `axis` its last, each head's d coordinates rotated
 on their own, and c, s [.., d/2] are shared by the heads (they broadcast against x viewed as
 [.., H, d/2] without its head axis), as ONNX's RotaryEmbedding takes a 3-D input.
+
+Partial rotation (rotary_dim = r > 0, ONNX's rotary_embedding_dim): only the first r coordinates of
+`axis` (of each head, when packed) are rotated, as halves of r/2, and the rest pass as they are
+(GPT-NeoX's rotary_pct); c and s then broadcast against [.., r/2].
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ from pseudoformer.ir.ops.registry import (
 from pseudoformer.ir.types import DType, TensorType, broadcast_shapes
 
 
-def _half_shape(x: TensorType, axis: int, heads: int) -> tuple:
-    """The shape c and s broadcast against: x's halves (per head, without the head axis when packed)."""
+def _half_shape(x: TensorType, axis: int, heads: int, rotary_dim: int = 0) -> tuple:
+    """The shape c and s broadcast against: x's halves (per head, without the head axis when packed), or
+    the halves of its first rotary_dim coordinates."""
     ax = axis_of(axis, x.rank)
     width = x.shape[ax]
     groups = max(heads, 1)
@@ -43,23 +48,30 @@ def _half_shape(x: TensorType, axis: int, heads: int) -> tuple:
         raise IRTypeError(f"rotary along axis {ax} of {x}: the axis must hold {groups} head(s) of an even size")
     if heads and ax != x.rank - 1:
         raise IRTypeError(f"packed rotary rotates the last axis, not axis {ax} of {x}")
-    return x.shape[:ax] + (width // (2 * groups),) + x.shape[ax + 1:]
+    if rotary_dim and (rotary_dim % 2 or rotary_dim > width // groups or rotary_dim < 0):
+        raise IRTypeError(f"rotary of {x}: rotary_dim {rotary_dim} must be even and at most a head's {width // groups}")
+    return x.shape[:ax] + ((rotary_dim or width // groups) // 2,) + x.shape[ax + 1:]
 
 
 def _rotary_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
     x, c, s = src
-    half = _half_shape(x, attrs["axis"], int(attrs.get("heads", 0)))
+    half = _half_shape(x, attrs["axis"], int(attrs.get("heads", 0)), int(attrs.get("rotary_dim", 0)))
     for what, t in (("cos", c), ("sin", s)):
         if t.dtype != x.dtype or broadcast_shapes(t.shape, half) != half:
             raise IRTypeError(f"rotary of {x}: its {what} {t} must be {x.dtype.value} and broadcast to {list(half)}")
     return x
 
 
-def rotate(x: np.ndarray, c: np.ndarray, s: np.ndarray, axis: int, heads: int = 0) -> np.ndarray:
+def rotate(x: np.ndarray, c: np.ndarray, s: np.ndarray, axis: int, heads: int = 0,
+           rotary_dim: int = 0) -> np.ndarray:
     if heads:
         lead = x.shape[:-1]
-        y = rotate(x.reshape(*lead, heads, -1), np.expand_dims(c, -2), np.expand_dims(s, -2), -1)
+        y = rotate(x.reshape(*lead, heads, -1), np.expand_dims(c, -2), np.expand_dims(s, -2), -1,
+                   rotary_dim=rotary_dim)
         return y.reshape(x.shape)
+    if rotary_dim and rotary_dim != x.shape[axis]:
+        head, rest = np.split(x, [rotary_dim], axis=axis)
+        return np.concatenate([rotate(head, c, s, axis), rest], axis=axis)
     x1, x2 = np.split(x, 2, axis=axis)
     return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=axis).astype(x.dtype)
 
@@ -70,11 +82,16 @@ def _positions(n: Any, dim: str) -> tuple[int, ...] | str:
 
 
 def _rotary(n: Any, a: list[np.ndarray]) -> np.ndarray:
-    return rotate(*a, n.attrs["axis"], int(n.attrs.get("heads", 0)))
+    return rotate(*a, n.attrs["axis"], int(n.attrs.get("heads", 0)), int(n.attrs.get("rotary_dim", 0)))
 
 
-def _formula(make: NodeMaker, x: Any, c: Any, s: Any, axis: int) -> Any:
-    half = x.shape[axis] // 2
+def _formula(make: NodeMaker, x: Any, c: Any, s: Any, axis: int, rotary_dim: int = 0) -> Any:
+    width = x.shape[axis]
+    if rotary_dim and rotary_dim != width:  # [rotate(x[:r]); x[r:]]
+        def cut(lo: int, hi: int) -> Any:
+            return make(Op.SLICE, x, make.const(lo, DType.int64), make.const(hi, DType.int64), axis=axis, dim=hi - lo)
+        return make(Op.CONCAT, _formula(make, cut(0, rotary_dim), c, s, axis), cut(rotary_dim, width), axis=axis)
+    half = width // 2
 
     def part(start: int) -> Any:
         bounds = (make.const(start, DType.int64), make.const(start + half, DType.int64))
@@ -88,18 +105,19 @@ def _formula(make: NodeMaker, x: Any, c: Any, s: Any, axis: int) -> Any:
 
 def _rotary_formula(n: Any, make: NodeMaker) -> Any:
     x, c, s = n.src
-    heads = int(n.attrs.get("heads", 0))
+    heads, r = int(n.attrs.get("heads", 0)), int(n.attrs.get("rotary_dim", 0))
     if not heads:
-        return _formula(make, x, c, s, n.attrs["axis"] % x.type.rank)
+        return _formula(make, x, c, s, n.attrs["axis"] % x.type.rank, r)
     *lead, width = x.shape
     split = make(Op.RESHAPE, x, shape=[*lead, heads, width // heads])
     c, s = (make(Op.UNSQUEEZE, t, axes=[t.type.rank - 1]) for t in (c, s))
-    return make(Op.RESHAPE, _formula(make, split, c, s, len(lead) + 1), shape=list(x.shape))
+    return make(Op.RESHAPE, _formula(make, split, c, s, len(lead) + 1, r), shape=list(x.shape))
 
 
 def _example(make: ExampleMaker) -> list[Any]:
     """Angles [seq, 3]: the rotation of x's 6 rows (the paper's layout), of q's 4 columns per head, and of
-    q3's 3 heads of 2, packed."""
+    q3's 3 heads of 2, packed; partially: the first 2 of x's rows, of q's 4 columns, and of the 4 of each
+    of q3's 3 heads."""
     f32 = DType.float32
     ang = make.input("ang", f32, "seq", 3, values=uniform(-4, 4))
     cos, sin = make(Op.COS, ang), make(Op.SIN, ang)
@@ -111,12 +129,17 @@ def _example(make: ExampleMaker) -> list[Any]:
     q3 = make.input("q3", f32, "batch", "seq", 6)
     return [make(Op.ROTARY, x, make(Op.TRANSPOSE, cos, perm=(1, 0)), make(Op.TRANSPOSE, sin, perm=(1, 0)), axis=1),
             make(Op.ROTARY, q, first(cos, 2), first(sin, 2), axis=3),
-            make(Op.ROTARY, q3, first(cos, 1), first(sin, 1), axis=-1, heads=3)]
+            make(Op.ROTARY, q3, first(cos, 1), first(sin, 1), axis=-1, heads=3),
+            make(Op.ROTARY, x, make(Op.TRANSPOSE, first(cos, 1), perm=(1, 0)),
+                 make(Op.TRANSPOSE, first(sin, 1), perm=(1, 0)), axis=1, rotary_dim=2),
+            make(Op.ROTARY, q, first(cos, 1), first(sin, 1), axis=3, rotary_dim=2),
+            make(Op.ROTARY, make(Op.CONCAT, q3, q3, axis=2), first(cos, 1), first(sin, 1), axis=-1, heads=3,
+                 rotary_dim=2)]
 
 
 register(
     OpDef(Op.ROTARY, "[x₁ c − x₂ s; x₂ c + x₁ s]: pairs (i, i + d/2) rotated by their angles", 3, _rotary_type,
-          _rotary, attrs=(Attr("axis", "int"), Attr("heads", "int", 0)),
+          _rotary, attrs=(Attr("axis", "int"), Attr("heads", "int", 0), Attr("rotary_dim", "int", 0)),
           positions=_positions, layout="rotary", precision="follower", decompose=_rotary_formula,
           example=_example),
 )

@@ -257,14 +257,14 @@ class _Planner:
                          f"{split} heads")
             return
         width = size // sum(counts)
-        start = 0
-        for part, heads in zip(parts, counts, strict=True):
-            for h in range(heads):
-                steps = (Cut(axis, start, start + width), *rule.transforms)
-                start += width
-                shape = self.shaped(stored, ref.shape, rule.ndim, steps)
-                if shape is not None:
-                    self.put(rule.ours.replace("{part}", part).format(**names, h=h), stored, ref, shape, steps)
+        pieces = [(part, h) for part, heads in zip(parts, counts, strict=True) for h in range(heads)]
+        if rule.heads.interleaved:  # head-major: head 0's parts, then head 1's, ...
+            pieces.sort(key=lambda piece: piece[1])
+        for i, (part, h) in enumerate(pieces):
+            steps = (Cut(axis, i * width, (i + 1) * width), *rule.transforms)
+            shape = self.shaped(stored, ref.shape, rule.ndim, steps)
+            if shape is not None:
+                self.put(rule.ours.replace("{part}", part).format(**names, h=h), stored, ref, shape, steps)
 
     def tie(self, tie: Tie, short: Mapping[str, tuple[str, TensorRef]]) -> None:
         present = [n for n in tie.sources if n in short]

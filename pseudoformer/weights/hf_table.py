@@ -252,11 +252,14 @@ class Heads:
     The rule's ``ours`` names each piece with ``{h}`` (the head, from 0) and ``{part}``, and a part may
     itself hold ``{h}`` (``"heads.{h}.W_q"``, ``"g.{h}.W_k"``: blocks of different head families). A
     size that does not divide is refused, since a guess at the split would silently scramble the heads.
+    ``interleaved``: the heads are outer and the parts inner, each head's parts side by side (GPT-NeoX's
+    query_key_value, rows [H, 3, d]); the parts then share one count.
     """
 
     count: str | int | tuple[str | int, ...]
     axis: int = 0
     parts: tuple[str, ...] = ("",)
+    interleaved: bool = False
 
 
 @dataclass(frozen=True)

@@ -58,15 +58,35 @@ def test_the_rotation_is_partial(model: Model) -> None:
         assert np.abs(got - reference(model, x, r=r)).max() > 1e-3
 
 
-def test_the_parallel_layer_norms_fuse_and_each_head_is_one_attention(model: Model) -> None:
+def test_the_parallel_layer_norms_fuse_and_the_partially_rotated_heads_batch(model: Model) -> None:
     """CSE shares the normalisation of LN₁(x) and LN₂(x); both still fuse (2 per layer and the final one). The
-    partially rotated heads are one attention each: batching them over the heads is not done yet, and
-    --refusals says why, at the user's line."""
+    partially rotated heads are batched: one attention per layer, its queries and keys each one rotary of
+    every head's first r rows, and nothing is refused."""
     hp = model.config.hyperparameters
     ops = fused_ops(model)
-    assert ops[Op.LAYER_NORM] == 2 * hp["L"] + 1 and ops[Op.ATTENTION] == hp["H"] * hp["L"]
+    assert ops[Op.LAYER_NORM] == 2 * hp["L"] + 1 and ops[Op.ATTENTION] == hp["L"]
+    assert ops[Op.ROTARY] == 2 * hp["L"]
     assert ops[Op.SOFTMAX] == 1 and ops[Op.WHERE] == 0
-    assert sum(n.op is Op.DIV and n.type.rank == 3 for n in optimize(model.graph, 2).nodes()) <= 2 * hp["L"]
-    (note,) = refusals(model.graph, 2)
-    assert note.message.startswith(f"head_batching refused {hp['L']} times: head 1's q, k is not a projection")
-    assert note.pos.file.endswith("neox.alg") and note.count == hp["L"]
+    graph = optimize(model.graph, 2)
+    assert sum(n.op is Op.DIV and n.type.rank == 3 for n in graph.nodes()) <= 2 * hp["L"]
+    rotations = [n for n in graph.nodes() if n.op is Op.ROTARY]
+    assert {(n.attrs["rotary_dim"], n.type.shape[1]) for n in rotations} == {(hp["r"], hp["H"])}
+    assert refusals(model.graph, 2) == []
+
+
+def test_onnx_has_one_attention_and_partial_rotary_embeddings_per_layer(model: Model) -> None:
+    """On ONNX the batched heads pack: RotaryEmbedding with rotary_embedding_dim = r over all heads at once,
+    one Attention per layer, no Softmax but the output's, and the result the interpreter's."""
+    from collections import Counter
+
+    from pseudoformer.deploy import lower, run_onnx
+
+    hp = model.config.hyperparameters
+    onnx = lower(model)
+    ops = Counter(n.op_type for n in onnx.graph.node)
+    assert ops["Attention"] == hp["L"] and ops["RotaryEmbedding"] == 2 * hp["L"] and ops["Softmax"] == 1
+    dims = {a.i for n in onnx.graph.node if n.op_type == "RotaryEmbedding" for a in n.attribute
+            if a.name == "rotary_embedding_dim"}
+    assert dims == {hp["r"]}
+    x = tokens(2, 9, vocab=hp["N_V"], seed=6)
+    assert np.abs(run_onnx(onnx, {"x": x})["P"] - model.run(x=x)["P"]).max() <= 1e-5

@@ -1,6 +1,7 @@
 """Rotary embedding → ONNX RotaryEmbedding (opset 23), on [batch, seq, H·d] (packed, or one head) or
 [batch, H, seq, d], with its cos/sin caches in the 3-D form [batch, seq, d/2] the op takes without
 position ids: the angles are computed in the graph, from the positions, and broadcast over the batch.
+A partial rotation (rotary_dim) is the op's rotary_embedding_dim, its caches [batch, seq, rotary_dim/2].
 Any other form (the rotated axis not the last, angles that vary by head) lowers its formula."""
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def _rotary(e: Emitter, n: Node) -> str:
     xv = e.value(x)
     caches = [_cache(e, x, t, _seq_axis(n)) for t in (c, s)]
     attrs = {"num_heads": int(n.attrs.get("heads", 0)) or 1} if x.type.rank == 3 else {}
+    if n.attrs.get("rotary_dim", 0):
+        attrs["rotary_embedding_dim"] = int(n.attrs["rotary_dim"])
     e.annotate(xv, x)
     return e.emit("RotaryEmbedding", [xv, *caches], out=e.out, **attrs)
 

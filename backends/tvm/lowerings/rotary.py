@@ -22,10 +22,12 @@ def _rotary(lw: RelaxLowering, n: Node) -> Any:
         x = lw.emit(R.reshape(x, [*shape[:-1], tirx.IntImm("int64", heads), shape[-1] // heads]))
         c, s = lw.emit(R.expand_dims(c, [-2])), lw.emit(R.expand_dims(s, [-2]))
         axis += 1
-    half = int(n.src[0].shape[n.attrs["axis"]]) // (2 * max(heads, 1))
+    width = int(n.src[0].shape[n.attrs["axis"]]) // max(heads, 1)
+    half = int(n.attrs.get("rotary_dim", 0) or width) // 2  # a partial rotation passes x[2·half:] as it is
     x1 = lw.emit(R.strided_slice(x, [axis], [0], [half]))
     x2 = lw.emit(R.strided_slice(x, [axis], [half], [2 * half]))
     y1 = R.subtract(R.multiply(x1, c), R.multiply(x2, s))
     y2 = R.add(R.multiply(x2, c), R.multiply(x1, s))
-    y = R.concat([lw.emit(y1), lw.emit(y2)], axis=axis)
+    rest = [lw.emit(R.strided_slice(x, [axis], [2 * half], [width]))] if 2 * half < width else []
+    y = R.concat([lw.emit(y1), lw.emit(y2), *rest], axis=axis)
     return R.reshape(lw.emit(y), shape) if heads else y
