@@ -14,6 +14,7 @@ What it takes: a causal attention (or cached attention) in the packed 3-D form (
 last alone; a window w is the kernel's local_window_size. Then, as far as the operands allow:
   rotary  q and k rotated by one cos/sin table of the new positions [s, d/2], d a multiple of 16 (the
           kernel's requirement): the rotation goes inside (`rotary`) and the unrotated slices are read;
+          a partial rotation (rotary_dim) stays outside, as its own RotaryEmbedding;
   packed  q, k, v consecutive slices covering one product: the product is read whole (`packed`);
   last    the queries are the last-position cut (passes/last_position.py) of a row the keys and values
           slice too: the cut is undone, the kernel attends for every new position and its last row is
@@ -92,6 +93,8 @@ def _rotated(att: Node, q: Node, k: Node) -> tuple[Node, Node, Node, Node] | Non
     """(q, k, cos, sin) before a rotation both share, when it can go inside the kernel; else None."""
     if q.op is not Op.ROTARY or k.op is not Op.ROTARY or q.src[1:] != k.src[1:]:
         return None
+    if q.attrs.get("rotary_dim", 0) or k.attrs.get("rotary_dim", 0):
+        return None  # a partial rotation (GPT-NeoX's) stays outside: the kernel is given whole-head tables
     cos, sin = q.src[1], q.src[2]
     d = q.shape[-1] // int(att.attrs["q_heads"])
     same_rows = all(t.type.rank == 2 and t.shape == (q.shape[1], d // 2) for t in (cos, sin))

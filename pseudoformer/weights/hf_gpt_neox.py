@@ -5,7 +5,7 @@ query_key_value is head-major: its rows are [H, 3, d_attn], head h's query, key 
 by side (not q|k|v blocks as in GPT-2's c_attn), so it is cut with interleaved heads. Only the first
 r = int(d_attn · rotary_pct) coordinates of a head are rotated (transformers 5 writes rotary_pct as
 rope_parameters' partial_rotary_factor, and rotary_emb_base as rope_theta). The unembedding embed_out
-is its own matrix unless tie_word_embeddings says otherwise.
+(lm_head in transformers 5's memory) is its own matrix unless tie_word_embeddings says otherwise.
 """
 
 from __future__ import annotations
@@ -83,8 +83,9 @@ TABLE = Table(
     ),
     tensors=(
         Tensor("embed_in.weight", "W_e", 2, (Transpose(),)),
-        Tensor("embed_out.weight", "W_u", 2, when=config_unset("tie_word_embeddings")),
-        Tie(sources=("embed_in.weight",), copies=("embed_out.weight",), ours="W_u", when=TIED,
+        # embed_out on disk; transformers 5 calls it lm_head in memory, and a save of its state dict may too
+        Tensor("{u:embed_out|lm_head}.weight", "W_u", 2, when=config_unset("tie_word_embeddings")),
+        Tie(sources=("embed_in.weight",), copies=("embed_out.weight", "lm_head.weight"), ours="W_u", when=TIED,
             message="shape {shape}, not equal to embed_in.weight, although config.json says "
                     "tie_word_embeddings = true"),
         Tensor("final_layer_norm.weight", "gamma", 1),

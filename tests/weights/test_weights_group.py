@@ -36,6 +36,11 @@ FAMILIES = {
     "Mistral": ("mistral", transformers.MistralForCausalLM,
                 lambda: transformers.MistralConfig(**LLAMA_SIZES, sliding_window=5), "theta"),
     "Qwen2": ("qwen2", transformers.Qwen2ForCausalLM, lambda: transformers.Qwen2Config(**LLAMA_SIZES), "theta"),
+    "GPTNeoX": ("gpt_neox", transformers.GPTNeoXForCausalLM, lambda: transformers.GPTNeoXConfig(
+        **{k: v for k, v in LLAMA_SIZES.items() if k not in ("num_key_value_heads", "rms_norm_eps")},
+        rotary_pct=0.5), "theta"),
+    "Phi3": ("phi3", transformers.Phi3ForCausalLM,
+             lambda: transformers.Phi3Config(**LLAMA_SIZES, sliding_window=5, pad_token_id=0), "theta"),
 }
 
 
