@@ -107,3 +107,19 @@ def test_phi3_refuses_longrope_by_name() -> None:
     with pytest.raises(WeightsError, match="partial_rotary_factor = 0.75: phi3.alg rotates every coordinate"):
         hf_hyperparameters(_config("phi3", rope_parameters={"rope_type": "default", "rope_theta": 1e4,
                                                             "partial_rotary_factor": 0.75}))
+
+
+PYTHIA_70M = dict(vocab_size=50304, hidden_size=512, num_hidden_layers=6, num_attention_heads=8, intermediate_size=2048,
+                  max_position_embeddings=2048, rotary_pct=0.25, rotary_emb_base=10000.0)
+
+
+@pytest.mark.slow
+def test_pythia_70m_size_matches_hf(tmp_path) -> None:
+    """Pythia-70M's sizes (6 layers, d 512, 8 heads of 64, 16 of them rotated), on the interpreter and ORT."""
+    hf = hf_model("gpt_neox", **PYTHIA_70M)
+    model = ours("gpt_neox", save_hf(hf, tmp_path))
+    assert model.config.hyperparameters["r"] == 16
+    x = tokens(2, 24, vocab=PYTHIA_70M["vocab_size"], seed=5)
+    want = _hf_logits(hf, x)
+    _close(model.run(x=x)["Y"], want)
+    _close(run_onnx(lower(model), {"x": x})["Y"], want)
