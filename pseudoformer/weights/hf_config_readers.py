@@ -26,7 +26,8 @@ def rope(config: Config, hyper: Hyper, refusals: list[str]) -> Hyper:
     if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
         kinds = {str(k): v for k, v in params.items()}  # per layer type: honoured only if all agree
         if len({repr(sorted(v.items())) for v in kinds.values()}) > 1:
-            refusals.append(f"rope_parameters differ between layer types {sorted(kinds)}: llama.alg has one RoPE")
+            refusals.append(f"rope_parameters differ between layer types {sorted(kinds)}: {_source(config)} has one "
+                            "RoPE")
         params = next(iter(kinds.values()))
     if isinstance(params, dict):
         theta = params.get("rope_theta", config.get("rope_theta", 10000.0))
@@ -43,7 +44,7 @@ def rope(config: Config, hyper: Hyper, refusals: list[str]) -> Hyper:
         return out
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind not in ROPE_TYPES:
-        refusals.append(f"rope_scaling type {kind!r}: llama.alg computes RoPE for {', '.join(ROPE_TYPES)} only")
+        refusals.append(f"rope_scaling type {kind!r}: {_source(config)} computes RoPE for {', '.join(ROPE_TYPES)} only")
         return out
     if kind == "default":
         return out
@@ -55,6 +56,11 @@ def rope(config: Config, hyper: Hyper, refusals: list[str]) -> Hyper:
     if kind == "llama3":
         out.update(_llama3_bands(scaling, refusals))
     return out
+
+
+def _source(config: Config) -> str:
+    """The model file a refusal names: each family's is models/<model_type>.alg."""
+    return f"{config.get('model_type', 'llama')}.alg"
 
 
 def _number(v: object) -> bool:
