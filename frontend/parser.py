@@ -264,6 +264,14 @@ class _ToAst(Transformer):
         word = re.sub(r"\\operatorname\{|\\|\}", "", str(ch[0]))
         return Expr("extremum", (*ch[1], ch[2]), self.p(meta), word)
 
+    @v_args(meta=True)
+    def topk(self, meta: object, ch: list) -> Expr:
+        """top-k_{j ∈ [E]} v, argtop-k_j v: (variable, bound, body, k's spelling); text "top-k" or "argtop-k"."""
+        m = re.fullmatch(r"(?:\\operatorname\{)?(arg)?top-?(\w+|\{\w+\})\}?", str(ch[0]))
+        assert m is not None  # the terminal's own pattern
+        k = m.group(2).strip("{}")
+        return Expr("topk", (*ch[1], ch[2], k), self.p(meta), f"{m.group(1) or ''}top-{k}")
+
     def over_bounds(self, ch: list) -> tuple:
         if len(ch) == 1 and isinstance(ch[0], Tok) and ch[0].type == "SUB_SIMPLE":
             return (str(ch[0])[1:], None)

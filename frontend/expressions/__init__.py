@@ -4,7 +4,7 @@
 Importing this package registers them all.
 """
 
-from pseudoformer.frontend.expressions import aggregates, arith, indexing, integers, lookup  # noqa: F401  (they register)
+from pseudoformer.frontend.expressions import aggregates, arith, indexing, integers, lookup, topk  # noqa: F401  (they register)
 from pseudoformer.frontend.expressions.builtin_calls import BUILTINS, call_builtin
 from pseudoformer.frontend.expressions.core import (
     as_size,

@@ -18,6 +18,7 @@ UNARY_BUILTINS = {"exp": Op.EXP, "log": Op.LOG, "sqrt": Op.SQRT, "tanh": Op.TANH
                   "cos": Op.COS, "abs": Op.ABS, "ReLU": Op.RELU, "relu": Op.RELU, "GELU": Op.GELU, "gelu": Op.GELU,
                   "SiLU": Op.SILU, "silu": Op.SILU}
 FORMULAS = {"sigmoid", "elu", "ELU"}  # written as formulas of other ops (see _formula)
+TOP_K_CALLS = {"topk", "argtopk", "keeptopk"}  # torch.topk(…) and Shazeer's KeepTopK(…): refused with the spelling
 BUILTINS = set(UNARY_BUILTINS) | FORMULAS | {"softmax", "length", "floor", "ceil", "min", "max"}
 
 
@@ -25,6 +26,9 @@ def call_builtin(f: Frame, e: Expr) -> Any:
     """`name(x)` for a builtin `name`; an unknown name is an error that lists the builtins."""
     name = e.text
     args, binds = e.args
+    if name.lower().replace("_", "") in TOP_K_CALLS:
+        raise f.error(UnknownNameError, "top-k is written over an index: top-k_{j ∈ [E]} G[j, t] for the k largest "
+                      "entries of column t, argtop-k_{j ∈ [E]} G[j, t] for their positions (from 1)", e.pos)
     if name not in BUILTINS:
         raise f.error(UnknownNameError, f"unknown algorithm {name}", e.pos,
                       (f"builtins: {', '.join(sorted(BUILTINS))}",))

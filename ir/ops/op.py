@@ -58,6 +58,7 @@ class Op(enum.Enum):
     REDUCE_MEAN = "reduce_mean"
     SOFTMAX = "softmax"
     CUMSUM = "cumsum"
+    TOPK = "topk"  # selection.py
     GATHER = "gather"
     SCATTER = "scatter"
     SCATTER_ADD = "scatter_add"
