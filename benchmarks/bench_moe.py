@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Does the sparse top-2 mixture of experts (models/examples/moe.alg, Top2Experts) cost what two experts cost?
+"""Does the sparse top-2 mixture of experts (models/examples/moe.alg, TopKExperts, k = 2) cost what two experts cost?
 
-One MoE layer on [1, ℓ, d_e] on ONNX Runtime CPU at -O2, two forms with the same weights:
+One MoE layer on ONNX Runtime CPU at -O2, two forms with the same weights:
 
-  sparse  Top2Experts: each token gathers its two experts' matrices (W_1[r_t, i, j]) and runs only those
+  sparse  TopKExperts: each token's rows go to its two experts (EXPERT_MATMUL: the tokens grouped by expert, one
+          MatMul per expert on its tokens, ScatterND back), so only those run
   dense   benchmarks/moe_dense.alg: every expert runs for every token, gates 0 outside the top two
 
-Both are checked to agree first (1e-4). The forms alternate in blocks of tight loops (interleaved_timing.py);
-the figure is the median over blocks, per token. The dense/sparse ratio should grow with E/k.
+Both are checked to agree first (1e-4), on one token ([1, 1, d_e], a decode step) and on a prompt ([1, ℓ, d_e],
+prefill). All four runs alternate in blocks of tight loops (interleaved_timing.py); each figure is the median over
+blocks, per token. The sparse/dense ratio should fall with k/E.
 
     python benchmarks/bench_moe.py [--experts 8] [--seq 128] [--d-e 256] [--d-mlp 1024] [--threads 1]
 """
@@ -30,7 +32,7 @@ SPARSE = HERE.parent / "models" / "examples" / "moe.alg"
 
 def models(experts: int, d_e: int, d_mlp: int, seed: int):  # noqa: ANN201
     sizes = [f"E={experts}", f"d_e={d_e}", f"d_mlp={d_mlp}"]
-    sparse = load(SPARSE, entry="Top2Experts", config="/dev/null", defines=sizes)
+    sparse = load(SPARSE, entry="TopKExperts", config="/dev/null", defines=[*sizes, "k=2"])
     dense = load(HERE / "moe_dense.alg", config="/dev/null", defines=sizes)
     rng = np.random.default_rng(seed)
     w = {k: (rng.standard_normal(v.shape) / np.sqrt(v.shape[-1])).astype(np.float32) for k, v in sparse.weights.items()}
@@ -51,16 +53,21 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10)
     args = ap.parse_args()
     sparse, dense = models(args.experts, args.d_e, args.d_mlp, seed=0)
-    x = np.random.default_rng(1).standard_normal((1, args.seq, args.d_e)).astype(np.float32)
+    rng = np.random.default_rng(1)
+    xs = {seq: rng.standard_normal((1, seq, args.d_e)).astype(np.float32) for seq in (1, args.seq)}
     runners = {name: OnnxRunner(lower(m, opt_level=2), threads=args.threads) for name, m in
                (("sparse", sparse), ("dense", dense))}
-    got = {name: r.run({"X": x})["Y"] for name, r in runners.items()}
-    np.testing.assert_allclose(got["sparse"], got["dense"], rtol=1e-4, atol=1e-4)
-    times = block_medians({name: (lambda r=r: r.run({"X": x})) for name, r in runners.items()},
+    for x in xs.values():
+        got = {name: r.run({"X": x})["Y"] for name, r in runners.items()}
+        np.testing.assert_allclose(got["sparse"], got["dense"], rtol=1e-4, atol=1e-4)
+    times = block_medians({(name, seq): (lambda r=r, x=x: r.run({"X": x}))
+                           for seq, x in xs.items() for name, r in runners.items()},
                           blocks=args.blocks, runs=args.runs)
-    for name, t in times.items():
-        print(f"{name:6s} {t / args.seq * 1e6:9.1f} µs per token")
-    print(f"dense / sparse: {times['dense'] / times['sparse']:.2f} (E/k = {args.experts / 2:g})")
+    for seq in xs:
+        what = "one token" if seq == 1 else f"prefill of {seq}"
+        per = {name: times[(name, seq)] / seq * 1e6 for name in runners}
+        print(f"{what:16s} sparse {per['sparse']:9.1f} µs per token   dense {per['dense']:9.1f}   "
+              f"sparse / dense {per['sparse'] / per['dense']:.2f} (k/E = {2 / args.experts:g})")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ and, for layer norm, more accurate than the sum-of-quotients form.
   rotary_fusion       rules/rotary.py      →  ROTARY(x, cos θ, sin θ; axis)
                       rules/partial_rotary.py → ROTARY(x, cos θ, sin θ; axis, rotary_dim) of x's first rows
   attention_fusion    rules/attention.py   →  ATTENTION(q, k, v[, mask]; scale, causal)
+  expert_matmul       rules/expert_matmul.py → EXPERT_MATMUL(W, r, x) for Σ_j W[r, i, j] x[j] (mixtures of experts)
   log_softmax         rules/log_softmax.py →  z − max z − log Σ exp(z − max z) for log ∘ softmax (training)
 
 They expect `cse` and `simplify` to have run (they also work on the raw graph, just with more to
@@ -27,6 +28,7 @@ from pseudoformer.ir import Graph
 from pseudoformer.passes.rule import apply_rules
 from pseudoformer.passes.rules import (
     attention,
+    expert_matmul,
     gelu_tanh,
     layer_norm,
     log_softmax,
@@ -43,6 +45,7 @@ SWIGLU_RULES = [swiglu.RULE]
 ROTARY_RULES = [rotary.RULE]
 PARTIAL_ROTARY_RULES = [partial_rotary.RULE]
 LOG_SOFTMAX_RULES = [log_softmax.RULE]
+EXPERT_RULES = [expert_matmul.RULE]
 
 
 def fuse_norms(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
@@ -77,3 +80,8 @@ def fuse_rotary(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool
 def stable_log_softmax(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
     """Replace log ∘ softmax (through the moves and one-hot picks between them) with a stable log-softmax."""
     return apply_rules(graph, LOG_SOFTMAX_RULES, refusals)
+
+
+def fuse_experts(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Replace every product with per-row gathered expert matrices, Σ_j W[r, i, j] x[j], with one EXPERT_MATMUL."""
+    return apply_rules(graph, EXPERT_RULES, refusals)

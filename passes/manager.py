@@ -25,6 +25,7 @@ def _registry() -> dict[str, Pass]:
     from pseudoformer.passes.cse import cse
     from pseudoformer.passes.fusions import (
         fuse_attention,
+        fuse_experts,
         fuse_gelu,
         fuse_norms,
         fuse_rotary,
@@ -46,6 +47,8 @@ def _registry() -> dict[str, Pass]:
              "the rotate-half RoPE [x₁ cos θ − x₂ sin θ; x₂ cos θ + x₁ sin θ] → one rotary op"),
         Pass("attention_fusion", with_refusals(fuse_attention),
              "Algorithm 4's masked softmax(KᵀQ/√d) and V · A → one attention op; [[t ≤ t']] → causal"),
+        Pass("expert_matmul_fusion", with_refusals(fuse_experts),
+             "Σ_j W[r, i, j] x[j] over per-row gathered expert matrices → one expert_matmul (no per-row copies)"),
         Pass("log_softmax", with_refusals(stable_log_softmax),
              "log ∘ softmax (through slices, gathers and one-hot picks) → a stable log-softmax (training)"),
         Pass("head_batching", with_refusals(batch_heads),
@@ -65,7 +68,7 @@ LEVELS: dict[int, list[str]] = {
     1: ["cse", "simplify", "cse"],
     # Attention fusion reads the paper's layout, so it runs before any layout change.
     2: ["cse", "simplify", "cse", "layer_norm_fusion", "gelu_fusion", "swiglu_fusion", "rotary_fusion",
-        "attention_fusion", "head_batching",
+        "attention_fusion", "expert_matmul_fusion", "head_batching",
         "cse", "simplify", "layout", "cse", "simplify"],
 }
 

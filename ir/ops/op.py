@@ -59,6 +59,7 @@ class Op(enum.Enum):
     SOFTMAX = "softmax"
     CUMSUM = "cumsum"
     TOPK = "topk"  # selection.py
+    EXPERT_MATMUL = "expert_matmul"  # experts.py: made by a pass
     GATHER = "gather"
     SCATTER = "scatter"
     SCATTER_ADD = "scatter_add"

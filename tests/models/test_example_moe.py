@@ -1,6 +1,7 @@
-"""models/examples/moe.alg against numpy: top-2 routing (Shazeer et al., 2017; Fedus et al., 2022), each
-token through its two best experts weighted by the softmax of their two router scores; and the experts run
-sparsely: each token's expert weights are gathered, so no ℓ × E × d_mlp × d_e product exists."""
+"""models/examples/moe.alg against numpy: top-k routing with k = 2 (Shazeer et al., 2017; Fedus et al., 2022),
+each token through its two best experts weighted by the softmax of their two router scores; and the experts run
+sparsely: each token's rows go to their experts' products (EXPERT_MATMUL), so no ℓ × E × d_mlp × d_e product and
+no per-token copy of an expert's matrix exists."""
 
 from __future__ import annotations
 
@@ -50,14 +51,15 @@ def test_the_second_expert_matters(model: Model) -> None:
     assert np.abs(model.run(x=x)["P"] - reference(model, x, k=1)).max() > 1e-3
 
 
-def test_each_token_gathers_its_two_experts_only(model: Model) -> None:
-    """Every product over the experts' weights reads a gather of them by the tokens' routes: [batch, ℓ, …]
-    slices of W_1 and W_2, two per layer each; nothing multiplies all E experts."""
+def test_each_token_runs_its_two_experts_only(model: Model) -> None:
+    """Every product over the experts' weights is one EXPERT_MATMUL by the tokens' routes (two per layer): no
+    gather copies an expert's matrix per token, and nothing multiplies all E experts; the routes are one TOPK."""
     hp = model.config.hyperparameters
     graph = optimize(model.graph, 2)
-    gathered = [n for n in graph.nodes() if n.op is Op.GATHER and n.src[0].op is Op.PARAM
-                and n.src[0].attrs["name"].rsplit(".", 1)[-1] in ("W_1", "W_2")]
-    assert len(gathered) == 4 * hp["L"]
-    assert all(n.type.shape[:2] == ("batch", "seq") and hp["E"] not in n.type.shape for n in gathered)
+    products = [n for n in graph.nodes() if n.op is Op.EXPERT_MATMUL]
+    assert len(products) == 2 * hp["L"]
+    assert {n.src[0].attrs["name"].rsplit(".", 1)[-1] for n in products} == {"W_1", "W_2"}
+    assert not [n for n in graph.nodes() if n.op is Op.GATHER and n.src[0].type.rank == 3]
+    assert all(n.src[1].op is Op.TOPK and n.src[1].attrs["k"] == 2 for n in products)
     ops = fused_ops(model)
-    assert ops[Op.ATTENTION] == hp["L"] and ops[Op.SOFTMAX] == 1
+    assert ops[Op.ATTENTION] == hp["L"] and ops[Op.SOFTMAX] == 1 + hp["L"]  # the output's, and each layer's gates
