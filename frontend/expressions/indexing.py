@@ -19,6 +19,7 @@ from pseudoformer.frontend.expressions.affine import (
 )
 from pseudoformer.frontend.expressions.computed_index import linear_index, pick, real_index
 from pseudoformer.frontend.expressions.core import const, describe, ev, handles, shown, size_node
+from pseudoformer.frontend.expressions.gather_along import gather_along
 from pseudoformer.frontend.expressions.integers import static_int
 from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.sizes import BROADCAST, Size
@@ -206,7 +207,7 @@ def _slice_prefix(f: Frame, v: Val, i: int, size: Size, it: Expr) -> Val:
 
 def _gather(f: Frame, v: Val, i: int, idx: Val, it: Expr) -> Val:
     if v.batched and idx.batched or set(v.free_vars) & set(idx.free_vars):
-        return pick(f, v, i, idx, it)
+        return gather_along(f, v, i, idx) or pick(f, v, i, idx, it)
     axis = v.paper_axis0 + i
     node = f.b.node(Op.GATHER, v.node, idx.node, axis=axis)
     vl = labels(v)

@@ -61,6 +61,7 @@ class Op(enum.Enum):
     TOPK = "topk"  # selection.py
     EXPERT_MATMUL = "expert_matmul"  # experts.py: made by a pass
     GATHER = "gather"
+    GATHER_ELEMENTS = "gather_elements"  # gather_elements.py
     SCATTER = "scatter"
     SCATTER_ADD = "scatter_add"
     # sizes and index sets known only at run time (sizes.py)

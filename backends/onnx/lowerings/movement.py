@@ -108,3 +108,27 @@ def _target_shape(e: Emitter, n: Node, x: str) -> str:
 @lowers(Op.GET)
 def _get(e: Emitter, n: Node) -> str:
     return e.vals[id(n.src[0])][n.attrs["index"]]
+
+
+def _with_unit_axis(e: Emitter, value: str, axis: int, rank: int) -> str:
+    """The shape of `value` with a 1 at `axis`: what Expand broadcasts the other operand to."""
+    parts = [e.emit("Shape", [value], end=axis)] if axis else []
+    parts.append(e.ints([1]))
+    if axis + 1 < rank:
+        parts.append(e.emit("Shape", [value], start=axis + 1))
+    return e.emit("Concat", parts, axis=0)
+
+
+@lowers(Op.GATHER_ELEMENTS)
+def _gather_elements(e: Emitter, n: Node) -> str:
+    """GatherElements, which takes indices of the data's shape off the axis: each operand is expanded over the
+    axes where only the other one has a size (a unit axis of the IR's broadcast)."""
+    data, idx = n.src
+    rank, axis = data.type.rank, n.attrs["axis"] % data.type.rank
+    d, i = e.value(data), e.value(idx)
+    others = [k for k in range(rank) if k != axis]
+    if any(data.shape[k] != n.shape[k] for k in others):
+        d = e.emit("Expand", [d, _with_unit_axis(e, i, axis, rank)])
+    if any(idx.shape[k] != n.shape[k] for k in others):
+        i = e.emit("Expand", [i, _with_unit_axis(e, e.value(data), axis, rank)])
+    return e.emit("GatherElements", [d, i], out=e.out, axis=axis)

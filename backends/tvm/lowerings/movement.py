@@ -117,3 +117,22 @@ def _check_indices(lw: RelaxLowering, n: Node, axis: int) -> None:
     where = f"{n.op.value} at {n.span or n.scope or f'%{lw.index}'}"
     lw.bb.emit(R.assert_op(ok, [lo, hi, bound],
                            f"{where}: indices from {{}} to {{}}, out of range for an axis of size {{}}"))
+
+
+@lowers(Op.GATHER_ELEMENTS)
+def _gather_elements(lw: RelaxLowering, n: Node) -> Any:
+    """relax gather_elements after both operands are broadcast to the output's shape off the axis; its indices
+    are checked first, as a gather's are (gather_elements would read outside the axis)."""
+    axis = n.attrs["axis"] % n.src[0].type.rank
+    _check_indices(lw, n, axis)
+    data, idx = lw.tensor(n.src[0]), lw.tensor(n.src[1])
+    d_shape, i_shape = lw.shape(data), lw.shape(idx)
+    full = [d_shape[k] if n.src[0].shape[k] == n.shape[k] else i_shape[k] for k in range(n.src[0].type.rank)]
+    for k, (op, shape) in enumerate(((n.src[0], d_shape), (n.src[1], i_shape))):
+        if any(op.shape[a] != n.shape[a] for a in range(len(full)) if a != axis):
+            want = [*full[:axis], shape[axis], *full[axis + 1:]]
+            if k == 0:
+                data = lw.emit(R.broadcast_to(data, relax.ShapeExpr(want)))
+            else:
+                idx = lw.emit(R.broadcast_to(idx, relax.ShapeExpr(want)))
+    return R.gather_elements(data, idx, axis=axis)
