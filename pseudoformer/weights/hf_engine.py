@@ -17,6 +17,7 @@ from functools import cache
 import numpy as np
 
 from .errors import Problem, WeightsError, fmt_shape
+from .hf_stack import stack_rules, stacked
 from .hf_table import (
     Config,
     Const,
@@ -310,6 +311,8 @@ def plan(table: Table, tensors: Mapping[str, TensorRef], config: Config,
     ctx = Context(config, hyperparameters(table, config), frozenset(own))
     planner = _Planner(table, ctx, group)
     short = strip_prefix(tensors, table.prefix)
+    if stacks := stack_rules(table.tensors, ctx):  # experts' tensors stacked into one first (hf_stack.py)
+        short = stacked(stacks, short, ctx, _pattern, planner.problem)
     rules = [r for r in table.tensors if isinstance(r, Tensor) and r.when(ctx)]
     ties = [t for t in table.tensors if isinstance(t, Tie) and t.when(ctx)]
     ignored = [i for i in table.tensors if isinstance(i, Ignore) and i.when(ctx)]

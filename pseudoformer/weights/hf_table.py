@@ -349,6 +349,18 @@ class Ignore:
 
 
 @dataclass(frozen=True)
+class Stack:
+    """HF tensors ``hf``, one per value of ``{e}`` (``count``, a hyperparameter, of them: 0 … count − 1), stacked
+    along a new first axis as one tensor named ``into`` (the other placeholders filled), which ``Tensor`` rules
+    then map like any other: Mixtral's experts.{e}.w1.weight → one three-index W_1 (hf_stack.py)."""
+
+    hf: str
+    into: str
+    count: str
+    when: When = always
+
+
+@dataclass(frozen=True)
 class Table:
     """One HF family: the model types it reads, the algorithms whose parameters it names, and its rules.
 
@@ -365,5 +377,5 @@ class Table:
     algorithms: tuple[str, ...]
     config: tuple[ConfigField, ...]
     refusals: tuple[Refusal, ...]
-    tensors: tuple[Tensor | Tie | Fill | Ignore, ...]
+    tensors: tuple[Tensor | Tie | Fill | Ignore | Stack, ...]
     doc: str = field(default="", compare=False)

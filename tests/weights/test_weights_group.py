@@ -41,6 +41,8 @@ FAMILIES = {
         rotary_pct=0.5), "theta"),
     "Phi3": ("phi3", transformers.Phi3ForCausalLM,
              lambda: transformers.Phi3Config(**LLAMA_SIZES, sliding_window=5, pad_token_id=0), "theta"),
+    "Mixtral": ("mixtral", transformers.MixtralForCausalLM,
+                lambda: transformers.MixtralConfig(**LLAMA_SIZES, num_local_experts=4, num_experts_per_tok=2), "theta"),
 }
 
 
