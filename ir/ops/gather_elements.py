@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.ir.ops.one_hot_vjp import scatter_back
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, OpDef, axis_of, integers, register
 from pseudoformer.ir.types import DType, TensorType
@@ -49,6 +50,10 @@ def _positions(n: Any, dim: str) -> tuple[int, ...] | str:
     return (0, 1) if dim in idx.shape else (0,)
 
 
+def _vjp(n: Any, ct: Any, make: Any) -> tuple[Any, None]:
+    return scatter_back(make, ct, n.src[1], n.src[0], n.attrs["axis"] % n.src[0].type.rank), None
+
+
 def _example(make: ExampleMaker) -> list[Any]:
     """Per-example data [batch, 6, 3] read at rows that vary along its last axis and a new one (broadcast), and
     along its last axis by indices of its own shape."""
@@ -59,4 +64,4 @@ def _example(make: ExampleMaker) -> list[Any]:
 
 
 register(OpDef(Op.GATHER_ELEMENTS, "take_along_axis: data at per-entry indices on one axis, other axes broadcast",
-               2, _type, _impl, attrs=(Attr("axis", "int"),), positions=_positions, example=_example))
+               2, _type, _impl, attrs=(Attr("axis", "int"),), positions=_positions, example=_example, vjp=_vjp))

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.ir.ops.one_hot_vjp import scatter_back
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.reductions import along_positions
 from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, OpDef, axis_of, register
@@ -40,6 +41,14 @@ def _impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
     return positions if n.attrs["result"] == "indices" else values
 
 
+def _vjp(n: Any, ct: Any, make: Any) -> tuple[Any]:
+    """The values' cotangent back at the positions they came from (the positions have none)."""
+    if n.attrs["result"] == "indices":
+        return (None,)
+    positions = make(Op.TOPK, n.src[0], k=n.attrs["k"], axis=n.attrs["axis"], result="indices")
+    return (scatter_back(make, ct, positions, n.src[0], n.attrs["axis"] % n.src[0].type.rank),)
+
+
 def _example(make: ExampleMaker) -> list[Any]:
     """Both results, along the last axis and a middle one, and k = 1 (the argmax)."""
     x = make.input("x", DType.float32, "batch", 5, "seq")
@@ -50,4 +59,4 @@ def _example(make: ExampleMaker) -> list[Any]:
 register(OpDef(Op.TOPK, "the k largest entries along an axis, largest first (or their 0-based positions)", 1,
                _type, _impl,
                attrs=(Attr("k", "dim"), Attr("axis", "int"), Attr("result", "str", "values", ("values", "indices"))),
-               positions=along_positions, layout="axis", example=_example))
+               positions=along_positions, layout="axis", example=_example, vjp=_vjp))
