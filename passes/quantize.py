@@ -270,6 +270,10 @@ def _quantize(graph: Graph, ctx: PassContext) -> tuple[Graph, bool]:
     if ctx.weights is None or ctx.quantize is None:
         raise ValueError("the quantize pass needs the weights and its options (PassContext.weights, .quantize)")
     graph, ctx.weights, changed = quantize_graph(graph, ctx.weights, ctx.quantize, lazy=ctx.lazy)
+    for n in graph.nodes():  # what stays float, said where `inspect --refusals` shows it
+        if n.op is Op.EXPERT_MATMUL:
+            ctx.refusals.append(("quantize", "the experts' matrices stay float: there is no block-quantized product "
+                                 "with each token's own expert (expert_matmul)", n.span, n.scope))
     return graph, changed
 
 

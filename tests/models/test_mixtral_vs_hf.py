@@ -107,3 +107,21 @@ def test_greedy_equals_hf_generate(checkpoint, backend: str) -> None:
     assert len(PROMPT) > WINDOW  # the prompt is longer than the window, which slides on as tokens come
     assert gen.generate(PROMPT, max_new_tokens=NEW, sampling=greedy).tokens == hf_greedy(hf, [PROMPT], NEW)
     assert gen.generate(BATCH, max_new_tokens=NEW, sampling=greedy).tokens == hf_greedy(hf, BATCH, NEW)
+
+
+def test_int4_quantizes_the_attention_and_says_the_experts_stay_float(checkpoint) -> None:
+    """--quantize int4: the projections and the unembedding become MatMulNBits; the experts' grouped products
+    have no quantized form, which `inspect --refusals` says at each expert product's line, not silently."""
+    from pseudoformer.backends.options import CompileOptions
+    from pseudoformer.optimize import refusals
+    from pseudoformer.quantization import options
+
+    hf, model = checkpoint
+    ops = Counter(n.op_type for n in lower(model, quantize="int4").graph.node)
+    assert ops["MatMulNBits"] >= 2 * TINY["num_hidden_layers"] + 1
+    notes = [r for r in refusals(model.graph, 2, compile_options=CompileOptions(opt_level=2, quantize=options("int4")),
+                                 weights=model.weights) if "quantize" in r.message]
+    assert len(notes) == 2 and all("experts' matrices stay float" in r.message for r in notes), notes
+    x = tokens(2, 11, vocab=TINY["vocab_size"], seed=3)
+    got = run_onnx(lower(model, quantize="int4"), {"x": x})["Y"]
+    assert (got.argmax(-1) == _hf_logits(hf, x).argmax(-1)).mean() > 0.6  # 4-bit attention, float experts
