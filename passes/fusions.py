@@ -13,6 +13,7 @@ and, for layer norm, more accurate than the sum-of-quotients form.
                       rules/partial_rotary.py → ROTARY(x, cos θ, sin θ; axis, rotary_dim) of x's first rows
   attention_fusion    rules/attention.py   →  ATTENTION(q, k, v[, mask]; scale, causal)
   expert_matmul       rules/expert_matmul.py → EXPERT_MATMUL(W, r, x) for Σ_j W[r, i, j] x[j] (mixtures of experts)
+                      rules/expert_swiglu.py → SWIGLU(EXPERT_MATMUL([W₁ W₃], r, x)) for SwiGLU experts
   log_softmax         rules/log_softmax.py →  z − max z − log Σ exp(z − max z) for log ∘ softmax (training)
 
 They expect `cse` and `simplify` to have run (they also work on the raw graph, just with more to
@@ -29,6 +30,7 @@ from pseudoformer.passes.rule import apply_rules
 from pseudoformer.passes.rules import (
     attention,
     expert_matmul,
+    expert_swiglu,
     gelu_tanh,
     layer_norm,
     log_softmax,
@@ -45,7 +47,7 @@ SWIGLU_RULES = [swiglu.RULE]
 ROTARY_RULES = [rotary.RULE]
 PARTIAL_ROTARY_RULES = [partial_rotary.RULE]
 LOG_SOFTMAX_RULES = [log_softmax.RULE]
-EXPERT_RULES = [expert_matmul.RULE]
+EXPERT_RULES = [expert_matmul.RULE, expert_swiglu.RULE]
 
 
 def fuse_norms(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:

@@ -48,7 +48,8 @@ def _registry() -> dict[str, Pass]:
         Pass("attention_fusion", with_refusals(fuse_attention),
              "Algorithm 4's masked softmax(KᵀQ/√d) and V · A → one attention op; [[t ≤ t']] → causal"),
         Pass("expert_matmul_fusion", with_refusals(fuse_experts),
-             "Σ_j W[r, i, j] x[j] over per-row gathered expert matrices → one expert_matmul (no per-row copies)"),
+             "Σ_j W[r, i, j] x[j] over per-row gathered expert matrices → one expert_matmul (no per-row copies); "
+             "SwiGLU experts' gate and up products packed into one"),
         Pass("log_softmax", with_refusals(stable_log_softmax),
              "log ∘ softmax (through slices, gathers and one-hot picks) → a stable log-softmax (training)"),
         Pass("head_batching", with_refusals(batch_heads),

@@ -57,3 +57,25 @@ def test_a_product_that_is_not_with_a_matrix_is_refused(tmp_path: Path) -> None:
     assert notes[0].pos.line == 7  # the user's line
     x = np.random.default_rng(6).standard_normal((1, 3, 6)).astype(np.float32)
     run_both(model, X=x)
+
+
+GATED = ROUTED.replace("SECOND", "H[c, i, t]").replace(
+    "H[c, i, t] ← Σ_j W[R[c, t], i, j] X[j, t]",
+    "H[c, i, t] ← SiLU(Σ_j W[R[c, t], i, j] X[j, t]) (Σ_j U[R[c, t], i, j] X[j, t])").replace(
+    "V ∈ ℝ^{E × n × n}", "V ∈ ℝ^{E × n × n}, U ∈ ℝ^{E × n × d}").replace("(X | W, V)", "(X | W, V, U)")
+
+
+def test_swiglu_experts_pack_their_gate_and_up_products(tmp_path: Path) -> None:
+    """SiLU(Σ_j W[r, i, j] x[j]) ⊙ Σ_j U[r, i, j] x[j] (Mixtral's experts): one expert_matmul of [W U] and one
+    swiglu, as one SwiGLU MLP packs its two projections."""
+    model = load(write(tmp_path, GATED), defines=["d=6", "n=5", "E=4", "k=2"])
+    graph = optimize(model.graph, 2)
+    products = [n for n in graph.nodes() if n.op is Op.EXPERT_MATMUL]
+    assert len(products) == 1 and products[0].src[0].op is Op.CONCAT
+    assert sum(n.op is Op.SWIGLU for n in graph.nodes()) == 1
+    x = np.random.default_rng(8).standard_normal((2, 7, 6)).astype(np.float32)
+    w, u = model.weights["W"], model.weights["U"]
+    r = np.argsort(-x[..., :4], axis=-1, kind="stable")[..., :2]
+    g, h = np.einsum("btcij,btj->btci", w[r], x), np.einsum("btcij,btj->btci", u[r], x)
+    want = (g / (1 + np.exp(-g)) * h).sum(2)
+    np.testing.assert_allclose(run_both(model, X=x)["Y"], want, rtol=1e-5, atol=1e-5)
