@@ -245,6 +245,14 @@ def _extremum(f: Frame, e: Expr) -> Val:
     """`max_{j ∈ [E]} G[j, t]`, `min_j …`: a reduction over j; `argmax_j …` the position (from 1) of the
     first largest entry. The range is the one given, or that of what j indexes."""
     var, bound, body = e.args
+    v, internal = over_index(f, e, var, bound, body, f"takes the {e.text.removeprefix('arg')} over {var}")
+    return extremum_over(f, v, internal, e.text)
+
+
+def over_index(f: Frame, e: Expr, var: str, bound: Expr | None, body: Expr, does: str) -> tuple[Val, str]:
+    """The term after `max_{j ∈ [E]}` (or `top-k_j`) evaluated with j a fresh free variable over its range (the
+    one given, or that of what j indexes): (its value, j's internal name). A term without j is an error saying
+    what the operator `does` over j."""
     size = None
     if bound is not None:
         size = static_int(f, bound)
@@ -262,11 +270,10 @@ def _extremum(f: Frame, e: Expr) -> Val:
         if saved is not None:
             f.maps[var] = saved
     if internal not in v.free_vars:
-        raise f.error(BadTypeError, f"{e.text}_{var} takes the {e.text.removeprefix('arg')} over {var}, and this "
-                      f"term does not use {var}", e.pos)
+        raise f.error(BadTypeError, f"{e.text}_{var} {does}, and this term does not use {var}", e.pos)
     if size is not None:
         unify(f.b, size, v.free_size(internal), f"the range of {var}")
-    return extremum_over(f, v, internal, e.text)
+    return v, internal
 
 
 def extremum_over(f: Frame, v: Val, internal: str, word: str) -> Val:

@@ -6,12 +6,12 @@ to the lower position, so argtop-1 is argmax."""
 from __future__ import annotations
 
 from pseudoformer.frontend.ast import Expr
-from pseudoformer.frontend.errors import BadTypeError, ShapeError, UnknownNameError
-from pseudoformer.frontend.expressions.core import ev_val, handles
-from pseudoformer.frontend.expressions.integers import static_int
-from pseudoformer.frontend.frame import Frame, MapVar
+from pseudoformer.frontend.errors import ShapeError, UnknownNameError
+from pseudoformer.frontend.expressions.aggregates import over_index
+from pseudoformer.frontend.expressions.core import handles
+from pseudoformer.frontend.frame import Frame
 from pseudoformer.frontend.sizes import Size
-from pseudoformer.frontend.tensor_ops import cast_real, free_to_dim, unify
+from pseudoformer.frontend.tensor_ops import free_to_dim
 from pseudoformer.frontend.values import Val
 from pseudoformer.ir import Op
 
@@ -31,28 +31,9 @@ def _k(f: Frame, spelled: str, e: Expr) -> Size:
 def _topk(f: Frame, e: Expr) -> Val:
     var, bound, body, spelled = e.args
     k = _k(f, spelled, e)
-    size = None
-    if bound is not None:
-        size = static_int(f, bound)
-        if size is None:
-            raise f.error(BadTypeError, f"the range of {e.text}_{{{var} ∈ […]}} must be a size known before the "
-                          f"positions are, as `{e.text}_{{{var} ∈ [E]}}`", bound.pos)
-        size = f.b.resolve(size)
-    internal = f.b.fresh(var)
-    saved = f.maps.get(var)
-    f.maps[var] = MapVar(internal, size)
-    try:
-        v = cast_real(f.b, ev_val(f, body))
-    finally:
-        f.maps.pop(var)
-        if saved is not None:
-            f.maps[var] = saved
-    if internal not in v.free_vars:
-        raise f.error(BadTypeError, f"{e.text}_{var} picks entries over {var}, and this term does not use {var}",
-                      e.pos)
+    v, internal = over_index(f, e, var, bound, body, f"picks entries over {var}")
     over = v.free_size(internal)
-    if size is not None:
-        unify(f.b, size, over, f"the range of {var}")
+    assert over is not None
     over = f.b.resolve(over)
     if k.is_int and (k.value < 1 or (over.is_int and k.value > over.value)):
         raise f.error(ShapeError, f"{e.text} picks {k.value} of {over} entries: k must be between 1 and the "
