@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -48,7 +48,8 @@ _ALIGN = 4096
 
 
 def save_model(model: onnx.ModelProto | LoweredModel, path: str | os.PathLike, *,
-               external_threshold: int | None = None, check: bool = True) -> Path:
+               external_threshold: int | None = None, check: bool = True,
+               beside: Mapping[str, bytes] | None = None) -> Path:
     """Write `model` (a ModelProto, or a LoweredModel) to `path` atomically; return the path.
 
     A model bigger than `external_threshold` bytes (default: just under protobuf's 2 GiB limit)
@@ -64,7 +65,9 @@ def save_model(model: onnx.ModelProto | LoweredModel, path: str | os.PathLike, *
         _check_room(path, model.nbytes + model.skeleton.ByteSize())
     try:
         if isinstance(model, LoweredModel):
-            if model.nbytes + model.skeleton.ByteSize() > threshold:
+            if beside is not None:
+                _save_external_lowered(model, path, check, beside)
+            elif model.nbytes + model.skeleton.ByteSize() > threshold:
                 _save_external_lowered(model, path, check)
             else:
                 write_atomic(path, lambda f: _write_inline(model, f))
@@ -118,7 +121,8 @@ def _save_external(model: onnx.ModelProto, path: Path, check: bool = True) -> No
             t.raw_data = raw
 
 
-def _save_external_lowered(lowered: LoweredModel, path: Path, check: bool = True) -> None:
+def _save_external_lowered(lowered: LoweredModel, path: Path, check: bool = True,
+                           beside: Mapping[str, bytes] | None = None) -> None:
     model = onnx.ModelProto()
     model.CopyFrom(lowered.skeleton)
 
@@ -132,17 +136,20 @@ def _save_external_lowered(lowered: LoweredModel, path: Path, check: bool = True
             else:
                 t.raw_data = materialize(arr).tobytes()
 
-    _write_external(model, outside(), path, check)
+    _write_external(model, outside(), path, check, beside or {})
 
 
 def _write_external(model: onnx.ModelProto, tensors: Iterable[tuple[TensorProto, bytes | np.ndarray]],
-                    path: Path, check: bool = True) -> None:
+                    path: Path, check: bool = True, beside: Mapping[str, bytes] | None = None) -> None:
     """Write each tensor's bytes to `<path>.data`, point the tensor at them, then write `model`."""
     # One set (atomic_write.atomic_set): both files beside the resolved target (through a symbolic
     # link -o, beside the file it leads to), the weights moved into place first and the .onnx, which
     # names them, last.
-    with atomic_set(path, [Part("data", data_path), MAIN]) as tmps:
+    others = [Part(f"beside:{name}", lambda target, name=name: target.with_name(name)) for name in beside or {}]
+    with atomic_set(path, [Part("data", data_path), *others, MAIN]) as tmps:
         data, data_tmp, model_tmp = data_path(check_output(path)), tmps["data"], tmps["main"]
+        for name, content in (beside or {}).items():
+            tmps[f"beside:{name}"].write_bytes(content)
         with open(data_tmp, "wb") as f:
             for t, raw in tensors:
                 offset = (f.tell() + _ALIGN - 1) // _ALIGN * _ALIGN

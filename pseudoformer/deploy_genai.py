@@ -1,0 +1,201 @@
+"""An onnxruntime-genai model folder: `pseudoformer compile FILE --weights DIR --genai-folder OUT`.
+
+onnxruntime-genai (C, C#, Java and Python APIs; mobile builds) loads a decoder from a folder of
+
+    model.onnx, model.onnx.data   one graph for the prompt and every step (passes/genai_interface.py)
+    genai_config.json             the graph's names and sizes, the special tokens, the search defaults
+    tokenizer.json, …             the checkpoint's tokenizer files, its chat template among them
+
+The graph is the decode step the compiler derives for generation (passes/kv_cache.py) with genai's
+interface; it is compiled as `pseudoformer generate` compiles its step (the model's passes, quantization
+included, then the onnx backend's), so that genai's tokens are those of `pseudoformer generate`.
+Every file is written as one set (atomic_write.atomic_set), genai_config.json last but for model.onnx.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pseudoformer.errors import UsageError
+from pseudoformer.file_access import loads_json, regular_file
+
+if TYPE_CHECKING:
+    from pseudoformer.model import Model
+    from pseudoformer.passes.quantize import QuantizeOptions
+
+MODEL_FILE = "model.onnx"
+CONFIG_FILE = "genai_config.json"
+# The checkpoint's files that genai's tokenizer (onnxruntime-extensions) and chat template read, when present.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                   "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja",
+                   "chat_template.json")
+MAX_TOKENIZER_FILE = 64 * 2**20  # a tokenizer.json of the largest vocabularies is ~20 MB
+
+
+@dataclass
+class GenaiFolder:
+    """What was written: the folder, its files, and the config genai reads."""
+
+    path: Path
+    files: list[str]
+    config: dict[str, Any]
+    quantize: QuantizeOptions | None
+
+
+def export(model: Model, out: str | Path, *, weights: str | Path | None = None, output: str | None = None,
+           log: bool = False, quantize: QuantizeOptions | None = None, contrib_ops: bool = False) -> GenaiFolder:
+    """Write `model` (a decoder) as an onnxruntime-genai folder `out`; `weights`, a HuggingFace checkpoint
+    directory, gives the tokenizer files and the special tokens. `log`: the model returns probabilities,
+    and the folder's logits are their log (genai takes a softmax of them)."""
+    from pseudoformer.backends.onnx import BackendError
+    from pseudoformer.backends.onnx.compile import lower_model
+    from pseudoformer.backends.onnx.save import save_model
+    from pseudoformer.backends.options import CompileOptions
+    from pseudoformer.backends.pipeline import model_passes, run
+    from pseudoformer.model import model_metadata
+    from pseudoformer.optimize import debugging
+    from pseudoformer.passes.genai_interface import INPUT_IDS, LOGITS, genai_step
+    from pseudoformer.passes.generation_passes import incremental
+    from pseudoformer.passes.pass_base import PassContext
+
+    tokens = [n.attrs["name"] for n in model.graph.inputs]
+    if len(tokens) != 1:
+        raise UsageError(f"{model.entry} takes {', '.join(tokens)}: an onnxruntime-genai decoder takes one "
+                         "sequence of token ids")
+    output = output or model.output_names[0]
+    out = _folder(out)
+    checkpoint = Path(weights) if weights is not None and Path(weights).is_dir() else None
+    options = CompileOptions(opt_level=2, quantize=quantize, lazy_weights=True)
+    graph, params = run(model.graph, model_passes(options), weights=model.weights, options=options,
+                        check=debugging())
+    seq = graph.input(tokens[0]).shape[1]
+    dec = incremental(graph, PassContext(decoder_input=tokens[0], output=output, positions=seq))
+    step = genai_step(dec, tokens[0], output, log=log)
+    metadata = model_metadata(model, 2)
+    vocab = dict(step.outputs)[LOGITS].shape[-1]
+    metadata["token_bounds"] = json.dumps({INPUT_IDS: vocab})
+    if quantize is not None:
+        metadata["quantization"] = quantize.describe()
+    try:
+        lowered = lower_model(step, params, metadata=metadata, contrib_ops=contrib_ops, fold_weights=True)
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+    hf = _read_json(checkpoint, "config.json") if checkpoint else {}
+    config = genai_config(step, dec, model, hf, _read_json(checkpoint, "generation_config.json") if checkpoint else {})
+    extra = {name: _read_file(checkpoint / name) for name in TOKENIZER_FILES
+             if checkpoint is not None and (checkpoint / name).is_file()}
+    extra[CONFIG_FILE] = (json.dumps(config, indent=4) + "\n").encode()
+    try:
+        save_model(lowered, out / MODEL_FILE, beside=extra)
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+    return GenaiFolder(out, [MODEL_FILE, MODEL_FILE + ".data", *extra], config, quantize)
+
+
+def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], generation: Mapping[str, Any]) -> dict:
+    """genai_config.json for the step graph: names and sizes from the graph, tokens and search defaults
+    from the checkpoint's config.json and generation_config.json (as genai's own builder takes them)."""
+    from pseudoformer.inputs import size_limit
+    from pseudoformer.ir import Op
+    from pseudoformer.passes.genai_interface import (
+        ATTENTION_MASK,
+        INPUT_IDS,
+        LOGITS,
+        PAST_KEY,
+        PAST_VALUE,
+        POSITION_IDS,
+        PRESENT_KEY,
+        PRESENT_VALUE,
+    )
+
+    slot = dec.slots[0]
+    kv_heads, head_size = int(slot.key_type.shape[1]), int(slot.key_type.shape[-1])
+    heads = next(int(n.src[0].shape[1]) for n in step.nodes() if n.op is Op.ATTENTION)
+    vocab = int(dict(step.outputs)[LOGITS].shape[-1])
+    seq = dec.positions
+    context = size_limit(model.graph, seq)[0]
+    hidden = hf.get("hidden_size", hf.get("n_embd", heads * head_size))
+
+    def token(name: str, default: Any) -> Any:
+        value = generation.get(name, hf.get(name))
+        return default if value is None else value
+
+    eos = token("eos_token_id", 0)
+    first_eos = eos[0] if isinstance(eos, list) and eos else eos
+    return {
+        "model": {
+            "bos_token_id": token("bos_token_id", first_eos),
+            "context_length": context,
+            "decoder": {
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "filename": MODEL_FILE,
+                "head_size": head_size,
+                "hidden_size": int(hidden),
+                "inputs": {"input_ids": INPUT_IDS, "attention_mask": ATTENTION_MASK, "position_ids": POSITION_IDS,
+                           "past_key_names": PAST_KEY, "past_value_names": PAST_VALUE},
+                "outputs": {"logits": LOGITS, "present_key_names": PRESENT_KEY,
+                            "present_value_names": PRESENT_VALUE},
+                "num_attention_heads": heads,
+                "num_hidden_layers": len(dec.slots),
+                "num_key_value_heads": kv_heads,
+            },
+            "eos_token_id": eos,
+            # genai takes a token equal to pad_token_id in a prompt for padding: the checkpoint's, else the end token
+            "pad_token_id": token("pad_token_id", first_eos),
+            "type": "decoder",
+            "vocab_size": vocab,
+        },
+        "search": {
+            "diversity_penalty": 0.0,
+            "do_sample": bool(generation.get("do_sample", False)),
+            "early_stopping": True,
+            "length_penalty": 1.0,
+            "max_length": context,
+            "min_length": 0,
+            "no_repeat_ngram_size": 0,
+            "num_beams": 1,
+            "num_return_sequences": 1,
+            # the step concatenates the cache (passes/kv_cache.py): a new buffer each step, not one shared
+            "past_present_share_buffer": False,
+            "repetition_penalty": float(generation.get("repetition_penalty", 1.0)),
+            "temperature": float(generation.get("temperature", 1.0)),
+            "top_k": int(generation.get("top_k", 50) or 50),
+            "top_p": float(generation.get("top_p", 1.0)),
+        },
+    }
+
+
+def _folder(out: str | Path) -> Path:
+    """The folder to write into: made when absent (its parent must exist), refused when a file."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--genai-folder {out} is a file; give a folder to write the model's files into")
+    if not out.exists():
+        if not out.parent.is_dir():
+            raise UsageError(f"cannot write --genai-folder {out}: no directory {out.parent}")
+        out.mkdir()
+    return out
+
+
+def _read_json(directory: Path, name: str) -> dict[str, Any]:
+    path = directory / name
+    if not path.is_file():
+        return {}
+    try:
+        value = loads_json(_read_file(path).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise UsageError(f"{path}: not a JSON object ({e})") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{path}: not a JSON object")
+    return value
+
+
+def _read_file(path: Path) -> bytes:
+    regular_file(path, "tokenizer file", MAX_TOKENIZER_FILE)
+    with open(os.path.realpath(path), "rb") as f:
+        return f.read(MAX_TOKENIZER_FILE + 1)
