@@ -223,6 +223,10 @@ def _compile(args: argparse.Namespace) -> int:
     from pseudoformer.deploy import compile
     from pseudoformer.quantization import from_arguments
 
+    if args.genai_folder is not None:
+        from pseudoformer.cli_genai import compile_folder
+
+        return compile_folder(args, _say)
     out = Path(args.output)
     check_output(out)  # before compiling: a path that cannot be written should not cost a compile
     compiled = compile(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,

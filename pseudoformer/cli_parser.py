@@ -110,7 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "NAME.weights.safetensors; bind compiles them into the .so as constants (one file, "
                    "slower to compile and save)")
     _opt_arg(k, 2, "for deployment")
-    k.add_argument("-o", "--output", required=True, help="the file to write, e.g. model.onnx (or model.so for tvm)")
+    out = k.add_mutually_exclusive_group(required=True)
+    out.add_argument("-o", "--output", help="the file to write, e.g. model.onnx (or model.so for tvm)")
+    out.add_argument("--genai-folder", metavar="DIR",
+                     help="write an onnxruntime-genai model folder instead: model.onnx (+ .data), genai_config.json "
+                     "and the checkpoint's tokenizer files (a decoder; see docs/deployment.md)")
 
     r = sub.add_parser("run", help="run a model on inputs saved as .npy files")
     r.add_argument("file", metavar="FILE", help="a .alg file (or a compiled model.onnx or TVM model.so)")

@@ -24,6 +24,8 @@ from pseudoformer.model_files import data_path, manifest_path, weights_path
 
 def outputs_of(args: argparse.Namespace) -> list[Path]:
     """The files `args`' command writes: -o, and the files of its set."""
+    if args.command == "compile" and getattr(args, "genai_folder", None):
+        return _genai_outputs(args)
     out = getattr(args, "output", None)
     if not out or args.command not in ("compile", "run", "inspect"):
         return []  # train's -o is a directory it writes its checkpoints into (training/), checked there
@@ -34,6 +36,23 @@ def outputs_of(args: argparse.Namespace) -> list[Path]:
     if args.backend == "tvm":
         return [path, weights_path(target), manifest_path(target)]
     return [path, data_path(target)]
+
+
+def _genai_outputs(args: argparse.Namespace) -> list[Path]:
+    """The files of an onnxruntime-genai folder (deploy_genai.py): the model, its config and the tokenizer
+    files it copies from the checkpoint. A folder not there yet is made by the command, in a parent that is."""
+    from pseudoformer.deploy_genai import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILES
+
+    folder = Path(args.genai_folder)
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"cannot write --genai-folder {folder}: it is a file; give a folder to write the model's "
+                          "files into")
+    if not folder.exists():
+        if not folder.parent.is_dir():
+            raise OutputError(f"cannot write --genai-folder {folder}: no directory {folder.parent}")
+        return []
+    names = [MODEL_FILE, MODEL_FILE + ".data", CONFIG_FILE, *TOKENIZER_FILES]
+    return [folder / name for name in names]
 
 
 def inputs_of(args: argparse.Namespace) -> Iterator[tuple[str, Path]]:
@@ -85,6 +104,7 @@ def check_outputs(args: argparse.Namespace) -> None:
     for out in outputs:
         for what, path in inputs:
             if _same(out, path):
-                shown = f"{out}" if out == Path(args.output) else f"{args.output} (with {out.name})"
+                given = args.output or args.genai_folder
+                shown = f"{out}" if out == Path(given) else f"{given} (with {out.name})"
                 raise OutputError(f"cannot write {shown}: it is {what}, {path}, which this command reads; "
                                   "write the output to another file")

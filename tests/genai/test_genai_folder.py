@@ -1,0 +1,158 @@
+"""`pseudoformer compile --genai-folder`: onnxruntime-genai runs the folder and generates our tokens.
+
+Greedy tokens from genai (its own environment, tests/genai/genai_env.py) equal `Generator`'s, token for
+token, for Llama, Qwen2 and GPT-2 at a tiny size and at SmolLM2-135M's (random weights), in float32 and
+int4, and for a batch of two prompts of different lengths (genai pads on the right: each row must continue
+from its own last token). Without genai, the folder's graph is still checked on our onnxruntime: a
+right-padded batch with its position_ids gives each row's unpadded logits.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from pseudoformer.cli import main
+from pseudoformer.generation import Generator, Sampling
+from pseudoformer.model import load
+from tests.genai.genai_env import genai_greedy
+from tests.models.llama_cases import SMOLLM2, hf_model
+
+NEW = 12
+PROMPT = [5, 17, 3, 44, 9, 12, 30]
+SHORT = [7, 8, 9]  # ids that are no family's pad or end token here
+GPT2_TINY = dict(n_embd=32, n_head=4, n_layer=2, n_positions=64, vocab_size=61, bos_token_id=0, eos_token_id=0,
+                 initializer_range=0.2)  # weights large enough that greedy tokens vary
+GPT2_SMOL = dict(n_embd=576, n_head=9, n_layer=30, n_positions=512, vocab_size=49152, bos_token_id=0, eos_token_id=0)
+SOURCES = {"llama": "models/llama.alg", "qwen2": "models/qwen2.alg", "gpt2": "models/gpt2.alg"}
+
+
+def _checkpoint(kind: str, size: str, directory: Path) -> Path:
+    if kind == "gpt2":
+        torch.manual_seed(5)
+        config = GPT2Config(**(GPT2_TINY if size == "tiny" else GPT2_SMOL))
+        GPT2LMHeadModel(config).eval().save_pretrained(directory)
+    else:
+        hf_model(kind, seed=7, **({} if size == "tiny" else SMOLLM2)).save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return {}
+
+
+def _get(checkpoints: dict, tmp_path_factory: pytest.TempPathFactory, kind: str, size: str) -> Path:
+    if (kind, size) not in checkpoints:
+        checkpoints[kind, size] = _checkpoint(kind, size, tmp_path_factory.mktemp(f"{kind}-{size}"))
+    return checkpoints[kind, size]
+
+
+def _folder(source: str, weights: Path, out: Path, *flags: str) -> Path:
+    assert main(["compile", source, "--weights", str(weights), "--genai-folder", str(out), *flags]) == 0
+    return out
+
+
+def _ours(source: str, weights: Path, prompts: list[list[int]], quantize: str | None = None) -> list[list[int]]:
+    gen = Generator(load(source, weights=weights), quantize=quantize)
+    return [gen.generate(p, max_new_tokens=NEW, sampling=Sampling(temperature=0)).tokens[0] for p in prompts]
+
+
+def _eos(folder: Path) -> set[int]:
+    eos = json.loads((folder / "genai_config.json").read_text())["model"]["eos_token_id"]
+    return set(eos if isinstance(eos, list) else [eos])
+
+
+def _until_eos(tokens: list[int], eos: set[int]) -> list[int]:
+    """genai stops a row at its end token; ours was asked for every token."""
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[:i + 1]
+    return tokens
+
+
+CASES = [(kind, "tiny", None) for kind in SOURCES] + [("llama", "tiny", "int4"), ("qwen2", "tiny", "int4")] + \
+    [(kind, "smollm2", None) for kind in SOURCES] + [("llama", "smollm2", "int4")]
+
+
+@pytest.mark.parametrize(("kind", "size", "quantize"), CASES, ids=lambda v: str(v))
+def test_genai_generates_our_tokens(checkpoints: dict, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path,
+                                    kind: str, size: str, quantize: str | None) -> None:
+    from tests.genai.genai_env import genai_python
+
+    genai_python()  # skip before building a checkpoint when there is no genai
+    weights = _get(checkpoints, tmp_path_factory, kind, size)
+    flags = ["--quantize", quantize] if quantize else []
+    folder = _folder(SOURCES[kind], weights, tmp_path / "genai", *flags)
+    prompts = [PROMPT, SHORT]
+    ours = _ours(SOURCES[kind], weights, prompts, quantize)
+    eos = _eos(folder)
+    want = [_until_eos(t, eos) for t in ours]
+    assert [_until_eos(t, eos) for t in genai_greedy(folder, [PROMPT], NEW)] == want[:1]
+    assert [_until_eos(t, eos) for t in genai_greedy(folder, prompts, NEW)] == want  # padded on the right
+
+
+def test_genai_runs_the_folder_with_contrib_ops(checkpoints: dict, tmp_path_factory: pytest.TempPathFactory,
+                                                tmp_path: Path) -> None:
+    from tests.genai.genai_env import genai_python
+
+    genai_python()
+    weights = _get(checkpoints, tmp_path_factory, "llama", "tiny")
+    folder = _folder(SOURCES["llama"], weights, tmp_path / "genai", "--contrib-ops")
+    want = _ours(SOURCES["llama"], weights, [PROMPT, SHORT])
+    assert genai_greedy(folder, [PROMPT, SHORT], NEW) == want
+
+
+@pytest.mark.parametrize("kind", list(SOURCES))
+def test_the_folder_graph_on_our_onnxruntime(checkpoints: dict, tmp_path_factory: pytest.TempPathFactory,
+                                            tmp_path: Path, kind: str) -> None:
+    """Without genai: the folder's config names the graph's inputs and outputs, and its graph, fed a
+    right-padded batch as genai feeds it (attention_mask, position_ids, an empty cache, then one step),
+    gives each row the logits of running that row alone."""
+    import onnxruntime as ort
+
+    weights = _get(checkpoints, tmp_path_factory, kind, "tiny")
+    folder = _folder(SOURCES[kind], weights, tmp_path / "genai")
+    config = json.loads((folder / "genai_config.json").read_text())
+    dec = config["model"]["decoder"]
+    session = ort.InferenceSession(str(folder / dec["filename"]), providers=["CPUExecutionProvider"])
+    layers, kv, head = dec["num_hidden_layers"], dec["num_key_value_heads"], dec["head_size"]
+    past_names = [dec["inputs"][f"past_{w}_names"] % i for i in range(layers) for w in ("key", "value")]
+    present_names = [dec["outputs"][f"present_{w}_names"] % i for i in range(layers) for w in ("key", "value")]
+    assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask", "position_ids", *past_names]
+    assert [o.name for o in session.get_outputs()] == ["logits", *present_names]
+    assert config["search"]["past_present_share_buffer"] is False and config["model"]["type"] == "decoder"
+
+    def run(ids: np.ndarray, mask: np.ndarray, pos: np.ndarray, past: list[np.ndarray]) -> list[np.ndarray]:
+        feed = {"input_ids": ids, "attention_mask": mask, "position_ids": pos,
+                **dict(zip(past_names, past, strict=True))}
+        return session.run(None, feed)
+
+    def generate(prompts: list[list[int]], nxt: np.ndarray) -> list[np.ndarray]:
+        """Prefill (right-padded) and two steps, as genai runs them: the last real token's logits per step."""
+        width = max(map(len, prompts))
+        ids = np.array([p + [0] * (width - len(p)) for p in prompts], dtype=np.int64)
+        mask = np.array([[1] * len(p) + [0] * (width - len(p)) for p in prompts], dtype=np.int64)
+        pos = np.where(mask == 1, np.arange(width), 0)
+        past = [np.zeros((len(prompts), kv, 0, head), np.float32)] * (2 * layers)
+        logits, *past = run(ids, mask, pos, past)
+        last = np.array([len(p) - 1 for p in prompts])
+        scores = [logits[np.arange(len(prompts)), last]]
+        for _ in range(2):
+            mask = np.concatenate([mask, np.ones((len(prompts), 1), np.int64)], axis=1)
+            last = last + 1
+            logits, *past = run(nxt, mask, last[:, None], past)
+            scores.append(logits[:, -1])
+        return scores
+
+    step_tokens = np.array([[11], [13]])
+    both = generate([PROMPT, SHORT], step_tokens)
+    for row, prompt in enumerate([PROMPT, SHORT]):
+        alone = generate([prompt], step_tokens[row:row + 1])
+        for a, b in zip(both, alone, strict=True):
+            np.testing.assert_allclose(a[row], b[0], atol=1e-4, rtol=1e-4)
