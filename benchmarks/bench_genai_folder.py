@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""onnxruntime-genai running our folder against genai running its own builder's folder: the graph alone.
+
+Both folders hold the same model (SmolLM2-135M's shape, random weights: scale_checkpoints.py) and run
+on the same runtime (genai, its own onnxruntime), so the ratio measures only the graphs:
+
+  genai fp32 / int4        `python -m onnxruntime_genai.models.builder -p fp32|int4 -e cpu`
+  ours fp32 / int4         `pseudoformer compile models/llama.alg --genai-folder` (int4: genai's format,
+                           symmetric blocks of 32, accuracy level 4, embeddings quantized), with and
+                           without --contrib-ops
+
+Each folder is timed by genai_timing.py (prefill of a random prompt, median time per new token), the
+folders interleaved round by round in one run. Target (issue 29): ours ≤ 1.0× genai's, each column.
+
+    python benchmarks/bench_genai_folder.py WORKDIR --genai-python /work/genai-venv/bin/python
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+INT4 = ["--quantize", "int4", "--symmetric", "--block-size", "32", "--accuracy-level", "4", "--quantize-embeddings"]
+OURS = {"ours fp32": [], "ours fp32, --contrib-ops": ["--contrib-ops"], "ours int4": INT4,
+        "ours int4, --contrib-ops": [*INT4, "--contrib-ops"]}
+BASELINE = {"ours fp32": "genai fp32", "ours fp32, --contrib-ops": "genai fp32", "ours int4": "genai int4",
+            "ours int4, --contrib-ops": "genai int4"}
+
+
+def build(args: argparse.Namespace, checkpoint: Path) -> dict[str, Path]:
+    folders = {}
+    for precision in ("fp32", "int4"):
+        out = args.work / f"genai-{precision}"
+        if not (out / "genai_config.json").exists():
+            with open(args.work / f"builder-{precision}.log", "w") as log:
+                subprocess.run([args.genai_python, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint),
+                                "-o", str(out), "-p", precision, "-e", "cpu", "-c", str(args.work / "cache")],
+                               check=True, stdout=log, stderr=subprocess.STDOUT)
+        folders[f"genai {precision}"] = out
+    for name, flags in OURS.items():
+        out = args.work / name.replace(" ", "-").replace(",", "")
+        if not (out / "genai_config.json").exists():
+            subprocess.run([sys.executable, "-m", "pseudoformer.cli", "compile", str(ROOT / "models/llama.alg"),
+                            "--weights", str(checkpoint), "--genai-folder", str(out), *flags], check=True)
+        folders[name] = out
+    return folders
+
+
+def time_folder(args: argparse.Namespace, folder: Path, vocab: int) -> dict:
+    done = subprocess.run([args.genai_python, str(HERE / "genai_timing.py"), str(folder), "--prompt", str(args.prompt),
+                           "--new", str(args.new), "--threads", str(args.threads), "--rounds", str(args.rounds),
+                           "--vocab", str(vocab)], check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("work", type=Path, help="a directory for the checkpoint and the folders (~2 GB)")
+    ap.add_argument("--genai-python", required=True, help="the Python of onnxruntime-genai's environment")
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds per folder per pass")
+    ap.add_argument("--passes", type=int, default=3, help="passes over the folders, interleaved")
+    args = ap.parse_args()
+    sys.path.insert(0, str(HERE))
+    from scale_checkpoints import SHAPES, write_checkpoint, write_tokenizer
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    checkpoint = args.work / "SmolLM2-135M"
+    shape = SHAPES["SmolLM2-135M"]
+    if not (checkpoint / "model.safetensors").exists():
+        write_checkpoint(checkpoint, shape)
+        write_tokenizer(checkpoint)
+    folders = build(args, checkpoint)
+    runs: dict[str, dict[str, list[float]]] = {n: {"prefill": [], "step": []} for n in folders}
+    tokens = {}
+    for _ in range(args.passes):
+        for name, folder in folders.items():
+            r = time_folder(args, folder, shape["vocab_size"])
+            runs[name]["prefill"] += r["prefill_s"]
+            runs[name]["step"] += r["step_s"]
+            tokens[name] = r["tokens"]
+    med = {n: {k: statistics.median(v) * 1e3 for k, v in r.items()} for n, r in runs.items()}
+    load = os.getloadavg()
+    print(f"## onnxruntime-genai: our folder against its builder's (SmolLM2-135M shape, random weights), "
+          f"{time.strftime('%Y-%m-%d')}")
+    print(f"CPU {platform.processor() or platform.machine()}, {args.threads} threads, load {load[0]:.1f}; prompt "
+          f"{args.prompt}, {args.new} new tokens, greedy, batch 1; medians of {args.passes}×{args.rounds} rounds, "
+          "interleaved")
+    print("| folder | prefill ms | per-token ms | prefill vs genai | per-token vs genai | same tokens as genai |")
+    print("|---|---|---|---|---|---|")
+    for name, m in med.items():
+        base = med[BASELINE.get(name, name)]
+        same = tokens[name] == tokens[BASELINE.get(name, name)]
+        print(f"| {name} | {m['prefill']:.1f} | {m['step']:.2f} | {m['prefill'] / base['prefill']:.2f}× | "
+              f"{m['step'] / base['step']:.2f}× | {'yes' if same else 'no'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
