@@ -28,9 +28,14 @@ def genai_python() -> str:
     return python
 
 
+def ask_genai(request: dict) -> dict:
+    """One request to genai_greedy.py, in genai's environment."""
+    done = subprocess.run([genai_python(), str(RUNNER)], input=json.dumps(request), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def genai_greedy(folder: Path, prompts: list[list[int]], new: int) -> list[list[int]]:
     """genai's greedy tokens after each prompt (a batch, padded on the right), from the folder."""
-    request = json.dumps({"folder": str(folder), "prompts": prompts, "new": new})
-    done = subprocess.run([genai_python(), str(RUNNER)], input=request, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])["tokens"]
+    return ask_genai({"folder": str(folder), "prompts": prompts, "new": new})["tokens"]

@@ -5,6 +5,7 @@ ours, so the tests run this file as a subprocess (tests/genai/genai_env.py) and 
 pseudoformer. It reads one JSON request on stdin and prints one JSON answer:
 
     {"folder": DIR, "prompts": [[ids], ...], "new": N}  →  {"tokens": [[ids], ...], "version": "0.18.0"}
+    {"folder": DIR, "text": T, "chat": [messages]}      →  {"ids": [...], "chat": "the template applied"}
 
 A batch of prompts of different lengths is padded on the right with the folder's pad_token_id, as
 genai's own tokenizer pads a batch (it takes that token for padding wherever it appears).
@@ -25,6 +26,11 @@ def main() -> int:
     with open(f"{req['folder']}/genai_config.json") as f:
         pad = json.load(f)["model"]["pad_token_id"]
     model = og.Model(req["folder"])
+    if "text" in req:  # the folder's tokenizer files, as genai reads them
+        tokenizer = og.Tokenizer(model)
+        chat = tokenizer.apply_chat_template(json.dumps(req["chat"]), add_generation_prompt=True)
+        print(json.dumps({"ids": [int(i) for i in tokenizer.encode(req["text"])], "chat": chat}))
+        return 0
     prompts = req["prompts"]
     width = max(len(p) for p in prompts)
     ids = np.array([p + [pad] * (width - len(p)) for p in prompts], dtype=np.int32)

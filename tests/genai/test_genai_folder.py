@@ -1,8 +1,8 @@
 """`pseudoformer compile --genai-folder`: onnxruntime-genai runs the folder and generates our tokens.
 
 Greedy tokens from genai (its own environment, tests/genai/genai_env.py) equal `Generator`'s, token for
-token, for Llama, Qwen2 and GPT-2 at a tiny size and at SmolLM2-135M's (random weights), in float32 and
-int4, and for a batch of two prompts of different lengths (genai pads on the right: each row must continue
+token, for Llama, Qwen2 and GPT-2 at a tiny size and at SmolLM2-135M's widths (random weights, 4 layers), in
+float32 and int4, and for a batch of two prompts of different lengths (genai pads on the right: each row must continue
 from its own last token). Without genai, the folder's graph is still checked on our onnxruntime: a
 right-padded batch with its position_ids gives each row's unpadded logits.
 """
@@ -20,7 +20,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from pseudoformer.cli import main
 from pseudoformer.generation import Generator, Sampling
 from pseudoformer.model import load
-from tests.genai.genai_env import genai_greedy
+from tests.genai.genai_env import ask_genai, genai_greedy
 from tests.models.llama_cases import SMOLLM2, hf_model
 
 NEW = 12
@@ -28,7 +28,12 @@ PROMPT = [5, 17, 3, 44, 9, 12, 30]
 SHORT = [7, 8, 9]  # ids that are no family's pad or end token here
 GPT2_TINY = dict(n_embd=32, n_head=4, n_layer=2, n_positions=64, vocab_size=61, bos_token_id=0, eos_token_id=0,
                  initializer_range=0.2)  # weights large enough that greedy tokens vary
-GPT2_SMOL = dict(n_embd=576, n_head=9, n_layer=30, n_positions=512, vocab_size=49152, bos_token_id=0, eos_token_id=0)
+# SmolLM2-135M's widths (d_e 576, a vocabulary of 49152, 9 heads of 64, 3 of them key/value heads) with 4 of its
+# 30 layers, which keeps CI's time in bounds: each layer is the same graph, the widths are what a shape bug needs.
+LAYERS = 4
+SMOL = {**SMOLLM2, "num_hidden_layers": LAYERS}
+GPT2_SMOL = dict(n_embd=576, n_head=9, n_layer=LAYERS, n_positions=512, vocab_size=49152, bos_token_id=0,
+                 eos_token_id=0)
 SOURCES = {"llama": "models/llama.alg", "qwen2": "models/qwen2.alg", "gpt2": "models/gpt2.alg"}
 
 
@@ -38,7 +43,7 @@ def _checkpoint(kind: str, size: str, directory: Path) -> Path:
         config = GPT2Config(**(GPT2_TINY if size == "tiny" else GPT2_SMOL))
         GPT2LMHeadModel(config).eval().save_pretrained(directory)
     else:
-        hf_model(kind, seed=7, **({} if size == "tiny" else SMOLLM2)).save_pretrained(directory)
+        hf_model(kind, seed=7, **({} if size == "tiny" else SMOL)).save_pretrained(directory)
     return directory
 
 
@@ -106,6 +111,43 @@ def test_genai_runs_the_folder_with_contrib_ops(checkpoints: dict, tmp_path_fact
     folder = _folder(SOURCES["llama"], weights, tmp_path / "genai", "--contrib-ops")
     want = _ours(SOURCES["llama"], weights, [PROMPT, SHORT])
     assert genai_greedy(folder, [PROMPT, SHORT], NEW) == want
+
+
+CHAT = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+
+
+def test_genai_reads_the_checkpoints_tokenizer_and_chat_template(checkpoints: dict,
+                                                                 tmp_path_factory: pytest.TempPathFactory,
+                                                                 tmp_path: Path) -> None:
+    """The checkpoint's tokenizer.json and tokenizer_config.json (its chat template) go into the folder, and
+    genai's Tokenizer encodes as the checkpoint's own tokenizer does and applies the template."""
+    from tests.genai.genai_env import genai_python
+
+    genai_python()
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    weights = tmp_path / "checkpoint"
+    hf_model("llama", seed=7).save_pretrained(weights)
+    # a byte-level BPE as GPT-2's and SmolLM2's are, learnt here from a few lines (nothing is downloaded)
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(["once upon a time there was a compiler", "the paper writes every algorithm"] * 20,
+                            trainer)
+    hf_tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", chat_template=CHAT)
+    hf_tokenizer.save_pretrained(weights)
+    folder = _folder(SOURCES["llama"], weights, tmp_path / "genai")
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+        if (weights / name).exists():
+            assert (folder / name).read_bytes() == (weights / name).read_bytes()
+    text = "once upon a time the compiler writes"
+    messages = [{"role": "user", "content": "once upon a time"}]
+    got = ask_genai({"folder": str(folder), "text": text, "chat": messages})
+    assert got["ids"] == hf_tokenizer(text)["input_ids"]
+    assert got["chat"] == hf_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
 @pytest.mark.parametrize("kind", list(SOURCES))
