@@ -10,6 +10,8 @@ right-padded batch with its position_ids gives each row's unpadded logits.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from pseudoformer.cli import main
 from pseudoformer.generation import Generator, Sampling
 from pseudoformer.model import load
-from tests.genai.genai_env import ask_genai, genai_greedy
+from tests.conftest import ROOT
+from tests.genai.genai_env import ask_genai, genai_greedy, genai_python
 from tests.models.llama_cases import SMOLLM2, hf_model
 
 NEW = 12
@@ -88,8 +91,6 @@ CASES = [(kind, "tiny", None) for kind in SOURCES] + [("llama", "tiny", "int4"),
 @pytest.mark.parametrize(("kind", "size", "quantize"), CASES, ids=lambda v: str(v))
 def test_genai_generates_our_tokens(checkpoints: dict, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path,
                                     kind: str, size: str, quantize: str | None) -> None:
-    from tests.genai.genai_env import genai_python
-
     genai_python()  # skip before building a checkpoint when there is no genai
     weights = _get(checkpoints, tmp_path_factory, kind, size)
     flags = ["--quantize", quantize] if quantize else []
@@ -104,8 +105,6 @@ def test_genai_generates_our_tokens(checkpoints: dict, tmp_path_factory: pytest.
 
 def test_genai_runs_the_folder_with_contrib_ops(checkpoints: dict, tmp_path_factory: pytest.TempPathFactory,
                                                 tmp_path: Path) -> None:
-    from tests.genai.genai_env import genai_python
-
     genai_python()
     weights = _get(checkpoints, tmp_path_factory, "llama", "tiny")
     folder = _folder(SOURCES["llama"], weights, tmp_path / "genai", "--contrib-ops")
@@ -121,25 +120,23 @@ def test_genai_reads_the_checkpoints_tokenizer_and_chat_template(checkpoints: di
                                                                  tmp_path: Path) -> None:
     """The checkpoint's tokenizer.json and tokenizer_config.json (its chat template) go into the folder, and
     genai's Tokenizer encodes as the checkpoint's own tokenizer does and applies the template."""
-    from tests.genai.genai_env import genai_python
-
     genai_python()
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     weights = tmp_path / "checkpoint"
-    hf_model("llama", seed=7).save_pretrained(weights)
+    hf_model("llama", seed=7, vocab_size=320).save_pretrained(weights)  # room for the tokenizer's 300 ids
     # a byte-level BPE as GPT-2's and SmolLM2's are, learnt here from a few lines (nothing is downloaded)
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    bpe.train_from_iterator(["once upon a time there was a compiler", "the paper writes every algorithm"] * 20,
+    bpe.train_from_iterator(["Once upon a time there was a compiler", "the paper writes every algorithm"] * 20,
                             trainer)
     hf_tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", chat_template=CHAT)
     hf_tokenizer.save_pretrained(weights)
-    folder = _folder(SOURCES["llama"], weights, tmp_path / "genai")
+    folder = _folder(SOURCES["llama"], weights, tmp_path / "smollm2-genai")  # the name docs/generation.md uses
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
         if (weights / name).exists():
             assert (folder / name).read_bytes() == (weights / name).read_bytes()
@@ -148,6 +145,14 @@ def test_genai_reads_the_checkpoints_tokenizer_and_chat_template(checkpoints: di
     got = ask_genai({"folder": str(folder), "text": text, "chat": messages})
     assert got["ids"] == hf_tokenizer(text)["input_ids"]
     assert got["chat"] == hf_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    # docs/generation.md's example of genai's Python API runs on the folder, in genai's environment
+    page = (ROOT / "docs" / "generation.md").read_text(encoding="utf-8")
+    example = re.search(r"^```py\n(import onnxruntime_genai.*?)^```", page, re.S | re.M)
+    assert example is not None
+    done = subprocess.run([genai_python(), "-c", example.group(1)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.startswith("Once upon a time")  # the prompt, decoded back, then what was generated
 
 
 @pytest.mark.parametrize("kind", list(SOURCES))
