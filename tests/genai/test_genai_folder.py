@@ -203,3 +203,32 @@ def test_the_folder_graph_on_our_onnxruntime(checkpoints: dict, tmp_path_factory
         alone = generate([prompt], step_tokens[row:row + 1])
         for a, b in zip(both, alone, strict=True):
             np.testing.assert_allclose(a[row], b[0], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["models/llama.alg", "--backend", "tvm"], "--backend tvm: an onnxruntime-genai folder is an ONNX decoder"),
+    (["models/llama.alg", "--dtype", "float16"], "--dtype float16: an onnxruntime-genai folder"),
+    (["models/llama.alg", "--padding-mask"], "--padding-mask: an onnxruntime-genai folder"),
+    (["models/bert.alg", "-D", "L=1"], "no key/value cache can reproduce this"),
+])
+def test_what_a_genai_folder_cannot_hold_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                   args: list[str], message: str) -> None:
+    assert main(["compile", *args, "--genai-folder", str(tmp_path / "out")]) == 1
+    assert message in capsys.readouterr().err
+    assert not any((tmp_path / "out").glob("*"))
+
+
+def test_the_folder_is_a_folder_and_not_the_checkpoint(checkpoints: dict, tmp_path_factory: pytest.TempPathFactory,
+                                                       tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    (tmp_path / "file").write_text("x")
+    assert main(["compile", "models/llama.alg", "--genai-folder", str(tmp_path / "file")]) == 1
+    assert "is a file; give a folder" in capsys.readouterr().err
+    assert main(["compile", "models/llama.alg", "--genai-folder", str(tmp_path / "no" / "such")]) == 1
+    assert "no directory" in capsys.readouterr().err
+    weights = tmp_path / "checkpoint"
+    hf_model("llama", seed=7).save_pretrained(weights)
+    assert main(["compile", "models/llama.alg", "--weights", str(weights), "--genai-folder", str(weights)]) == 1
+    assert "which this command reads" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ended:  # argparse's own refusal: one line, exit 1
+        main(["compile", "models/llama.alg", "-o", str(tmp_path / "m.onnx"), "--genai-folder", str(tmp_path)])
+    assert ended.value.code == 1 and "not allowed with argument" in capsys.readouterr().err
