@@ -95,6 +95,7 @@ class _Rewrite:
         self.batched: set[int] = set()  # ids of new nodes that carry the extra batch axis
         self.positions, self.keep, self.seq, self.past_inputs = positions, keep, seq, past_inputs
         self.used_positions = False
+        self.aligned: dict[tuple[int, int], Node] = {}  # one alignment of a value per rank, shared by its users
 
     def get(self, n: Node) -> Node:
         return self.memo[id(n)]
@@ -184,8 +185,11 @@ class _Rewrite:
             return value
         if have > rank:
             raise CompileError([_refusal(value, "a value of fewer axes than the positions")])
-        return Node(Op.UNSQUEEZE, (value,), {"axes": list(range(1, 1 + rank - have))}, span=value.span,
-                    scope=value.scope)
+        key = (id(value), rank)
+        if key not in self.aligned:
+            self.aligned[key] = Node(Op.UNSQUEEZE, (value,), {"axes": list(range(1, 1 + rank - have))},
+                                     span=value.span, scope=value.scope)
+        return self.aligned[key]
 
 
 def _refusal(n: Node, what: str) -> NotCacheableError:

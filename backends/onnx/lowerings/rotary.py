@@ -1,6 +1,7 @@
 """Rotary embedding → ONNX RotaryEmbedding (opset 23), on [batch, seq, H·d] (packed, or one head) or
 [batch, H, seq, d], with its cos/sin caches in the 3-D form [batch, seq, d/2] the op takes without
-position ids: the angles are computed in the graph, from the positions, and broadcast over the batch.
+position ids: the angles are computed in the graph, from the positions, and broadcast over the batch (or,
+[batch, 1, seq, d/2], computed per example from its own positions, and squeezed).
 A partial rotation (rotary_dim) is the op's rotary_embedding_dim, its caches [batch, seq, rotary_dim/2].
 Any other form (the rotated axis not the last, angles that vary by head) lowers its formula."""
 
@@ -23,14 +24,24 @@ def _takes(n: Node, opset: int) -> bool:
     if x.type.rank == 4 and n.attrs.get("heads", 0):
         return False
     seq = x.shape[_seq_axis(n)]
-    # the angles must be one [seq, d/2] table for every example and head
-    return all(t.type.rank <= 2 and (t.type.rank < 2 or t.shape[0] in (seq, 1)) for t in (c, s))
+    # the angles must be one [seq, d/2] table for every example and head, or one per example
+    return all((t.type.rank <= 2 and (t.type.rank < 2 or t.shape[0] in (seq, 1))) or _per_example(t, x, seq)
+               for t in (c, s))
+
+
+def _per_example(angles: Node, x: Node, seq: object) -> bool:
+    """[batch, 1, seq, d/2] against [batch, H, seq, d]: each example's own positions (an onnxruntime-genai
+    step's position_ids, passes/genai_interface.py), shared by the heads."""
+    return angles.type.rank == x.type.rank == 4 and angles.shape[0] == x.shape[0] and angles.shape[1] == 1 \
+        and angles.shape[2] == seq
 
 
 def _cache(e: Emitter, x: Node, angles: Node, seq_axis: int) -> str:
     """cos or sin [seq, d/2] expanded over the batch, once per table and batch for all the model's rotations."""
     batch, seq = x.shape[0], x.shape[seq_axis]
     key = ("rotary cache", e.region, e.value(angles), batch, seq)  # per local function, as shape_of is
+    if key not in e.shared and angles.type.rank == 4:  # per example already: [batch, 1, seq, d/2] → [batch, seq, d/2]
+        e.shared[key] = e.emit("Squeeze", [e.value(angles), e.ints([1])])
     if key not in e.shared:
         xv = e.value(x)
         sizes = [e.size_of(batch, (xv, 0)), e.size_of(seq, (xv, seq_axis)), e.ints([angles.shape[-1]])]
