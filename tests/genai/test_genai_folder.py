@@ -39,10 +39,11 @@ SMOL = {**SMOLLM2, "num_hidden_layers": LAYERS}
 GPT2_SMOL = dict(n_embd=576, n_head=9, n_layer=LAYERS, n_positions=512, vocab_size=49152, bos_token_id=0,
                  eos_token_id=0)
 SOURCES = {"llama": "models/llama.alg", "qwen2": "models/qwen2.alg", "gpt2": "models/gpt2.alg",
-           "mistral": "models/mistral.alg", "gpt_neox": "models/gpt_neox.alg", "phi3": "models/phi3.alg"}
+           "mistral": "models/mistral.alg", "gpt_neox": "models/gpt_neox.alg", "phi3": "models/phi3.alg",
+           "mixtral": "models/mixtral.alg"}
 # A sliding window counts the cache's columns, padding included (docs/generation.md): a right-padded row is
 # exact only while the window holds the whole sequence, so the batch tests give Mistral and Phi-3 a long one.
-LONG_WINDOW = {"mistral": {"sliding_window": 256}, "phi3": {"sliding_window": 256}}
+LONG_WINDOW = {"mistral": {"sliding_window": 256}, "phi3": {"sliding_window": 256}, "mixtral": {"sliding_window": 256}}
 
 
 def _checkpoint(kind: str, size: str, directory: Path) -> Path:
@@ -50,6 +51,13 @@ def _checkpoint(kind: str, size: str, directory: Path) -> Path:
         torch.manual_seed(5)
         config = GPT2Config(**(GPT2_TINY if size == "tiny" else GPT2_SMOL))
         GPT2LMHeadModel(config).eval().save_pretrained(directory)
+    elif kind == "mixtral":  # the routing's experts: tests/models/test_mixtral_vs_hf.py's tiny Mixtral
+        from transformers import MixtralConfig, MixtralForCausalLM
+
+        from tests.models.test_mixtral_vs_hf import TINY as MIXTRAL
+
+        torch.manual_seed(7)
+        MixtralForCausalLM(MixtralConfig(**{**MIXTRAL, **LONG_WINDOW[kind]})).eval().save_pretrained(directory)
     elif kind in ("gpt_neox", "phi3"):
         neox_phi3_model(kind, seed=7, **LONG_WINDOW.get(kind, {})).save_pretrained(directory)
     else:
