@@ -55,11 +55,13 @@ class Case:
         return np.random.default_rng(seed).integers(0, self.vocab, size=(batch, seq), dtype=np.int64)
 
 
-def _ours(loss_alg: str, base: str, directory: Path, skip: tuple[str, ...] = ()) -> Model:
-    """Our loss model, with the weights a HF checkpoint gives the model it calls (θ : GPT2), under the group."""
+def _ours(loss_alg: str, base: str, directory: Path, skip: tuple[str, ...] = (), extra: tuple[str, ...] = (),
+          **kw: Any) -> Model:
+    """Our loss model, with the weights a HF checkpoint gives the model it calls (θ : GPT2), under the group
+    (`extra` defines more hyperparameters, `kw` goes to load)."""
     plain = load(base, weights=directory)
     defines = [f"{k}={v}" for k, v in plain.config.hyperparameters.items() if k not in ("ell_gen", "tau", *skip)]
-    model = load(HERE / loss_alg, defines=defines)
+    model = load(HERE / loss_alg, defines=[*defines, *extra], **kw)
     weights = {GROUP + k: v for k, v in plain.weights.items()}
     # a tied checkpoint loads as one matrix (pseudoformer/tied_weights.py): the loss model has both names
     for a, b in (("W_e", "W_u"), ("W_u", "W_e")):
