@@ -3,16 +3,20 @@ in one process with the same threads, on HF models built from configs and the sa
 
 Workloads:
   gpt2     GPT-2 shaped, L=4, d_e=512, 8 heads, the GPT-2 vocabulary; every parameter trained; AdamW
-  smollm2  SmolLM2-135M shaped (30 layers, d_e=576, 9/3 heads, vocabulary 49152, tied); only the attention's
-           query and value projections trained (the layers LoRA adapts; there is no LoRA Llama .alg yet),
-           every other weight frozen on both sides; AdamW
+  smollm2  LoRA on SmolLM2-135M's shape (30 layers, d_e=576, 9/3 heads, vocabulary 49152, tied):
+           tests/training/llama_lora_loss.alg, rank 8 per query and value head (A random, B = 0), only
+           the adapters trained, every other weight frozen on both sides; torch: HF's Llama with the same
+           per-head updates on q_proj and v_proj (tests/training/lora_cases.py); AdamW
 
 Reported per workload and variant: the median time per step, tokens/s, the achieved GFLOP/s (the step's
 matrix-product FLOPs: 2·N·T forward, 2·N·T for the input gradients, 2·N_trained·T for the weight gradients,
-and attention's) against onnxruntime's MatMul ceiling measured here, and the peak RSS of a child process
-that builds only that variant and runs a few steps. --quick shrinks everything, for the smoke test.
+and attention's) against onnxruntime's MatMul ceiling measured here, and the peak RSS (VmHWM) of a child
+process that builds only that variant and runs a few steps. --plain adds our step lowered without the short
+ONNX forms of backends/onnx/lowerings/cotangents.py (the same step graph): a before/after in one run.
+--quick shrinks everything, for the smoke test.
 
-    python benchmarks/bench_train.py [--workloads gpt2,smollm2] [--steps 10] [--threads 2] [--json out.json]
+    python benchmarks/bench_train.py [--workloads gpt2,smollm2] [--steps 10] [--threads 2] [--compile] [--plain]
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -36,16 +40,15 @@ sys.path.insert(0, str(ROOT))
 LOSSES = ROOT / "tests" / "training"
 SHAPES = {
     "gpt2": dict(n_embd=512, n_layer=4, n_head=8, n_positions=1024, vocab_size=50257),
-    "smollm2": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                    num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
-                    rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True),
+    "smollm2": dict(num_hidden_layers=30),  # the rest: lora_cases.SMOLLM2
 }
 QUICK = {
     "gpt2": dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=101),
     "smollm2": dict(vocab_size=97, hidden_size=36, intermediate_size=48, num_hidden_layers=2, num_attention_heads=3,
-                    num_key_value_heads=1, head_dim=12, max_position_embeddings=64, rms_norm_eps=1e-5,
-                    rope_theta=100000.0, tie_word_embeddings=True),
+                    num_key_value_heads=1, head_dim=12, max_position_embeddings=64),
 }
+VARIANTS = {"ours (onnxruntime)": "ours", "ours, session B": "session-b", "ours, plain lowering": "plain", "torch eager": "eager",
+            "torch.compile": "compile"}
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -58,50 +61,85 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--layers", type=int, help="override the workload's layer count (say so when reporting)")
     ap.add_argument("--compile", action="store_true", help="also torch.compile (slow to compile on a loaded CPU)")
+    ap.add_argument("--plain", action="store_true", help="also ours without the short ONNX forms (before/after)")
+    ap.add_argument("--ort", action="append", default=[], metavar="KEY=VALUE",
+                    help="an onnxruntime.SessionOptions attribute for our sessions (enable_cpu_mem_arena=0)")
+    ap.add_argument("--ort-b", action="append", default=[], metavar="KEY=VALUE",
+                    help="adds the variant 'ours, session B': the same step with these SessionOptions instead")
+    ap.add_argument("--no-ours", action="store_true", help="torch only (eager against torch.compile)")
+    ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS children")
     ap.add_argument("--quick", action="store_true", help="tiny shapes, 2 steps: the smoke test")
     ap.add_argument("--json")
     ap.add_argument("--child", help=argparse.SUPPRESS)  # "WORKLOAD:VARIANT": peak RSS of one variant alone
+    ap.add_argument("--workdir", help="where the HF checkpoints are written (default: the system's temp dir)")
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
 def hf_model(workload: str, args: argparse.Namespace):  # type: ignore[no-untyped-def]
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tests.models.llama_cases import hf_model as hf_llama
+    from tests.training.lora_cases import SMOLLM2
 
     sizes = dict((QUICK if args.quick else SHAPES)[workload])
     if args.layers:
         sizes["n_layer" if workload == "gpt2" else "num_hidden_layers"] = args.layers
-    torch.manual_seed(0)
     if workload == "gpt2":
+        torch.manual_seed(0)
         return GPT2LMHeadModel(GPT2Config(**sizes, bos_token_id=0, eos_token_id=0)).eval()
-    return LlamaForCausalLM(LlamaConfig(**sizes, bos_token_id=1, eos_token_id=2)).eval()
+    return hf_llama("llama", 0, **{**SMOLLM2, **sizes})
 
 
-def trained(workload: str, name: str) -> bool:
-    """Whether our parameter `name` trains (smollm2: the query and value projections only)."""
-    return workload == "gpt2" or (".W_q" in name or ".W_v" in name)
+def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: ignore[no-untyped-def]
+         profile: bool = False, plain: bool = False):
+    """Our step on onnxruntime (and, with `plain`, a second session of the same step graph lowered
+    without the short forms), and the step graph's node count."""
+    from onnxruntime import SessionOptions
 
-
-def ours(workload: str, directory: Path, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from pseudoformer.backends.onnx.lowerings import cotangents
     from pseudoformer.passes.training_step import Optimizer
-    from pseudoformer.training.compile import compile_step, tied_unembedding
+    from pseudoformer.training.compile import compile_step
     from pseudoformer.training.loop import _load
     from pseudoformer.training.runtimes import OrtStep
+    from tests.training.lora_cases import is_adapter, lora_model
 
-    loss = LOSSES / ("gpt2_loss.alg" if workload == "gpt2" else "llama_loss.alg")
-    model, _, _ = _load(loss, directory, 0)
-    ties = tied_unembedding(model.graph, workload == "smollm2")
-    train = [k for k in model.weights if trained(workload, k) and k not in ties]
-    step = compile_step(model.graph, model.weights, train=train, optimizer=Optimizer("adamw"), ties=ties)
-    return OrtStep(step.graph, step.frozen, step.state, threads=args.threads), len(step.graph.nodes())
+    if workload == "gpt2":
+        model, _, _ = _load(LOSSES / "gpt2_loss.alg", directory, 0)
+        train = list(model.weights)
+    else:
+        model = lora_model(directory)
+        train = [k for k in model.weights if is_adapter(k)]
+    step = compile_step(model.graph, model.weights, train=train, optimizer=Optimizer("adamw"))
+    del model
+    def options(pairs: list[str]) -> dict[str, object]:
+        return {k: type(getattr(SessionOptions(), k))(int(v) if v.isdigit() else v)
+                for k, v in (o.split("=", 1) for o in pairs)}
+
+    session = options(args.ort)
+    runtimes = [OrtStep(step.graph, step.frozen, step.state, threads=args.threads, profile=profile, session=session)]
+    if args.ort_b:
+        runtimes.append(OrtStep(step.graph, step.frozen, step.state, threads=args.threads, session=options(args.ort_b)))
+    if plain:
+        cotangents.SHORT_FORMS = False
+        try:
+            runtimes.append(OrtStep(step.graph, step.frozen, step.state, threads=args.threads, session=session))
+        finally:
+            cotangents.SHORT_FORMS = True
+    return runtimes, len(step.graph.nodes())
 
 
-def torch_step(hf, workload: str, compiled: bool):  # type: ignore[no-untyped-def]
+def torch_step(hf, workload: str, compiled: bool, args: argparse.Namespace):  # type: ignore[no-untyped-def]
     import torch
 
-    for n, p in hf.named_parameters():
-        p.requires_grad_(workload == "gpt2" or n.endswith(("q_proj.weight", "v_proj.weight")))
+    from tests.training.lora_cases import adapter_values, torch_lora
+
+    if workload == "gpt2":
+        for p in hf.parameters():
+            p.requires_grad_(True)
+    else:
+        hf = torch_lora(hf, adapter_values(hf.config))
     opt = torch.optim.AdamW([p for p in hf.parameters() if p.requires_grad], lr=1e-4)
 
     def loss_of(x: torch.Tensor) -> torch.Tensor:
@@ -124,8 +162,7 @@ def flops(hf, workload: str, tokens: int, seq: int) -> float:  # type: ignore[no
     """Matrix-product FLOPs of one step (see the module's docstring)."""
     matrices = [(n, p) for n, p in hf.named_parameters() if p.ndim == 2 and "wpe" not in n]
     n_all = sum(p.numel() for _, p in matrices)
-    n_train = sum(p.numel() for n, p in matrices if workload == "gpt2" or n.endswith(("q_proj.weight",
-                                                                                       "v_proj.weight")))
+    n_train = n_all if workload == "gpt2" else 0  # LoRA: the adapters' products are negligible
     cfg = hf.config
     layers = getattr(cfg, "n_layer", None) or cfg.num_hidden_layers
     width = getattr(cfg, "n_embd", None) or cfg.num_attention_heads * cfg.head_dim
@@ -164,81 +201,111 @@ def batches(vocab: int, args: argparse.Namespace, count: int) -> list[np.ndarray
     return [rng.integers(0, vocab, (args.batch, args.seq), dtype=np.int64) for _ in range(count)]
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident set (VmHWM). ru_maxrss would not do: Linux carries it over an exec from
+    the parent, so a child of a big benchmark reports the parent's peak."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child(args: argparse.Namespace) -> int:
     """Build one variant alone and run a few steps; print its peak RSS in MiB."""
     import torch
 
     torch.set_num_threads(args.threads)
     workload, variant = args.child.split(":")
-    hf = hf_model(workload, args)
-    xs = batches(hf.config.vocab_size, args, 3)
-    if variant == "ours":
-        rt, _ = ours(workload, Path(args.dir), args)
-        del hf
-        for x in xs:
-            rt.step({"x": x}, 1e-4)
+    if variant in ("ours", "plain", "session-b"):
+        from pseudoformer.backends.onnx.lowerings import cotangents
+
+        cotangents.SHORT_FORMS = variant != "plain"
+        if variant == "session-b":
+            args.ort, args.ort_b = args.ort_b, []
+        (rt,), _ = ours(workload, Path(args.dir), args)
+        step = lambda x: rt.step({"x": x}, 1e-4)  # noqa: E731
     else:
-        step = torch_step(hf, workload, variant == "compile")
-        for x in xs:
-            step(x)
-    print(json.dumps({"peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+        step = torch_step(hf_model(workload, args), workload, variant == "compile", args)
+    for x in batches(VOCAB[workload](args), args, 3):
+        step(x)
+    print(json.dumps({"peak_rss_mib": peak_rss_mib()}))
     return 0
 
 
-def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> list[dict]:
-    import torch
+VOCAB = {"gpt2": lambda a: (QUICK if a.quick else SHAPES)["gpt2"]["vocab_size"],
+         "smollm2": lambda a: QUICK["smollm2"]["vocab_size"] if a.quick else 49152}
 
+
+def child_rss(workload: str, kind: str, directory: str, args: argparse.Namespace) -> float | None:
+    rss = subprocess.run([sys.executable, __file__, "--child", f"{workload}:{kind}", "--dir", directory,
+                          "--threads", str(args.threads), "--seq", str(args.seq), "--batch", str(args.batch),
+                          *(["--quick"] if args.quick else []), *(f"--ort={o}" for o in args.ort),
+                          *(f"--ort-b={o}" for o in args.ort_b),
+                          *(["--layers", str(args.layers)] if args.layers else [])],
+                         capture_output=True, text=True, timeout=3600)
+    if rss.returncode != 0:
+        print(f"peak RSS of {workload}:{kind}: the child failed: {rss.stderr[-800:]}", file=sys.stderr)
+        return None
+    return json.loads(rss.stdout.strip().splitlines()[-1])["peak_rss_mib"]
+
+
+def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> list[dict]:
     hf = hf_model(workload, args)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         hf.save_pretrained(tmp)
         t0 = time.perf_counter()
-        rt, nodes = ours(workload, Path(tmp), args)
+        runtimes, nodes = ([], None) if args.no_ours else ours(workload, Path(tmp), args, plain=args.plain)
         build_s = time.perf_counter() - t0
-        variants = {"ours (onnxruntime)": lambda x: rt.step({"x": x}, 1e-4),
-                    "torch eager": torch_step(hf_model(workload, args), workload, False)}
+        variants = {} if args.no_ours else {"ours (onnxruntime)": lambda x: runtimes[0].step({"x": x}, 1e-4)}
+        if args.ort_b:
+            variants["ours, session B"] = lambda x: runtimes[1].step({"x": x}, 1e-4)
+        if args.plain:
+            variants["ours, plain lowering"] = lambda x: runtimes[-1].step({"x": x}, 1e-4)
+        variants["torch eager"] = torch_step(hf_model(workload, args), workload, False, args)
+        compile_s = None
         if args.compile:
-            variants["torch.compile"] = torch_step(hf_model(workload, args), workload, True)
+            variants["torch.compile"] = torch_step(hf_model(workload, args), workload, True, args)
         xs = batches(hf.config.vocab_size, args, args.warmup + args.steps)
-        first = {k: fn(xs[0]) for k, fn in variants.items()}  # same weights, same batch: the same loss
+        first = {}
+        for k, fn in variants.items():  # same weights, same batch: the same loss
+            t = time.perf_counter()
+            first[k] = fn(xs[0])
+            if k == "torch.compile":
+                compile_s = time.perf_counter() - t
         for x in xs[1:args.warmup]:
             for fn in variants.values():
                 fn(x)
         times: dict[str, list[float]] = {k: [] for k in variants}
-        for x in xs[args.warmup:]:  # interleaved: each variant in turn on the same batch
-            for k, fn in variants.items():
+        for i, x in enumerate(xs[args.warmup:]):  # interleaved: each variant in turn on the same batch,
+            names = list(variants)  # in an order that rotates every step
+            for k in names[i % len(names):] + names[:i % len(names)]:
                 t = time.perf_counter()
-                fn(x)
+                variants[k](x)
                 times[k].append(time.perf_counter() - t)
         rows = []
         work = flops(hf, workload, args.batch * args.seq, args.seq)
         for k, ts in times.items():
             med = statistics.median(ts)
-            kind = {"ours (onnxruntime)": "ours", "torch eager": "eager", "torch.compile": "compile"}[k]
-            rss = subprocess.run([sys.executable, __file__, "--child", f"{workload}:{kind}", "--dir", tmp,
-                                  "--threads", str(args.threads), "--seq", str(args.seq), "--batch", str(args.batch),
-                                  *(["--quick"] if args.quick else []),
-                                  *(["--layers", str(args.layers)] if args.layers else [])],
-                                 capture_output=True, text=True, timeout=3600)
-            peak = json.loads(rss.stdout.strip().splitlines()[-1])["peak_rss_mib"] if rss.returncode == 0 else None
-            if peak is None:
-                print(f"peak RSS of {k}: the child failed: {rss.stderr[-800:]}", file=sys.stderr)
-            rows.append({"workload": workload, "variant": k, "ms_per_step": med * 1e3,
+            kind = VARIANTS[k]
+            peak = None if args.no_rss else child_rss(workload, kind, tmp, args)
+            rows.append({"workload": workload, "variant": k, "ms_per_step": med * 1e3, "min_ms": min(ts) * 1e3,
                          "tokens_per_s": args.batch * args.seq / med, "gflops": work / med / 1e9,
                          "of_ceiling": work / med / 1e9 / ceiling, "peak_rss_mib": peak, "first_loss": first[k],
-                         "build_s": build_s if kind == "ours" else None, "step_nodes": nodes if kind == "ours" else None})
-    del torch
+                         "build_s": build_s if kind == "ours" else compile_s if kind == "compile" else None,
+                         "step_nodes": nodes if kind == "ours" else None})
     return rows
 
 
 def table(rows: list[dict], ceiling: float, args: argparse.Namespace) -> str:
     out = [f"ORT MatMul ceiling: {ceiling:.1f} GFLOP/s ({args.threads} threads); seq {args.seq}, batch {args.batch}",
-           "", "| workload | variant | ms/step | tokens/s | GFLOP/s | of ceiling | peak RSS MiB | first loss |",
-           "|---|---|---|---|---|---|---|---|"]
+           "", "| workload | variant | ms/step (median) | min | tokens/s | GFLOP/s | of ceiling | peak RSS MiB |"
+           " first loss |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rss = f"{r['peak_rss_mib']:.0f}" if r["peak_rss_mib"] is not None else "–"
-        out.append(f"| {r['workload']} | {r['variant']} | {r['ms_per_step']:.1f} | {r['tokens_per_s']:.0f} | "
+        out.append(f"| {r['workload']} | {r['variant']} | {r['ms_per_step']:.1f} | {r['min_ms']:.1f} | "
+                   f"{r['tokens_per_s']:.0f} | "
                    f"{r['gflops']:.1f} | {r['of_ceiling']:.0%} | {rss} | {r['first_loss']:.4f} |")
-    for w in dict.fromkeys(r["workload"] for r in rows):
+    for w in dict.fromkeys(r["workload"] for r in rows if r["variant"].startswith("ours")):
         o = next(r for r in rows if r["workload"] == w and r["variant"].startswith("ours"))
         e = next(r for r in rows if r["workload"] == w and r["variant"] == "torch eager")
         mem = (f"{o['peak_rss_mib'] / e['peak_rss_mib']:.2f}×" if o["peak_rss_mib"] and e["peak_rss_mib"] else "–")

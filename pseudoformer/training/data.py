@@ -1,9 +1,10 @@
 """Training data: token ids from a .npy file, or a text file and a tokenizer, cut into sequences of a fixed
-length and served in batches. Each mistake in the data is one message naming the file."""
+length and served in batches; or, for EDTraining, pairs (z_n, x_n) from a .npz file whose arrays z and x
+hold one example per row (`read_pairs`). Each mistake in the data is one message naming the file."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -76,10 +77,64 @@ def sequences(ids: np.ndarray, seq_len: int, vocabulary: int | None, where: str)
     return ids[: rows * seq_len].reshape(rows, seq_len)
 
 
-def batches(rows: np.ndarray, batch_size: int, seed: int, epoch: int) -> Iterator[np.ndarray]:
-    """One epoch's batches, the rows shuffled by (seed, epoch); a last smaller batch is kept."""
+def read_pairs(data: str | Path | Mapping[str, np.ndarray], names: Sequence[str],
+               vocabulary: Mapping[str, int]) -> dict[str, np.ndarray]:
+    """Pairs (z_n, x_n), one example per row: a .npz file (np.savez) or a mapping with an integer array per
+    name (`names`, the training algorithm's: z and x), each [N, its length], the same N; each array checked
+    against the vocabulary of the input it feeds (`vocabulary`, by name)."""
+    where = "the data" if isinstance(data, Mapping) else str(data)
+    if not isinstance(data, Mapping):
+        path = Path(data)
+        if not path.exists():
+            raise UsageError(f"no such data file: {path}")
+        if path.suffix != ".npz":
+            raise UsageError(f"data file {path}: a training algorithm over pairs ({', '.join(names)}) reads a .npz "
+                             f"file with one integer array per member, each [examples, length] "
+                             f"(np.savez(path, {', '.join(f'{n}=…' for n in names)}))")
+        try:
+            with np.load(path, allow_pickle=False) as archive:
+                data = {k: archive[k] for k in archive.files}
+        except (OSError, ValueError) as e:
+            raise UsageError(f"cannot read data file {path}: {e}") from None
+    missing = [n for n in names if n not in data]
+    if missing:
+        raise UsageError(f"{where} has no array {', '.join(missing)} (it has {', '.join(sorted(data)) or 'none'}): "
+                         f"pairs come as arrays {', '.join(names)}")
+    out = {}
+    for n in names:
+        a = np.asarray(data[n])
+        if a.dtype.kind not in "iu" or a.ndim != 2 or a.shape[1] < 1:
+            raise UsageError(f"{where}: array {n} is {a.dtype}{list(a.shape)}; it must hold token ids (integers), "
+                             "one example per row: [examples, length]")
+        if n in vocabulary and a.size and (int(a.min()) < 0 or int(a.max()) >= vocabulary[n]):
+            bad = int(a.min()) if int(a.min()) < 0 else int(a.max())
+            row = int(np.argwhere(a == bad)[0][0])
+            raise UsageError(f"{where}: token id {bad} in {n} (example {row}) is outside the model's vocabulary of "
+                             f"{vocabulary[n]} tokens (ids 0 to {vocabulary[n] - 1})")
+        out[n] = a.astype(np.int64)
+    counts = {n: len(a) for n, a in out.items()}
+    if len(set(counts.values())) != 1:
+        raise UsageError(f"{where}: the pairs' arrays have different numbers of examples ({counts})")
+    if not next(iter(counts.values())):
+        raise UsageError(f"{where} holds no examples")
+    if "x" in out and out["x"].shape[1] < 2:
+        raise UsageError(f"{where}: x has {out['x'].shape[1]} token per example; the next-token loss needs at least 2")
+    return out
+
+
+def batches(rows: np.ndarray | Mapping[str, np.ndarray], batch_size: int, seed: int, epoch: int,
+            ) -> Iterator[np.ndarray | dict[str, np.ndarray]]:
+    """One epoch's batches, the rows (of every array alike, for pairs) shuffled by (seed, epoch); a last
+    smaller batch is kept."""
     if batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
-    order = np.random.default_rng([seed, epoch]).permutation(len(rows))
-    for i in range(0, len(rows), batch_size):
-        yield rows[order[i:i + batch_size]]
+    count = len(next(iter(rows.values()))) if isinstance(rows, Mapping) else len(rows)
+    order = np.random.default_rng([seed, epoch]).permutation(count)
+    for i in range(0, count, batch_size):
+        pick = order[i:i + batch_size]
+        yield {k: a[pick] for k, a in rows.items()} if isinstance(rows, Mapping) else rows[pick]
+
+
+def token_count(batch: np.ndarray | Mapping[str, np.ndarray]) -> int:
+    """The tokens a batch feeds the model (both members of pairs)."""
+    return sum(a.size for a in batch.values()) if isinstance(batch, Mapping) else batch.size

@@ -70,22 +70,28 @@ def _plan_settings(model: Model) -> dict[str, Any]:
     return {"lr": hp.get(plan.learning_rate), "epochs": hp.get(plan.epochs), "plan": plan}
 
 
-def _feeds(plan: Any, model: Model, rows: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """The loss graph's inputs for a batch of sequences: the tokens, or ETraining's masked copy."""
+def _feeds(plan: Any, model: Model, rows: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The loss graph's inputs for a batch of sequences: the tokens, ETraining's masked copy, or
+    EDTraining's pairs (a dict by the dataset's member names, z and x)."""
     if plan is None:
         return {model.input_names[0]: rows}
+    if isinstance(rows, dict):
+        return {i: rows[d] for i, d in zip(plan.loss_inputs, plan.data, strict=True)}
     if plan.masking is not None:
         m, hp = plan.masking, model.config.hyperparameters
         token = m.mask_token if isinstance(m.mask_token, int) else int(hp[m.mask_token])
         hide = rng.random(rows.shape) < float(hp[m.probability])
         return {m.masked_input: np.where(hide, token, rows), m.target_input: rows,
                 m.positions_input: hide.astype(np.float32)}
-    if len(plan.loss_inputs) != 1:
-        raise UsageError(f"{plan.algorithm} trains on pairs ({', '.join(plan.data)}): `train` reads one token stream")
     return {plan.loss_inputs[0]: rows}
 
 
-def train(source: str | Path, data: str | Path | np.ndarray, *, entry: str | None = None,
+def _pairs(plan: Any) -> bool:
+    """Whether the training algorithm's dataset is pairs (EDTraining's (z_n, x_n))."""
+    return plan is not None and plan.masking is None and len(plan.data) > 1
+
+
+def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarray], *, entry: str | None = None,
           config: str | Path | None = None, defines: Sequence[str] | None = None, weights: str | Path | None = None,
           seed: int = 0, tokenizer: str | Path | None = None, seq_len: int = 128, batch_size: int = 8,
           epochs: int | None = None, steps: int | None = None, lr: float | None = None, optimizer: str | None = None,
@@ -107,12 +113,25 @@ def train(source: str | Path, data: str | Path | np.ndarray, *, entry: str | Non
         raise UsageError("--epochs and --steps must be at least 1")
     opt = Optimizer(optimizer or ("sgd" if "plan" in settings else "adamw"), clip=clip, weight_decay=weight_decay)
     loss_name = settings["plan"].loss_output if "plan" in settings else None
-    ids = data if isinstance(data, np.ndarray) else datasets.read_tokens(data, tokenizer)
     bounds = token_bounds(model.graph)
-    rows = datasets.sequences(np.asarray(ids, np.int64).reshape(-1), seq_len,
-                              min(bounds.values()) if bounds else None, str(data) if not isinstance(data, np.ndarray)
-                              else "the data")
-    per_epoch = math.ceil(len(rows) / batch_size)
+    plan = settings.get("plan")
+    rows: np.ndarray | dict[str, np.ndarray]
+    if _pairs(plan):  # one example a row, the lengths the file's (--seq-len and --tokenizer do not apply)
+        if isinstance(data, np.ndarray):
+            raise UsageError(f"{plan.algorithm} trains on pairs ({', '.join(plan.data)}): give a .npz file or a "
+                             "dict of arrays, not one array")
+        by_data = {d: bounds[i] for i, d in zip(plan.loss_inputs, plan.data, strict=True) if i in bounds}
+        rows = datasets.read_pairs(data, plan.data, by_data)
+    else:
+        if isinstance(data, dict):
+            raise UsageError("a dict of arrays is data for a training algorithm over pairs (EDTraining); this "
+                             "model reads one token stream")
+        ids = data if isinstance(data, np.ndarray) else datasets.read_tokens(data, tokenizer)
+        rows = datasets.sequences(np.asarray(ids, np.int64).reshape(-1), seq_len,
+                                  min(bounds.values()) if bounds else None,
+                                  str(data) if not isinstance(data, np.ndarray) else "the data")
+    examples = len(next(iter(rows.values()))) if isinstance(rows, dict) else len(rows)
+    per_epoch = math.ceil(examples / batch_size)
     total = steps if steps is not None else per_epoch * epochs
     ties = tied_unembedding(model.graph, _tied(hf_dir))
     step = compile_step(model.graph, model.weights, train=trainable, optimizer=opt, level=level, ties=ties)
@@ -134,7 +153,7 @@ def _tied(hf_dir: Path | None) -> bool:
     return bool(read_hf_config(hf_dir).get("tie_word_embeddings", False))
 
 
-def _loop(model: Model, step: CompiledStep, runtime: Any, rows: np.ndarray, batch_size: int, total: int,
+def _loop(model: Model, step: CompiledStep, runtime: Any, rows: Any, batch_size: int, total: int,
           lr: float, warmup: int, schedule: str, seed: int, save_every: int, outdir: Path | None,
           hf: tuple[Path | None, str | None], progress: bool, plan: Any) -> TrainResult:
     from tqdm import tqdm
@@ -160,7 +179,7 @@ def _loop(model: Model, step: CompiledStep, runtime: Any, rows: np.ndarray, batc
                 if not math.isfinite(loss):
                     _stop(done + 1, loss, outdir)
                 done += 1
-                rate = batch.size / (time.perf_counter() - t0)
+                rate = datasets.token_count(batch) / (time.perf_counter() - t0)
                 history.append((done, loss, rate))
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rate:,.0f}")
                 bar.update(1)

@@ -75,7 +75,8 @@ class InterpreterStep(StepRuntime):
 
 class OrtStep(StepRuntime):
     def __init__(self, graph: Graph, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray], *,
-                 threads: int | None = None, opset: int | None = None) -> None:
+                 threads: int | None = None, opset: int | None = None, profile: bool = False,
+                 session: Mapping[str, Any] | None = None) -> None:
         import onnxruntime as ort
 
         from pseudoformer.backends.onnx import to_onnx
@@ -86,6 +87,12 @@ class OrtStep(StepRuntime):
         if threads:
             options.intra_op_num_threads = threads
         options.log_severity_level = 3
+        options.enable_profiling = profile
+        # A training step's memory pattern (one block planned for every intermediate) held GPT-2's step at
+        # batch 8 above 3.9 GB where the arena alone peaks at 2.9 GB (benchmarks/README.md, training).
+        options.enable_mem_pattern = False
+        for key, value in (session or {}).items():  # onnxruntime.SessionOptions attributes
+            setattr(options, key, value)
         self.session = ort.InferenceSession(self.proto.SerializeToString(), options,
                                             providers=["CPUExecutionProvider"])
         super().__init__(graph, frozen, state)

@@ -26,20 +26,40 @@ def is_adapter(name: str) -> bool:
     return name.rsplit(".", 1)[-1] in ADAPTERS
 
 
+def adapter_values(config: Any, rank: int = 8, seed: int = 0) -> dict[str, np.ndarray]:
+    """Our adapters for a HF Llama config: A ~ U(±1/√d_x) (peft's kaiming-uniform bound), B = 0."""
+    rng = np.random.default_rng(seed)
+    d_x, d_attn = config.hidden_size, config.head_dim
+    out = {}
+    for i in range(config.num_hidden_layers):
+        for tag, kind, heads in (("heads", "q", config.num_attention_heads), ("g", "v", config.num_key_value_heads)):
+            for h in range(heads):
+                pre = f"theta.layers.{i}.W.{tag}.{h}."
+                out[f"{pre}A_{kind}"] = rng.uniform(-1, 1, (rank, d_x)).astype(np.float32) / np.float32(np.sqrt(d_x))
+                out[f"{pre}B_{kind}"] = np.zeros((d_attn, rank), np.float32)
+    return out
+
+
+def lora_model(directory: Path, rank: int = 8, scale: float = 16.0, seed: int = 0) -> Model:
+    """Our LoRA loss model over the HF Llama checkpoint in `directory`, with adapter_values."""
+    model = _ours("llama_lora_loss.alg", "models/llama.alg", directory, ("bos_token", "eos_token", "ell_max"),
+                  (f"r={rank}", f"rho={scale}"), entry="LoRALlamaLoss")
+    model.weights.update(adapter_values(read_config(directory), rank, seed))
+    return model
+
+
 def lora_llama(directory: Path, layers: int, rank: int = 8, scale: float = 16.0, seed: int = 0,
                **sizes: Any) -> tuple[Any, Model]:
     """(the HF model, our LoRA loss model over its weights), the HF checkpoint saved in `directory`."""
     hf = hf_model("llama", seed, **{**SMOLLM2, **sizes, "num_hidden_layers": layers})
     hf.save_pretrained(directory)
-    model = _ours("llama_lora_loss.alg", "models/llama.alg", directory, ("bos_token", "eos_token", "ell_max"),
-                  (f"r={rank}", f"rho={scale}"), entry="LoRALlamaLoss")
-    rng = np.random.default_rng(seed)
-    for p in model.graph.params():  # A ~ U(±1/√d_x) (peft's kaiming-uniform bound), B = 0
-        name, shape = p.attrs["name"], tuple(int(d) for d in p.type.shape)
-        if is_adapter(name):
-            bound = 1 / np.sqrt(shape[1]) if name.endswith(("A_q", "A_v")) else 0.0
-            model.weights[name] = rng.uniform(-bound, bound, shape).astype(np.float32)
-    return hf, model
+    return hf, lora_model(directory, rank, scale, seed)
+
+
+def read_config(directory: Path) -> Any:
+    from transformers import LlamaConfig
+
+    return LlamaConfig.from_pretrained(directory)
 
 
 class TorchLoRA(torch.nn.Module):
@@ -57,11 +77,11 @@ class TorchLoRA(torch.nn.Module):
         return self.base(x) + self.scale * torch.einsum("...hr,hdr->...hd", low, self.b).flatten(-2)
 
 
-def torch_lora(hf: Any, model: Model, rank: int = 8, scale: float = 16.0) -> Any:
-    """`hf` with our adapters on every layer's q_proj and v_proj, only they trainable."""
+def torch_lora(hf: Any, adapters: dict[str, np.ndarray], rank: int = 8, scale: float = 16.0) -> Any:
+    """`hf` with these adapters (ours, by name) on every layer's q_proj and v_proj, only they trainable."""
     for p in hf.parameters():
         p.requires_grad_(False)
-    w = model.weights
+    w = adapters
     for i, layer in enumerate(hf.model.layers):
         att, cfg = layer.self_attn, hf.config
         for proj, kind, heads, tag in (("q_proj", "q", cfg.num_attention_heads, "heads"),

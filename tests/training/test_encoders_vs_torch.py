@@ -86,3 +86,44 @@ def test_train_follows_the_plan_of_etraining(tmp_path: Path) -> None:
     # SGD at the config's η: every parameter moved, but the key biases, whose gradient is exactly 0
     still = [k for k in model.weights if np.array_equal(model.weights[k], result.weights[k])]
     assert still and all(k.endswith("b_k") for k in still)
+
+
+def test_edtraining_trains_on_pairs_as_torch_does(tmp_path: Path) -> None:
+    """EDTraining's pairs (z_n, x_n) from a .npz file: SGD at the config's η, every step's loss torch's.
+    HF keeps BART's final_logits_bias (our b_u) as a buffer it never trains, so b_u is frozen here too."""
+    hf, model, _, _ = _bart(tmp_path)
+    rng = np.random.default_rng(7)
+    z, x = rng.integers(0, 50, (3, 7)), rng.integers(0, 50, (3, 5))
+    np.savez(tmp_path / "pairs.npz", z=z, x=x)
+    # one batch of all three pairs: the shuffled order within it leaves the mean loss as it is
+    result = train(PLANS / "edtraining_bart.alg", tmp_path / "pairs.npz", weights=tmp_path, batch_size=3, steps=4,
+                   trainable=[k for k in model.weights if k != "b_u"], progress=False)
+    eta = load(PLANS / "edtraining_bart.alg").config.hyperparameters["eta"]
+    opt = torch.optim.SGD(hf.parameters(), lr=eta)
+    want = []
+    for _ in range(4):
+        opt.zero_grad()
+        logp = torch.log_softmax(hf(input_ids=torch.from_numpy(z), decoder_input_ids=torch.from_numpy(x)).logits, -1)
+        loss = -logp[:, :-1].gather(-1, torch.from_numpy(x)[:, 1:, None]).sum(dim=(1, 2)).mean()
+        loss.backward()
+        opt.step()
+        want.append(float(loss.detach()))
+    np.testing.assert_allclose(result.losses, want, rtol=1e-4)
+    assert want[-1] < want[0]
+
+
+@pytest.mark.parametrize(("arrays", "message"), [
+    (dict(z=np.zeros((2, 3), np.int64)), "has no array x"),
+    (dict(z=np.zeros((2, 3), np.int64), x=np.zeros((3, 4), np.int64)), "different numbers of examples"),
+    (dict(z=np.zeros((2, 3), np.int64), x=np.full((2, 4), 50)), "token id 50 in x .* vocabulary of 50"),
+    (dict(z=np.zeros((2, 3), np.float32), x=np.zeros((2, 4), np.int64)), "array z is float32"),
+    (dict(z=np.zeros((2, 3), np.int64), x=np.zeros((2, 1), np.int64)), "at least 2"),
+])
+def test_bad_pairs_get_one_message(tmp_path: Path, arrays: dict, message: str) -> None:
+    from pseudoformer.errors import UsageError
+
+    np.savez(tmp_path / "pairs.npz", **arrays)
+    with pytest.raises(UsageError, match=message):
+        train(PLANS / "edtraining_bart.alg", tmp_path / "pairs.npz", steps=1, progress=False)
+    with pytest.raises(UsageError, match=r"\.npz file"):
+        train(PLANS / "edtraining_bart.alg", np.zeros(10, np.int64), steps=1, progress=False)

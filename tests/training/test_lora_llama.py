@@ -24,7 +24,7 @@ def test_lora_on_a_smollm2_shaped_llama_trains_only_a_and_b_as_torch_does(tmp_pa
     step = compile_step(model.graph, model.weights, train=adapters, optimizer=Optimizer("adamw", weight_decay=0.0))
     assert sorted(step.trainable) == sorted(adapters)
     rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state)
-    tuned = torch_lora(hf, model)
+    tuned = torch_lora(hf, model.weights)
     opt = torch.optim.AdamW([p for p in tuned.parameters() if p.requires_grad], lr=LR, weight_decay=0.0)
     text = np.tile(np.array([17, 4093, 311, 28, 902, 12000, 5, 77], np.int64), 4)[None].repeat(2, axis=0)
     ours, theirs = [], []

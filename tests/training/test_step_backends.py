@@ -73,3 +73,26 @@ def test_tvm_compiles_the_same_step_and_agrees() -> None:
     np.testing.assert_allclose([rt.step({"x": X}, 0.05) for _ in range(3)], losses, rtol=1e-5)
     got = rt.values()
     assert all(np.allclose(got[k], want[k], rtol=1e-4, atol=1e-6) for k in want)
+
+
+def test_the_short_onnx_forms_of_cotangents_compute_what_the_general_ones_do() -> None:
+    """backends/onnx/lowerings/cotangents.py: zeros, broadcasts, a slice's transpose and a batched weight
+    gradient lowered short (ConstantOfShape, Expand, Pad, Gemm over the flattened batch) give the general
+    lowering's step, and the dead operands they leave are pruned."""
+    from pseudoformer.backends.onnx.lowerings import cotangents
+
+    step = _step("sgd")
+    short = to_onnx(step.graph, step.frozen)
+    cotangents.SHORT_FORMS = False
+    try:
+        plain = to_onnx(step.graph, step.frozen)
+    finally:
+        cotangents.SHORT_FORMS = True
+    ops = {form: [n.op_type for n in m.graph.node] for form, m in (("short", short), ("plain", plain))}
+    assert "ScatterElements" in ops["plain"] and "ScatterElements" not in ops["short"]
+    assert {"ConstantOfShape", "Expand", "Pad", "Gemm"} <= set(ops["short"])
+    assert ops["short"].count("Less") < ops["plain"].count("Less")  # the x < x of the zeros: pruned
+    feed = {"x": X, LR: np.asarray(0.05, np.float32), **step.state}
+    got, want = (ReferenceEvaluator(m).run(None, feed) for m in (short, plain))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

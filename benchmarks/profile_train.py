@@ -1,0 +1,103 @@
+"""Where a training step of ours spends its time and memory on onnxruntime: session profiling
+(`SessionOptions.enable_profiling`) summed per op type, the largest tensors the step writes (from the
+profile's `output_size` of each node), and the peak RSS under the session options given.
+
+    python benchmarks/profile_train.py [--workload gpt2] [--batch 8] [--seq 128] [--layers 4] [--steps 3]
+        [--no-arena] [--no-mem-pattern] [--opt-level all|extended|basic|disable]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_train  # noqa: E402
+
+
+def summarize(trace: list[dict], skip_runs: int = 1) -> tuple[dict[str, float], list[tuple[int, str, str, str]]]:
+    """Per-op-type kernel microseconds over the runs after the first `skip_runs`, and the largest outputs."""
+    runs = [e for e in trace if e.get("name") == "model_run"]
+    start = runs[skip_runs]["ts"] if len(runs) > skip_runs else 0
+    per_op: dict[str, float] = defaultdict(float)
+    sizes: dict[str, tuple[int, str, str, str]] = {}
+    for e in trace:
+        if e.get("cat") != "Node" or not e["name"].endswith("_kernel_time"):
+            continue
+        args = e.get("args", {})
+        if e["ts"] >= start:
+            per_op[args.get("op_name", "?")] += e["dur"]
+        size = int(args.get("output_size", 0))
+        node = e["name"][: -len("_kernel_time")]
+        shapes = json.dumps(args.get("output_type_shape", ""))[:120]
+        sizes[node] = (size, args.get("op_name", "?"), node, shapes)
+    n = max(len(runs) - skip_runs, 1)
+    return {k: v / n for k, v in per_op.items()}, sorted(sizes.values(), reverse=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workload", default="gpt2")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--json")
+    ap.add_argument("--ort", action="append", default=[], help="KEY=VALUE: a SessionOptions attribute")
+    ap.add_argument("--workdir", help="where the HF checkpoint is written (default: the system's temp dir)")
+    args = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    hf = bench_train.hf_model(args.workload, args)
+    vocab = hf.config.vocab_size
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        hf.save_pretrained(tmp)
+        del hf
+        t0 = time.perf_counter()
+        (rt,), nodes = bench_train.ours(args.workload, Path(tmp), args, profile=not args.no_profile)
+        build = time.perf_counter() - t0
+    rss_built = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    xs = bench_train.batches(vocab, args, args.steps + 1)
+    times = []
+    for x in xs:
+        t = time.perf_counter()
+        rt.step({"x": x}, 1e-4)
+        times.append(time.perf_counter() - t)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"build {build:.1f} s, {nodes} IR nodes, {len(rt.proto.graph.node)} ONNX nodes; "
+          f"step s: {' '.join(f'{t:.2f}' for t in times)}; peak RSS after build {rss_built:.0f} MiB, "
+          f"after steps {peak:.0f} MiB")
+    if args.no_profile:
+        return 0
+    trace = json.loads(Path(rt.session.end_profiling()).read_text())
+    per_op, largest = summarize(trace)
+    total = sum(per_op.values())
+    print(f"\nkernel time per step {total / 1e3:.0f} ms, by op type:")
+    for op, us in sorted(per_op.items(), key=lambda kv: -kv[1])[:args.top]:
+        print(f"  {op:28s} {us / 1e3:9.1f} ms {us / total:6.1%}")
+    print(f"\nlargest outputs (of {len(largest)} nodes; sum {sum(s[0] for s in largest) / 2**20:.0f} MiB):")
+    for size, op, node, shape in largest[:args.top]:
+        print(f"  {size / 2**20:8.1f} MiB {op:20s} {node[:50]:50s} {shape}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"per_op_us": per_op, "times": times, "peak_rss_mib": peak,
+                                               "largest": largest[:200]}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
