@@ -16,7 +16,8 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
                    "training algorithm (the paper's 11–13)")
     model_args(t)
     t.add_argument("--data", required=True, help="token ids (.npy, int, [n] or [rows, n]) or a text file with "
-                   "--tokenizer")
+                   "--tokenizer; for EDTraining's pairs, a .npz file with int arrays z [N, ℓ_z] and x [N, ℓ_x], "
+                   "one example per row")
     t.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json (or a directory holding one) "
                    "that turns a text --data file into token ids")
     t.add_argument("--weights", help="start from a .safetensors file of ours or a HuggingFace checkpoint directory")

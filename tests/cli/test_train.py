@@ -133,3 +133,14 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path: Path, ids: Path) 
     assert proc.returncode == 0, rest
     assert "interrupted after step" in rest and "Traceback" not in rest
     assert (out / "model.safetensors").exists() and (out / "loss.csv").exists()
+
+
+def test_edtraining_trains_on_pairs_from_a_npz_file(tmp_path: Path, ids: Path, capsys: pytest.CaptureFixture) -> None:
+    bart = str(Path(__file__).resolve().parents[1] / "frontend" / "training" / "edtraining_bart.alg")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "pairs.npz", z=rng.integers(0, 50, (6, 7)), x=rng.integers(0, 50, (6, 5)))
+    assert main(["train", bart, "--data", str(tmp_path / "pairs.npz"), "--batch-size", "3", "--steps", "2",
+                 "-o", str(tmp_path / "out")]) == 0
+    assert "trained 2 steps" in capsys.readouterr().err
+    assert main(["train", bart, "--data", str(ids), "--steps", "1"]) == 1
+    assert "reads a .npz file with one integer array per member" in capsys.readouterr().err
