@@ -67,6 +67,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--ort-b", action="append", default=[], metavar="KEY=VALUE",
                     help="adds the variant 'ours, session B': the same step with these SessionOptions instead")
     ap.add_argument("--no-ours", action="store_true", help="torch only (eager against torch.compile)")
+    ap.add_argument("--no-eager", action="store_true", help="without torch eager (ours against ours: --plain)")
     ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS children")
     ap.add_argument("--quick", action="store_true", help="tiny shapes, 2 steps: the smoke test")
     ap.add_argument("--json")
@@ -261,7 +262,8 @@ def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> lis
             variants["ours, session B"] = lambda x: runtimes[1].step({"x": x}, 1e-4)
         if args.plain:
             variants["ours, plain lowering"] = lambda x: runtimes[-1].step({"x": x}, 1e-4)
-        variants["torch eager"] = torch_step(hf_model(workload, args), workload, False, args)
+        if not args.no_eager:
+            variants["torch eager"] = torch_step(hf_model(workload, args), workload, False, args)
         compile_s = None
         if args.compile:
             variants["torch.compile"] = torch_step(hf_model(workload, args), workload, True, args)
@@ -305,7 +307,7 @@ def table(rows: list[dict], ceiling: float, args: argparse.Namespace) -> str:
         out.append(f"| {r['workload']} | {r['variant']} | {r['ms_per_step']:.1f} | {r['min_ms']:.1f} | "
                    f"{r['tokens_per_s']:.0f} | "
                    f"{r['gflops']:.1f} | {r['of_ceiling']:.0%} | {rss} | {r['first_loss']:.4f} |")
-    for w in dict.fromkeys(r["workload"] for r in rows if r["variant"].startswith("ours")):
+    for w in dict.fromkeys(r["workload"] for r in rows if r["variant"].startswith("ours") and not args.no_eager):
         o = next(r for r in rows if r["workload"] == w and r["variant"].startswith("ours"))
         e = next(r for r in rows if r["workload"] == w and r["variant"] == "torch eager")
         mem = (f"{o['peak_rss_mib'] / e['peak_rss_mib']:.2f}×" if o["peak_rss_mib"] and e["peak_rss_mib"] else "–")
