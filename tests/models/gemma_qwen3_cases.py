@@ -142,6 +142,13 @@ def attentions(model: Model) -> list[Node]:
     return [n for n in optimize(model.graph, 2).nodes() if n.op is Op.ATTENTION]
 
 
+def angles(x: Node) -> Node:
+    """The cosine table that rotates x, an attention's queries or keys (through transposes and reshapes)."""
+    while x.op is not Op.ROTARY:
+        x = x.src[0]
+    return x.src[1]
+
+
 def check_quantized_and_contrib(model: Model) -> None:
     """--quantize int4 and --contrib-ops, alone and together: greedy decoding on onnxruntime equals the
     interpreter's on the same quantized graph (accuracy level 0: the reference's arithmetic), scores within
