@@ -21,7 +21,8 @@ last alone; a window w is the kernel's local_window_size. Then, as far as the op
           kept (`last`), the work that padding the one query costs (causal, the last row sees exactly
           what it saw alone) without the ~30 nodes that cut, rotate and pad it.
 
-Refused, with the reason: attention that is not causal, has a mask, is soft-capped, is not float32, or
+Refused, with the reason: attention whose heads are not packed (Qwen3's and Gemma 3's q/k norms keep them
+apart), that is not causal, has a mask, is soft-capped, is not float32, or
 whose queries are neither every new position nor the last.
 """
 
@@ -42,14 +43,19 @@ class Match:
 
 
 def match(n: Node, src: tuple[Node, ...], ctx: Context) -> Match | None:
-    if n.op not in (Op.ATTENTION, Op.CACHED_ATTENTION) or not n.attrs.get("q_heads", 0):
+    if n.op not in (Op.ATTENTION, Op.CACHED_ATTENTION):
         return None
+    if not n.attrs.get("q_heads", 0) and not (n.op is Op.ATTENTION and n.type.rank == 4):
+        return None  # the 4-D head form is refused with its reason; one head alone is no layer of heads
     return Match(n, src)
 
 
 def check(m: Match, ctx: Context) -> str | None:
     cached = m.att.op is Op.CACHED_ATTENTION
     q, k = m.src[0], m.src[1]
+    if not m.att.attrs.get("q_heads", 0):
+        return "the heads are not packed into one axis (a per-head op between the projections and the attention, " \
+               "a q/k norm, keeps them apart), and the kernel takes them packed"
     if not m.att.attrs["causal"]:
         return "the attention is not causal (the kernel's always is)"
     if len(m.src) != (5 if cached else 3):

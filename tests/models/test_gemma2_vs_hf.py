@@ -76,3 +76,19 @@ def test_each_layer_is_one_soft_capped_attention_windowed_in_the_local_layers(mo
 
 def test_int4_and_contrib_ops(model: Model) -> None:
     cases.check_quantized_and_contrib(model)
+
+
+def test_contrib_ops_say_once_which_layers_stay_standard(checkpoint: tuple, model: Model, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    """GroupQueryAttention is not given the soft-cap: with --contrib-ops every layer keeps ONNX Attention (the
+    file computes the same, test_int4_and_contrib_ops), and the compile says so in one note, with the reason."""
+    from pseudoformer.cli import main
+    from pseudoformer.errors import ContribFallbackWarning
+
+    with pytest.warns(ContribFallbackWarning, match=r"4 attention op\(s\) stay standard .*soft-capped") as caught:
+        ops = cases.onnx_ops(model, contrib_ops=True)
+    assert len(caught) == 1 and ops["Attention"] == model.config.hyperparameters["L"]
+    assert main(["compile", "models/gemma2.alg", "--weights", str(checkpoint[1]), "--contrib-ops",
+                 "-o", str(tmp_path / "g.onnx")]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "soft-capped" in notes[0]

@@ -76,3 +76,12 @@ def test_the_q_k_norms_matter(model: Model) -> None:
 
 def test_int4_and_contrib_ops(model: Model) -> None:
     cases.check_quantized_and_contrib(model)
+
+
+def test_contrib_ops_say_once_that_the_normed_heads_stay_standard(model: Model) -> None:
+    """The q/k norms keep the heads apart, which GroupQueryAttention does not take: one note for the compile."""
+    from pseudoformer.errors import ContribFallbackWarning
+
+    with pytest.warns(ContribFallbackWarning, match=r"2 attention op\(s\) stay standard .*not packed") as caught:
+        ops = cases.onnx_ops(model, contrib_ops=True)
+    assert len(caught) == 1 and ops["Attention"] == 2 and ops["SkipSimplifiedLayerNormalization"] == 4
