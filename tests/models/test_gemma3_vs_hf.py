@@ -62,6 +62,8 @@ def test_each_layer_is_one_attention_its_kind_settled_per_layer(model: Model) ->
     ops = cases.onnx_ops(model)
     assert ops["Attention"] == layers and ops["Softmax"] == 0
     assert ops["RMSNormalization"] == 6 * layers + 1 and ops["RotaryEmbedding"] == 2 * layers
+    contrib = cases.onnx_ops(model, contrib_ops=True)  # the normed heads packed: onnxruntime's kernel takes them
+    assert contrib["GroupQueryAttention"] == layers and contrib["Attention"] == 0
 
 
 def test_the_local_and_global_layers_rotate_by_their_own_base(checkpoint: tuple, model: Model) -> None:

@@ -78,10 +78,23 @@ def test_int4_and_contrib_ops(model: Model) -> None:
     cases.check_quantized_and_contrib(model)
 
 
-def test_contrib_ops_say_once_that_the_normed_heads_stay_standard(model: Model) -> None:
-    """The q/k norms keep the heads apart, which GroupQueryAttention does not take: one note for the compile."""
-    from pseudoformer.errors import ContribFallbackWarning
+def test_contrib_ops_take_the_normed_heads_whole() -> None:
+    """The q/k norms pack with the heads (an RMSNormalization over [batch, seq, H, d] between two reshapes), so
+    GroupQueryAttention takes every layer, with the rotation inside when d is a multiple of 16 (at d = 8
+    RotaryEmbedding stays outside); the logits equal the standard file's (test_int4_and_contrib_ops at d = 8)."""
+    import warnings
 
-    with pytest.warns(ContribFallbackWarning, match=r"2 attention op\(s\) stay standard .*not packed") as caught:
-        ops = cases.onnx_ops(model, contrib_ops=True)
-    assert len(caught) == 1 and ops["Attention"] == 2 and ops["SkipSimplifiedLayerNormalization"] == 4
+    import numpy as np
+
+    from pseudoformer.model import load
+
+    for d, rotary in ((16, 0), (8, 4)):
+        model = load("models/qwen3.alg", defines=["L=2", "d_e=32", "H=4", "H_kv=2", f"d_attn={d}", "d_mlp=48",
+                                                  "N_V=61"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no layer falls back, so nothing is said
+            contrib = lower(model, contrib_ops=True)
+        ops = cases.Counter(n.op_type for n in contrib.graph.node)
+        assert ops["GroupQueryAttention"] == 2 and ops["Attention"] == 0 and ops["RotaryEmbedding"] == rotary
+        x = cases.tokens(2, 9, vocab=61, seed=2)
+        np.testing.assert_allclose(run_onnx(contrib, {"x": x})["Y"], model.run(x=x)["Y"], rtol=1e-5, atol=1e-5)
