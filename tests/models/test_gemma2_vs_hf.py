@@ -5,8 +5,10 @@ HF's, one soft-capped attention op per layer, windowed in the local layers only,
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from pathlib import Path
 
+import onnx
 import pytest
 
 from pseudoformer.deploy import lower, run_onnx
@@ -78,17 +80,31 @@ def test_int4_and_contrib_ops(model: Model) -> None:
     cases.check_quantized_and_contrib(model)
 
 
+def test_contrib_ops_pass_the_soft_cap_to_the_kernel(model: Model) -> None:
+    """onnxruntime's GroupQueryAttention has a softcap (and a local_window_size): every layer is the kernel's,
+    nothing falls back (the numbers: test_int4_and_contrib_ops)."""
+    hp = model.config.hyperparameters
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        contrib = lower(model, contrib_ops=True)
+    gqa = [n for n in contrib.graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(gqa) == hp["L"] and not [n for n in contrib.graph.node if n.op_type == "Attention"]
+    attrs = [{a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in gqa]
+    assert [a.get("local_window_size", -1) for a in attrs] == [hp["w"], -1] * (hp["L"] // 2)
+    assert [a["softcap"] for a in attrs] == pytest.approx([hp["c"]] * hp["L"])
+
+
 def test_contrib_ops_say_once_which_layers_stay_standard(checkpoint: tuple, model: Model, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture) -> None:
-    """GroupQueryAttention is not given the soft-cap: with --contrib-ops every layer keeps ONNX Attention (the
-    file computes the same, test_int4_and_contrib_ops), and the compile says so in one note, with the reason."""
+    """Where the kernel cannot compute a layer as the graph does (here: float16, which it is not taken in),
+    --contrib-ops keeps that layer's standard Attention and the compile says so in one note, with the reason."""
     from pseudoformer.cli import main
     from pseudoformer.errors import ContribFallbackWarning
 
-    with pytest.warns(ContribFallbackWarning, match=r"4 attention op\(s\) stay standard .*soft-capped") as caught:
-        ops = cases.onnx_ops(model, contrib_ops=True)
+    with pytest.warns(ContribFallbackWarning, match=r"4 attention op\(s\) stay standard .*float32 only") as caught:
+        ops = cases.onnx_ops(model, contrib_ops=True, dtype="float16")
     assert len(caught) == 1 and ops["Attention"] == model.config.hyperparameters["L"]
     assert main(["compile", "models/gemma2.alg", "--weights", str(checkpoint[1]), "--contrib-ops",
-                 "-o", str(tmp_path / "g.onnx")]) == 0
+                 "--dtype", "float16", "-o", str(tmp_path / "g.onnx")]) == 0
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
-    assert len(notes) == 1 and "soft-capped" in notes[0]
+    assert len(notes) == 1 and "float32 only" in notes[0]
