@@ -135,7 +135,7 @@ def layer_pattern(period: int) -> Reader:
         p = next((p for p in range(1, layers + 2) if full == list(range(p, layers + 1, p))), None)
         if p is None:
             refusals.append(f"layer_types has full attention in layers {full} (from 1), not in every P-th layer: "
-                            f"{config.get('model_type')}'s .alg says which layer is global by l mod P = 0")
+                            "the .alg says which layer is global by l mod P = 0")
             return {}
         w = config.get("sliding_window")
         if len(full) == layers and w is None:
@@ -158,6 +158,7 @@ def gemma3_rope(config: Config, hyper: Hyper, refusals: list[str]) -> Hyper:
     else:
         full = {"rope_theta": config.get("rope_theta", 1_000_000.0), "rope_scaling": config.get("rope_scaling")}
         local = {"rope_theta": config.get("rope_local_base_freq", 10_000.0)}
+    full["model_type"] = local["model_type"] = "gemma3"  # refusals name gemma3.alg
     out = rope(full, hyper, refusals)
     loc = rope(local, hyper, refusals)
     if any(loc[k] != v for k, v in {"kappa": 1.0, **NO_BANDS}.items()):
