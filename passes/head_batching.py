@@ -19,6 +19,10 @@ rules/rotary.py), with the same angles for every head; the rotation then applies
 heads after the split, [.., H, d, s], the angles broadcasting over the head axis. A partial rotation
 of each head's first r rows (GPT-NeoX's, rules/partial_rotary.py) is batched alike, its rotary_dim kept.
 
+Per-head norms: a projection may be RMS-normed over each head's rows before its rotation,
+ROTARY(RMS_NORM(W X + b 1ᵀ, γ), c, s) (Qwen3's and Gemma 3's q/k norms), γ shared by the heads; the norm
+then applies to the stacked heads after the split, over d, before the rotation.
+
 Masks: one mask shared by the heads is shared by the batched attention; masks that differ by head
 (ALiBi's per-head slopes, a bias learned per head) are stacked along the head axis, [H, s_q, s_k].
 
@@ -51,6 +55,7 @@ class _Proj:
     x: Node
     rot: tuple[Node, Node] | None = None
     rotary_dim: int = 0
+    norm: tuple[Node, float] | None = None  # (γ, ε) of an RMS norm over the head's rows, before the rotation
 
 
 @dataclass
@@ -77,6 +82,10 @@ def _projection(t: Node, interior: list[Node]) -> _Proj | None:
     if p.op is Op.ROTARY and not p.attrs.get("heads", 0) and p.attrs["axis"] % p.type.rank == p.type.rank - 2:
         rot, rotary_dim, p = (p.src[1], p.src[2]), int(p.attrs.get("rotary_dim", 0)), p.src[0]
         found.append(p)
+    norm = None
+    if p.op is Op.RMS_NORM and p.attrs["axis"] % p.type.rank == p.type.rank - 2:
+        norm, p = (p.src[1], float(p.attrs["eps"])), p.src[0]
+        found.append(p)
     b = None
     if p.op is Op.ADD:
         mm = [i for i, s in enumerate(p.src) if s.op is Op.MATMUL]
@@ -92,7 +101,7 @@ def _projection(t: Node, interior: list[Node]) -> _Proj | None:
     if w.type.rank != 2 or x.type.rank != p.type.rank:
         return None
     interior += found
-    return _Proj(w, b, x, rot, rotary_dim)
+    return _Proj(w, b, x, rot, rotary_dim, norm)
 
 
 def _match(n: Node, src: tuple[Node, ...], ctx: Context) -> HeadsMatch | None:
@@ -162,6 +171,9 @@ def _check(m: HeadsMatch, ctx: Context) -> str | None:
             if (a.rot is None) != (b.rot is None) or a.rotary_dim != b.rotary_dim or (a.rot and b.rot and any(
                     x is not y for x, y in zip(a.rot, b.rot, strict=True))):
                 return f"head {h + 1}'s {kind} is rotated differently from head 1's"
+            if (a.norm is None) != (b.norm is None) or (a.norm and b.norm and (
+                    a.norm[0] is not b.norm[0] or a.norm[1] != b.norm[1])):
+                return f"head {h + 1}'s {kind} is normed differently from head 1's"
     leak = escaping(ctx, m.src, m.interior)
     if leak is not None:
         return f"a per-head value is used outside the heads' row stack: {describe(leak)}"
@@ -234,7 +246,9 @@ def _rewrite(m: HeadsMatch, n: Node) -> Node:
         *lead, rows, s = y.shape
         count = len(_heads_of(m, kind))
         split = _node(n, Op.RESHAPE, (y,), shape=[*lead, count, rows // count, s])
-        rot, rotary_dim = m.projs[0][kind].rot, m.projs[0][kind].rotary_dim
+        norm, rot, rotary_dim = m.projs[0][kind].norm, m.projs[0][kind].rot, m.projs[0][kind].rotary_dim
+        if norm is not None:  # over each head's d rows, γ [d] shared by the heads
+            split = _node(n, Op.RMS_NORM, (split, norm[0]), axis=split.type.rank - 2, eps=norm[1])
         if rot is not None:  # [.., H, d, s] rotated along d, the angles [d/2, s] shared by the heads
             partial = {"rotary_dim": rotary_dim} if rotary_dim else {}
             split = _node(n, Op.ROTARY, (split, *rot), axis=split.type.rank - 2, **partial)

@@ -17,7 +17,8 @@ top-left aligned, and the backend lowers that case by parts.
 A rotary embedding between the split and the attention (Llama's RoPE on the queries and keys, after
 head batching and layout: rotary(transpose(reshape(x3))) or transpose(rotary(reshape(x3)))) packs with
 them: rotary(x3; heads = H) on [batch, positions, H·d], ONNX's RotaryEmbedding in 3-D, its angles
-[positions, d/2] shared by the heads.
+[positions, d/2] shared by the heads. So does an RMS norm over d before the rotation (Qwen3's and Gemma 3's q/k
+norms): reshape(rms_norm(reshape(x3, [b, s, H, d])), [b, s, H·d]), no transpose, and the rest packed.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class _Side:
     rot: tuple[Node, Node] | None
     gone: tuple[Node, ...]  # the split (and the 4-D rotation) the packed form does without
     rotary_dim: int = 0  # a partial rotation's (0: all of each head)
+    norm: tuple[Node, float] | None = None  # (γ, ε) of an RMS norm over each head's d, before the rotation
 
 
 @dataclass(frozen=True)
@@ -76,10 +78,15 @@ def _split_heads(t: Node, att: Node, c: Consumers) -> _Side | None:
         gone.append(t)
     else:
         user = att
+    norm = None
+    if t.op is Op.RMS_NORM and t.attrs["axis"] % 4 == 3 and c.only_user(t, user):
+        norm = (t.src[1], float(t.attrs["eps"]))
+        t, user = t.src[0], t
+        gone.append(t)
     if t.op is not Op.TRANSPOSE or tuple(t.attrs["perm"]) != _SWAP or not c.only_user(t, user):
         return None
     r = t.src[0]
-    if r.op is Op.ROTARY and rot is None:  # before the transpose: [b, s, H, d], angles [s, 1, d/2]
+    if r.op is Op.ROTARY and rot is None and norm is None:  # before the transpose: [b, s, H, d], angles [s, 1, d/2]
         rot, rotary_dim = _angles(r, c, t), int(r.attrs.get("rotary_dim", 0))
         if rot is None:
             return None
@@ -94,7 +101,7 @@ def _split_heads(t: Node, att: Node, c: Consumers) -> _Side | None:
         return None
     if x3.shape[:2] != r.shape[:2]:
         return None
-    return _Side(x3, h, rot, tuple(gone), rotary_dim)
+    return _Side(x3, h, rot, tuple(gone), rotary_dim, norm)
 
 
 def _merged(y: Node, c: Consumers) -> Node | None:
@@ -150,11 +157,22 @@ def pack_heads(graph: Graph) -> tuple[Graph, bool]:
     def get(n: Node) -> Node:
         return memo[id(n)]
 
+    def normed(side: _Side, like: Node) -> Node:
+        x3 = get(side.x3)
+        if side.norm is None:
+            return x3
+        *lead, width = x3.shape
+        heads = Node(Op.RESHAPE, (x3,), {"shape": [*lead, side.heads, width // side.heads]}, span=like.span,
+                     scope=like.scope)
+        y = Node(Op.RMS_NORM, (heads, get(side.norm[0])), {"axis": 3, "eps": side.norm[1]}, span=like.span,
+                 scope=like.scope)
+        return Node(Op.RESHAPE, (y,), {"shape": list(x3.shape)}, span=like.span, scope=like.scope)
+
     def packed(side: _Side, like: Node) -> Node:
         if side.rot is None:
-            return get(side.x3)
+            return normed(side, like)
         partial = {"rotary_dim": side.rotary_dim} if side.rotary_dim else {}
-        return Node(Op.ROTARY, (get(side.x3), *(get(a) for a in side.rot)),
+        return Node(Op.ROTARY, (normed(side, like), *(get(a) for a in side.rot)),
                     {"axis": 2, "heads": side.heads, **partial}, span=like.span, scope=like.scope)
 
     for n in graph.nodes():

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pseudoformer import limits
 from pseudoformer.atomic_write import check_output, write_atomic
 from pseudoformer.cli_parser import build_parser
-from pseudoformer.errors import AlgError, CompileError, UsageError
+from pseudoformer.errors import AlgError, CompileError, ContribFallbackWarning, UsageError
 from pseudoformer.file_access import load_npy
 from pseudoformer.limits import MAX_NODES
 from pseudoformer.outputs import check_outputs
@@ -51,7 +52,16 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(f"--max-seq-len must be at least 1, got {args.max_seq_len}")
             limits.MAX_SEQ_LEN = args.max_seq_len
         check_outputs(args)  # before any work: an output that cannot be written, or that is an input
-        return handler(args)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ContribFallbackWarning)
+            try:
+                return handler(args)
+            finally:
+                for w in caught:  # ours as one note; any other warning as Python shows it
+                    if issubclass(w.category, ContribFallbackWarning):
+                        _say(f"note: {w.message}")
+                    else:
+                        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     except (CompileError, AlgError) as e:
         _say(e.render())
     except KeyboardInterrupt:

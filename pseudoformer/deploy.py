@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pseudoformer.errors import UsageError
+from pseudoformer.errors import ContribFallbackWarning, UsageError
 from pseudoformer.file_access import loads_json, regular_file
 from pseudoformer.inputs import check_size_against, check_token_ids
 from pseudoformer.limits import FILE_CAPS, MAX_NODES, RUN_MEMORY, available_memory, show_bytes
@@ -173,13 +174,28 @@ def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt
     options = CompileOptions(opt_level=opt_level, padding_mask=padding_mask, quantize=quantize, dtype=dtype,
                              contrib_ops=contrib_ops, opset=opset, functions=functions, metadata=metadata,
                              lazy_weights=True)
+    refused: list = []
     try:
-        lowered = lower_model(model.graph, model.weights, options, verify=debugging())
+        lowered = lower_model(model.graph, model.weights, options, verify=debugging(), refusals=refused)
     except PaddingMaskError as e:
         raise UsageError(f"--padding-mask: {e}") from None
     except BackendError as e:
         raise UsageError(str(e)) from None
+    if contrib_ops:
+        say_contrib_fallback(refused)
     return lowered.to_proto() if whole else lowered
+
+
+def say_contrib_fallback(refused: Sequence[tuple]) -> None:
+    """Once per compile: how many attention ops GroupQueryAttention could not take, and why (the fusion's
+    refusals: a soft-cap, heads kept apart by q/k norms, a mask); they stay ONNX Attention, which computes the
+    same. `pseudoformer inspect --contrib-ops --refusals` places each at its line."""
+    whys = [r[1] for r in refused if r[0] == "group_query_attention"]
+    if whys:
+        reasons = "; ".join(dict.fromkeys(whys))
+        warnings.warn(ContribFallbackWarning(
+            f"--contrib-ops: {len(whys)} attention op(s) stay standard ONNX Attention, which GroupQueryAttention "
+            f"cannot replace: {reasons}"), stacklevel=3)
 
 
 def run_onnx(onnx_model: Any, inputs: Mapping[str, np.ndarray], *, provider: str = "cpu",

@@ -142,3 +142,8 @@ def _read_line(pos: Pos) -> str | None:
     except (OSError, UnicodeDecodeError):
         return None
     return lines[pos.line - 1] if 0 < pos.line <= len(lines) else None
+
+
+class ContribFallbackWarning(UserWarning):
+    """--contrib-ops: attention that onnxruntime's GroupQueryAttention cannot compute stays standard ONNX
+    (deploy.say_contrib_fallback); the command line prints it as one note."""

@@ -43,13 +43,14 @@ def prepare(graph: Graph, weights: Mapping[str, np.ndarray], options: CompileOpt
 
 
 def lower_model(graph: Graph, weights: Mapping[str, np.ndarray], options: CompileOptions | None = None, *,
-                verify: bool = False, **fields: Any) -> LoweredModel:
+                verify: bool = False, refusals: list | None = None, **fields: Any) -> LoweredModel:
     """to_onnx's model as a LoweredModel: the ModelProto without initializers, and the weights, which
-    save_model writes without ever holding them in a protobuf. `verify` checks the IR after every pass."""
+    save_model writes without ever holding them in a protobuf. `verify` checks the IR after every pass;
+    `refusals` collects the fusions' (rule, reason, span, scope)."""
     options = (options or CompileOptions()).with_fields(fields)
     checked_opset(options)
     check_names(graph)
-    graph, weights = prepare(graph, weights, options, check=verify)
+    graph, weights = prepare(graph, weights, options, check=verify, refusals=refusals)
     if options.fold_weights:
         from pseudoformer.passes.fold_constants import fold_constants
 

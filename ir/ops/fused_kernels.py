@@ -82,7 +82,7 @@ def _skip_example(op: Op, weights: int) -> Any:
 
 GQA_ATTRS = (Attr("scale", "float"), Attr("q_heads", "int"), Attr("kv_heads", "int"), Attr("window", "int", 0),
              Attr("packed", "bool", False), Attr("cached", "bool", False), Attr("rotary", "bool", False),
-             Attr("last", "bool", False))
+             Attr("last", "bool", False), Attr("softcap", "float", 0.0))
 
 
 def gqa_operands(src: Sequence[Any], attrs: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
@@ -106,7 +106,7 @@ def _head_size(attrs: Mapping[str, Any], width: Any) -> int:
 def _inner(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """The attributes of the (cached) attention the op computes."""
     return {"scale": attrs["scale"], "causal": True, "q_heads": attrs["q_heads"], "kv_heads": attrs["kv_heads"],
-            "window": attrs.get("window", 0)}
+            "window": attrs.get("window", 0), "softcap": attrs.get("softcap", 0.0)}
 
 
 def _gqa_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType | TupleType:
@@ -185,7 +185,7 @@ def _gqa_formula(n: Any, make: NodeMaker) -> Any:
 
 def _gqa_example(make: ExampleMaker) -> list[Any]:
     """2 query heads of 16 over 1 key/value head: packed q, k, v rotated inside; the last position of it;
-    one new position's q, k, v apart over a cache, in a window of 2, all three results (the kernel takes
+    soft-capped scores; one new position's q, k, v apart over a cache, in a window of 2, all three results (the kernel takes
     a past only with one new position, or a batch of one); one query over every key."""
     f32, i64 = DType.float32, DType.int64
     qkv, angles = make.input("qkv", f32, "batch", "seq", 64), make.input("angles", f32, "seq", 8)
@@ -203,6 +203,7 @@ def _gqa_example(make: ExampleMaker) -> list[Any]:
                   **heads, cached=True, window=2)
     return [make(Op.GROUP_QUERY_ATTENTION, qkv, *tables, **heads, packed=True, rotary=True),
             make(Op.GROUP_QUERY_ATTENTION, qkv, **heads, packed=True, last=True),
+            make(Op.GROUP_QUERY_ATTENTION, qkv, **heads, packed=True, softcap=0.5),  # Gemma 2's soft-capped scores
             *(make(Op.GET, cached, index=i) for i in range(3)),
             make(Op.GROUP_QUERY_ATTENTION, rows(cols(qkv, 0, 32), 1), cols(qkv, 32, 48), cols(qkv, 48, 64), **heads)]
 

@@ -11,7 +11,7 @@ inside (benchmarks/README.md).
 
 What it takes: a causal attention (or cached attention) in the packed 3-D form (q [b, s, H·d], k and v
 [b, s, H_kv·d]), without a mask operand, in float32, whose queries are every new position or the
-last alone; a window w is the kernel's local_window_size. Then, as far as the operands allow:
+last alone; a window w is the kernel's local_window_size, a soft-cap c its softcap. Then, as far as the operands allow:
   rotary  q and k rotated by one cos/sin table of the new positions [s, d/2], d a multiple of 16 (the
           kernel's requirement): the rotation goes inside (`rotary`) and the unrotated slices are read;
           a partial rotation (rotary_dim) stays outside, as its own RotaryEmbedding;
@@ -21,7 +21,8 @@ last alone; a window w is the kernel's local_window_size. Then, as far as the op
           kept (`last`), the work that padding the one query costs (causal, the last row sees exactly
           what it saw alone) without the ~30 nodes that cut, rotate and pad it.
 
-Refused, with the reason: attention that is not causal, has a mask, is soft-capped, is not float32, or
+Refused, with the reason: attention whose heads are not packed (Qwen3's and Gemma 3's q/k norms keep them
+apart), that is not causal, has a mask, is not float32, or
 whose queries are neither every new position nor the last.
 """
 
@@ -42,20 +43,23 @@ class Match:
 
 
 def match(n: Node, src: tuple[Node, ...], ctx: Context) -> Match | None:
-    if n.op not in (Op.ATTENTION, Op.CACHED_ATTENTION) or not n.attrs.get("q_heads", 0):
+    if n.op not in (Op.ATTENTION, Op.CACHED_ATTENTION):
         return None
+    if not n.attrs.get("q_heads", 0) and not (n.op is Op.ATTENTION and n.type.rank == 4):
+        return None  # the 4-D head form is refused with its reason; one head alone is no layer of heads
     return Match(n, src)
 
 
 def check(m: Match, ctx: Context) -> str | None:
     cached = m.att.op is Op.CACHED_ATTENTION
     q, k = m.src[0], m.src[1]
+    if not m.att.attrs.get("q_heads", 0):
+        return "the heads are not packed into one axis (a per-head op between the projections and the attention, " \
+               "a q/k norm, keeps them apart), and the kernel takes them packed"
     if not m.att.attrs["causal"]:
         return "the attention is not causal (the kernel's always is)"
     if len(m.src) != (5 if cached else 3):
         return "the attention has a mask operand, which the kernel does not take"
-    if m.att.attrs.get("softcap"):
-        return "the scores are soft-capped, which this lowering does not pass to the kernel"
     if q.dtype is not DType.float32:
         return f"the kernel is taken in float32 only (its float16 is not the reference's), not {q.dtype.value}"
     if q.type.rank != 3 or q.shape[1] not in (k.shape[1], 1):
@@ -154,6 +158,8 @@ def rewrite(m: Match, root: Node) -> Node:
                                 "kv_heads": int(att.attrs["kv_heads"])}
     if att.attrs.get("window", 0):
         attrs["window"] = int(att.attrs["window"])
+    if att.attrs.get("softcap", 0.0):  # Gemma 2's: the kernel caps the scaled scores before the mask, as ours does
+        attrs["softcap"] = float(att.attrs["softcap"])
     flags = {"packed": packed is not None, "cached": cached, "rotary": rotated is not None, "last": uncut is not None}
     attrs |= {name: True for name, on in flags.items() if on}  # the others are false by default
     out = Node(Op.GROUP_QUERY_ATTENTION, tuple(operands), attrs, span=root.span, scope=root.scope)

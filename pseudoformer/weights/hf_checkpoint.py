@@ -12,7 +12,19 @@ from typing import Any
 
 from pseudoformer.file_access import FileAccessError, loads_json, read_text
 
-from . import hf_bart, hf_bert, hf_engine, hf_gpt2, hf_gpt_neox, hf_llama, hf_mixtral, hf_phi3
+from . import (
+    hf_bart,
+    hf_bert,
+    hf_engine,
+    hf_gemma2,
+    hf_gemma3,
+    hf_gpt2,
+    hf_gpt_neox,
+    hf_llama,
+    hf_mixtral,
+    hf_phi3,
+    hf_qwen3,
+)
 from .errors import WeightsError
 from .hf_engine import Expected, Plan
 from .hf_table import Table
@@ -20,7 +32,7 @@ from .safetensors_io import FOREIGN_FILES, PICKLE_SUFFIXES, open_safetensors, re
 from .tensor_ref import TensorRef
 
 FAMILIES: tuple[Table, ...] = (hf_gpt2.TABLE, hf_bert.TABLE, hf_bart.TABLE, *hf_llama.TABLES, hf_gpt_neox.TABLE,
-                                 hf_phi3.PHI3, hf_mixtral.MIXTRAL)
+                               hf_phi3.PHI3, hf_mixtral.MIXTRAL, hf_gemma2.TABLE, hf_gemma3.TABLE, hf_qwen3.TABLE)
 TABLES: dict[str, Table] = {t: table for table in FAMILIES for t in table.model_types}
 SUPPORTED = tuple(sorted(TABLES))
 # Every algorithm whose parameters some table names (GPT2, BERT, Llama, ...).

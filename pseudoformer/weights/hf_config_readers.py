@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .hf_engine import config_float, config_int
-from .hf_table import Config, Hyper
+from .hf_table import Config, Hyper, Reader
 
 # The rope_scaling types RoPE (models/variants.alg) computes. It is written as Llama 3's ("llama3"):
 # frequencies in bands against the pre-training context ℓ_0; "linear" is its case ℓ_0 = 0, where every
@@ -113,3 +113,55 @@ def mistral_window(config: Config, hyper: Hyper, refusals: list[str]) -> Hyper:
         refusals.append(f"sliding_window = {w!r} is not a positive integer")
         return {}
     return {"w": w}
+
+
+def layer_pattern(period: int) -> Reader:
+    """Sliding-window layers with every P-th layer full (Gemma 2: P = 2, Gemma 3: 6): P and the window w from
+    layer_types (else sliding_window_pattern, else `period`); layer types in another pattern are refused."""
+    def read(config: Config, hyper: Hyper, refusals: list[str]) -> Hyper:
+        layers = int(hyper["L"])
+        types = config.get("layer_types")
+        if types is None:
+            every = config.get("sliding_window_pattern", period)
+            if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+                refusals.append(f"sliding_window_pattern = {every!r} is not a positive integer")
+                return {}
+            types = ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]
+        kinds = ("sliding_attention", "full_attention")
+        if not isinstance(types, list) or len(types) != layers or any(t not in kinds for t in types):
+            refusals.append(f"layer_types = {types!r} is not a list of {layers} of {', '.join(map(repr, kinds))}")
+            return {}
+        full = [i + 1 for i, t in enumerate(types) if t == "full_attention"]
+        p = next((p for p in range(1, layers + 2) if full == list(range(p, layers + 1, p))), None)
+        if p is None:
+            refusals.append(f"layer_types has full attention in layers {full} (from 1), not in every P-th layer: "
+                            "the .alg says which layer is global by l mod P = 0")
+            return {}
+        w = config.get("sliding_window")
+        if len(full) == layers and w is None:
+            return {"P": p, "w": hyper["ell_max"]}
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            refusals.append(f"sliding_window = {w!r} is not a positive integer")
+            return {}
+        return {"P": p, "w": w}
+    return read
+
+
+def gemma3_rope(config: Config, hyper: Hyper, refusals: list[str]) -> Hyper:
+    """Gemma 3's two RoPEs: the global layers' base b and its scaling, and the local layers' base b_loc,
+    unscaled; from transformers 5's rope_parameters per layer type, or the older rope_theta, rope_scaling
+    (the global layers') and rope_local_base_freq."""
+    params = config.get("rope_parameters")
+    if isinstance(params, dict) and {"full_attention", "sliding_attention"} & set(params):
+        full = {"rope_parameters": params.get("full_attention") or {}, "rope_theta": 1_000_000.0}
+        local = {"rope_parameters": params.get("sliding_attention") or {}, "rope_theta": 10_000.0}
+    else:
+        full = {"rope_theta": config.get("rope_theta", 1_000_000.0), "rope_scaling": config.get("rope_scaling")}
+        local = {"rope_theta": config.get("rope_local_base_freq", 10_000.0)}
+    full["model_type"] = local["model_type"] = "gemma3"  # refusals name gemma3.alg
+    out = rope(full, hyper, refusals)
+    loc = rope(local, hyper, refusals)
+    if any(loc[k] != v for k, v in {"kappa": 1.0, **NO_BANDS}.items()):
+        refusals.append("rope_parameters of the sliding_attention layers scale the frequencies: gemma3.alg "
+                        "rotates the local layers by the base rope_local_base_freq alone")
+    return {**out, "b_loc": loc["b"]}

@@ -43,7 +43,15 @@ FAMILIES = {
              lambda: transformers.Phi3Config(**LLAMA_SIZES, sliding_window=5, pad_token_id=0), "theta"),
     "Mixtral": ("mixtral", transformers.MixtralForCausalLM,
                 lambda: transformers.MixtralConfig(**LLAMA_SIZES, num_local_experts=4, num_experts_per_tok=2), "theta"),
+    "Gemma2": ("gemma2", transformers.Gemma2ForCausalLM,
+               lambda: transformers.Gemma2Config(**LLAMA_SIZES, head_dim=8, sliding_window=5), "theta"),
+    "Gemma3": ("gemma3", transformers.Gemma3ForCausalLM,
+               lambda: transformers.Gemma3TextConfig(**LLAMA_SIZES, head_dim=8, sliding_window=5), "theta"),
+    "Qwen3": ("qwen3", transformers.Qwen3ForCausalLM,
+              lambda: transformers.Qwen3Config(**LLAMA_SIZES, head_dim=8), "theta"),
 }
+# A packaged model whose name is not its model_type.
+MODEL_TYPES = {"gemma3": "gemma3_text"}
 
 
 def _inputs(family: str) -> dict[str, np.ndarray]:
@@ -114,6 +122,6 @@ def test_every_family_has_its_wrapper_here() -> None:
     """A family added to hf_checkpoint.FAMILIES is tested here too (its wrapper in groups/wrapped.alg)."""
     from pseudoformer.weights.hf_checkpoint import TABLES
 
-    assert {source for source, *_ in FAMILIES.values()} == set(TABLES)
-    for family in FAMILIES:
-        assert family in TABLES[FAMILIES[family][0]].algorithms
+    assert {MODEL_TYPES.get(source, source) for source, *_ in FAMILIES.values()} == set(TABLES)
+    for family, (source, *_) in FAMILIES.items():
+        assert family in TABLES[MODEL_TYPES.get(source, source)].algorithms

@@ -221,8 +221,8 @@ def test_model_type(save_hf, tmp_path):
     assert read_hf_config(directory)["n_embd"] == 32
     (tmp_path / "t5").mkdir()
     (tmp_path / "t5" / "config.json").write_text(json.dumps({"model_type": "t5"}))
-    with pytest.raises(WeightsError, match="'t5' is not supported; supported types: bart, bert, gpt2, llama, "
-                       "mistral, qwen2"):
+    with pytest.raises(WeightsError, match="'t5' is not supported; supported types: bart, bert, gemma2, gemma3_text, "
+                       "gpt2, gpt_neox, llama, mistral, mixtral, phi3, qwen2, qwen3"):
         hf_model_type(tmp_path / "t5")
     with pytest.raises(WeightsError, match="'t5' is not supported"):
         load_weights(tmp_path / "t5", SMALL)

@@ -3,7 +3,7 @@
     group_query_attention(QKV | Q, K, V [, K_past, V_past] [, cos, sin]; packed, cached, rotary, last, …)
   →
     GroupQueryAttention(QKV | Q, K, V, K_past, V_past, seqlens_k, total, cos', sin', position_ids;
-                        num_heads, kv_num_heads, scale, do_rotary[, local_window_size])
+                        num_heads, kv_num_heads, scale, do_rotary[, local_window_size, softcap])
 
 passes/rules/group_query_attention.py makes the op, with contrib ops, where the kernel computes what
 the attention does; what the kernel wants beside it is made here from run-time sizes. Its queries are
@@ -75,6 +75,8 @@ def _group_query_attention(e: Emitter, n: Node) -> str | tuple[str, ...]:
              "scale": float(n.attrs["scale"]), "do_rotary": int(bool(tables_nodes))}
     if n.attrs.get("window", 0):
         attrs["local_window_size"] = int(n.attrs["window"])
+    if n.attrs.get("softcap", 0.0):  # the scaled scores capped as c·tanh(S/c) before the mask, as ONNX Attention's
+        attrs["softcap"] = float(n.attrs["softcap"])
     outputs = e.result_names(n, 3) if cached else [e.out]
     if padded or n.attrs.get("last"):  # the rows before the last are dropped: the last is the one query asked for
         whole = f"{outputs[0]}.padded"
