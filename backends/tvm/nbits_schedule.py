@@ -28,6 +28,7 @@ tvm = require_tvm()
 from tvm import s_tir, tirx  # noqa: E402
 
 LANES = 16
+X_TERMS = ("x_lo", "x_hi16", "x_sum")
 ROWS = 4  # rows of W per step: four independent accumulator chains, one load of x for all four
 
 
@@ -51,9 +52,21 @@ def schedule_nbits(func: Any, target: Any, _tunable: bool = False) -> Any:
     rf = sch.rfactor(bi, factor_axis=2)
     no_rf, m_rf, j_rf, *_ = sch.get_loops(rf)
     sch.reverse_compute_at(blk, m_rf)  # the lanes' sums under the same (rows, m): acc lives per tile
+    # Unrolled, the lanes' sums are straight-line code whose partial sums LLVM keeps in registers; as a loop
+    # each add waited on the store before it (2× the time of the products for K = 576, measured).
+    for loop in sch.get_loops(blk)[2:]:  # the lanes, and the rows where there are several
+        sch.unroll(loop)
     sch.parallel(no_rf)
     *_, ni_rf, bi_rf = sch.get_loops(rf)
     sch.vectorize(bi_rf)
     sch.unroll(ni_rf)
     sch.decompose_reduction(rf, j_rf)
+    for name in X_TERMS:  # the 4-bit product's activation terms (nbits._x_terms): small, per token
+        try:
+            xb = sch.get_sblock(name)
+        except Exception:  # 8 bits: none
+            continue
+        inner = sch.get_loops(xb)[-1]
+        if isinstance(sch.get(inner).extent, tirx.IntImm):
+            sch.vectorize(inner)
     return sch
