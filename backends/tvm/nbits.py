@@ -18,6 +18,8 @@ packed operand computed in the graph keeps onnxruntime's order (`split=False`).
 
     y[m, n] = Σ_j s[n, j] · Σ_b x[m, j·bs + b] · (lo(q[n, j, b]) − z) + x[m, j·bs + bs/2 + b] · (hi(q) − z)
 
+computed as Σ_j s[n, j] · Σ_b xz + xl · float(q) + x2 · float(q >> 4) with per-token terms (`_x_terms`).
+
 nbits_schedule.py puts the product on the CPU's vectors; the gather is injective and takes the
 fallback schedule.
 """

@@ -179,13 +179,60 @@ def _dot(acc: Any, codes: Any, xb: Any, kind: str, lanes: int) -> Any:
 
 
 def matmul_int8_func(n16: int, kb: int, block_size: int, kind: str) -> Any:
-    """The PrimFunc main(xq, xs, xsum, w16, s16, z16, y) for y [M, 16·n16] (M symbolic)."""
+    """The PrimFunc main(xq, xs, xsum, w16, s16, z16, y) for y [M, 16·n16] (M symbolic).
+
+    One token (decode): 4 groups of 16 rows a task, 4 independent dpbusd chains. Four tokens or more
+    (prefill): 2 groups of 16 rows × a tile of 4 tokens (2 with AVX2's 16 registers), so that each unpacked
+    vector of codes serves every token of the tile: 8 integer and 8 float accumulators, no spills."""
     bs, groups = block_size, block_size // 8
     lanes = 16 if kind == "avx512vnni" else 8
     halves = ROWS // lanes  # vectors per 16 rows
     rr = next(r for r in (4, 2, 1) if n16 % r == 0)  # row groups per task: independent dpbusd chains
+    rr_tile = next(r for r in (2, 1) if n16 % r == 0)
+    mt = 4 if lanes == 16 else 2  # tokens per tile
     k_ext = kb * bs
     nb = 4 * lanes  # bytes per vector
+    vec = rr * ROWS  # accumulators per token, in lanes
+
+    @T.macro
+    def tile(xq: Any, xs: Any, xsum: Any, w16: Any, s16: Any, z16: Any, y: Any, task: Any, m0: Any, rows: int,
+             tokens: int) -> None:
+        """y[m0 : m0 + tokens, rows of task] (rows groups of 16)."""
+        acc_f = T.alloc_buffer((tokens * vec,), "float32", scope="local")
+        acc_i = T.alloc_buffer((tokens * vec,), "int32", scope="local")
+        for t, r, h in T.grid(tokens, rows, halves):
+            acc_f[T.ramp(t * vec + r * ROWS + h * lanes, 1, lanes)] = T.broadcast(T.float32(0), lanes)
+        for j in range(kb):
+            for t, r, h in T.grid(tokens, rows, halves):
+                acc_i[T.ramp(t * vec + r * ROWS + h * lanes, 1, lanes)] = T.broadcast(T.int32(0), lanes)
+            for g in T.unroll(groups):
+                for r in T.unroll(rows):
+                    for h in T.unroll(halves):
+                        v = w16.vload([task * rows + r, j, g, h * lanes, 0], f"uint8x{nb}")
+                        lo = v & T.broadcast(T.uint8(15), nb)
+                        hi = v >> T.broadcast(T.uint8(4), nb)
+                        for t in T.unroll(tokens):
+                            xlo = T.broadcast(T.reinterpret("int32", xq.vload([m0 + t, j * bs + g * 4], "int8x4")),
+                                              lanes)
+                            xhi = T.broadcast(T.reinterpret("int32", xq.vload([m0 + t, j * bs + bs // 2 + g * 4],
+                                                                              "int8x4")), lanes)
+                            at = T.ramp(t * vec + r * ROWS + h * lanes, 1, lanes)
+                            acc_i[at] = _dot(_dot(acc_i[at], lo, xlo, kind, lanes), hi, xhi, kind, lanes)
+            for t in T.unroll(tokens):
+                for r in T.unroll(rows):
+                    for h in T.unroll(halves):
+                        at = T.ramp(t * vec + r * ROWS + h * lanes, 1, lanes)
+                        nrow = task * rows + r
+                        zf = T.Cast(f"float32x{lanes}", z16.vload([nrow, j, h * lanes], f"uint8x{lanes}"))
+                        d = T.Cast(f"float32x{lanes}", acc_i[at]) - zf * T.broadcast(
+                            T.Cast("float32", xsum[m0 + t, j]), lanes)
+                        sx = s16.vload([nrow, j, h * lanes], f"float32x{lanes}") * T.broadcast(xs[m0 + t, j], lanes)
+                        acc_f[at] = acc_f[at] + d * sx
+        for t in T.unroll(tokens):
+            for r in T.unroll(rows):
+                for h in T.unroll(halves):
+                    y[m0 + t, T.ramp((task * rows + r) * ROWS + h * lanes, 1, lanes)] = acc_f[
+                        T.ramp(t * vec + r * ROWS + h * lanes, 1, lanes)]
 
     @T.prim_func(s_tir=True)
     def main(xq_h: T.handle, xs_h: T.handle, xsum_h: T.handle, w16: T.Buffer((n16, kb, groups, ROWS, 4), "uint8"),
@@ -196,38 +243,15 @@ def matmul_int8_func(n16: int, kb: int, block_size: int, kind: str) -> Any:
         xs = T.match_buffer(xs_h, (m_ext, kb), "float32")
         xsum = T.match_buffer(xsum_h, (m_ext, kb), "int32")
         y = T.match_buffer(y_h, (m_ext, n16 * ROWS), "float32")
-        for task in T.parallel(n16 // rr):
-            for m in range(m_ext):
-                acc_f = T.alloc_buffer((rr * ROWS,), "float32", scope="local")
-                acc_i = T.alloc_buffer((rr * ROWS,), "int32", scope="local")
-                for r, h in T.grid(rr, halves):
-                    acc_f[T.ramp(r * ROWS + h * lanes, 1, lanes)] = T.broadcast(T.float32(0), lanes)
-                for j in range(kb):
-                    for r, h in T.grid(rr, halves):
-                        acc_i[T.ramp(r * ROWS + h * lanes, 1, lanes)] = T.broadcast(T.int32(0), lanes)
-                    for g in T.unroll(groups):
-                        xlo = T.broadcast(T.reinterpret("int32", xq.vload([m, j * bs + g * 4], "int8x4")), lanes)
-                        xhi = T.broadcast(T.reinterpret("int32", xq.vload([m, j * bs + bs // 2 + g * 4], "int8x4")),
-                                          lanes)
-                        for r in T.unroll(rr):
-                            for h in T.unroll(halves):
-                                v = w16.vload([task * rr + r, j, g, h * lanes, 0], f"uint8x{nb}")
-                                lo = v & T.broadcast(T.uint8(15), nb)
-                                hi = v >> T.broadcast(T.uint8(4), nb)
-                                at = T.ramp(r * ROWS + h * lanes, 1, lanes)
-                                acc_i[at] = _dot(_dot(acc_i[at], lo, xlo, kind, lanes), hi, xhi, kind, lanes)
-                    for r in T.unroll(rr):
-                        for h in T.unroll(halves):
-                            at = T.ramp(r * ROWS + h * lanes, 1, lanes)
-                            nrow = task * rr + r
-                            zf = T.Cast(f"float32x{lanes}", z16.vload([nrow, j, h * lanes], f"uint8x{lanes}"))
-                            d = T.Cast(f"float32x{lanes}", acc_i[at]) - zf * T.broadcast(
-                                T.Cast("float32", xsum[m, j]), lanes)
-                            sx = s16.vload([nrow, j, h * lanes], f"float32x{lanes}") * T.broadcast(xs[m, j], lanes)
-                            acc_f[at] = acc_f[at] + d * sx
-                for r in T.unroll(rr):
-                    for h in T.unroll(halves):
-                        y[m, T.ramp((task * rr + r) * ROWS + h * lanes, 1, lanes)] = acc_f[
-                            T.ramp(r * ROWS + h * lanes, 1, lanes)]
+        if m_ext < mt:
+            for task in T.parallel(n16 // rr):
+                for m in range(m_ext):
+                    tile(xq, xs, xsum, w16, s16, z16, y, task, m, rr, 1)
+        else:
+            for task in T.parallel(n16 // rr_tile):
+                for mo in range(m_ext // mt):
+                    tile(xq, xs, xsum, w16, s16, z16, y, task, mo * mt, rr_tile, mt)
+                for m in range(m_ext - m_ext % mt, m_ext):
+                    tile(xq, xs, xsum, w16, s16, z16, y, task, m, rr_tile, 1)
 
     return main

@@ -5,12 +5,13 @@
         acc[0:4, 0:L] = 0            # L lanes: one vector register (AVX-512) or two (AVX2) per row
         for j, b_outer in K/bs, bs/2/L:
           for r in unrolled(4):      # independent FMA chains; x's vectors loaded once for the four
-            acc[r, 0:L] += s[n, j] · (x[m, ·] · (lo(q) − z) + x[m, ·] · (hi(q) − z))    # L bytes of W
-        y[m, 4·n4 + r] = Σ acc[r]
+            acc[r, 0:L] += s[n, j] · (xz + xl · float(q) + x2 · float(q >> 4))    # L bytes of W (nbits._x_terms)
+        y[m, 4·n4 + r] = Σ acc[r]         # unrolled: the lanes summed in registers
 
 The reduction over a block's bytes is split by L and rfactor-ed, so the L lanes are independent
 partial sums: a vector of L bytes is loaded, widened, unpacked, converted and multiplied in
-registers, and no float weight is ever stored. L is 16 bytes (32 weights) or the block's bytes
+registers, and no float weight is ever stored. The per-token terms xl, x2, xz are computed first, each
+its own vectorised loop. L is 16 bytes (32 weights) or the block's bytes
 if fewer; LLVM maps a 16-lane float vector onto whatever the target (the host CPU, build.py's
 make_target) has: one zmm with AVX-512, two ymm with AVX2.
 
