@@ -192,39 +192,35 @@ def matmul_int8_func(n16: int, kb: int, block_size: int, kind: str) -> Any:
     mt = 4 if lanes == 16 else 2  # tokens per tile
     k_ext = kb * bs
     nb = 4 * lanes  # bytes per vector
-    vec = rr * ROWS  # accumulators per token, in lanes
+
+    def block_dot(xq: Any, w16: Any, row: Any, j: Any, h: Any, m: Any) -> Any:
+        """Σ over block j of codes × xq for 16 rows (lanes h·lanes …): an int32 vector, as one expression.
+        No buffer holds it, so it stays in registers; the loads of w16 it repeats for each token of a tile are
+        the same loads, which LLVM merges: each vector of codes is read and unpacked once for the tile."""
+        acc = T.broadcast(T.int32(0), lanes)
+        for g in range(groups):
+            v = w16.vload([row, j, g, h * lanes, 0], f"uint8x{nb}")
+            xlo = T.broadcast(T.reinterpret("int32", xq.vload([m, j * bs + g * 4], "int8x4")), lanes)
+            xhi = T.broadcast(T.reinterpret("int32", xq.vload([m, j * bs + bs // 2 + g * 4], "int8x4")), lanes)
+            acc = _dot(_dot(acc, v & T.broadcast(T.uint8(15), nb), xlo, kind, lanes),
+                       v >> T.broadcast(T.uint8(4), nb), xhi, kind, lanes)
+        return acc
 
     @T.macro
     def tile(xq: Any, xs: Any, xsum: Any, w16: Any, s16: Any, z16: Any, y: Any, task: Any, m0: Any, rows: int,
              tokens: int) -> None:
         """y[m0 : m0 + tokens, rows of task] (rows groups of 16)."""
-        acc_f = T.alloc_buffer((tokens * vec,), "float32", scope="local")
-        acc_i = T.alloc_buffer((tokens * vec,), "int32", scope="local")
+        acc_f = T.alloc_buffer((tokens * rows * ROWS,), "float32", scope="local")
         for t, r, h in T.grid(tokens, rows, halves):
-            acc_f[T.ramp(t * vec + r * ROWS + h * lanes, 1, lanes)] = T.broadcast(T.float32(0), lanes)
+            acc_f[T.ramp(t * rows * ROWS + r * ROWS + h * lanes, 1, lanes)] = T.broadcast(T.float32(0), lanes)
         for j in range(kb):
-            for t, r, h in T.grid(tokens, rows, halves):
-                acc_i[T.ramp(t * vec + r * ROWS + h * lanes, 1, lanes)] = T.broadcast(T.int32(0), lanes)
-            for g in T.unroll(groups):
-                for r in T.unroll(rows):
-                    for h in T.unroll(halves):
-                        v = w16.vload([task * rows + r, j, g, h * lanes, 0], f"uint8x{nb}")
-                        lo = v & T.broadcast(T.uint8(15), nb)
-                        hi = v >> T.broadcast(T.uint8(4), nb)
-                        for t in T.unroll(tokens):
-                            xlo = T.broadcast(T.reinterpret("int32", xq.vload([m0 + t, j * bs + g * 4], "int8x4")),
-                                              lanes)
-                            xhi = T.broadcast(T.reinterpret("int32", xq.vload([m0 + t, j * bs + bs // 2 + g * 4],
-                                                                              "int8x4")), lanes)
-                            at = T.ramp(t * vec + r * ROWS + h * lanes, 1, lanes)
-                            acc_i[at] = _dot(_dot(acc_i[at], lo, xlo, kind, lanes), hi, xhi, kind, lanes)
             for t in T.unroll(tokens):
                 for r in T.unroll(rows):
                     for h in T.unroll(halves):
-                        at = T.ramp(t * vec + r * ROWS + h * lanes, 1, lanes)
+                        at = T.ramp(t * rows * ROWS + r * ROWS + h * lanes, 1, lanes)
                         nrow = task * rows + r
                         zf = T.Cast(f"float32x{lanes}", z16.vload([nrow, j, h * lanes], f"uint8x{lanes}"))
-                        d = T.Cast(f"float32x{lanes}", acc_i[at]) - zf * T.broadcast(
+                        d = T.Cast(f"float32x{lanes}", block_dot(xq, w16, nrow, j, h, m0 + t)) - zf * T.broadcast(
                             T.Cast("float32", xsum[m0 + t, j]), lanes)
                         sx = s16.vload([nrow, j, h * lanes], f"float32x{lanes}") * T.broadcast(xs[m0 + t, j], lanes)
                         acc_f[at] = acc_f[at] + d * sx
@@ -232,7 +228,7 @@ def matmul_int8_func(n16: int, kb: int, block_size: int, kind: str) -> Any:
             for r in T.unroll(rows):
                 for h in T.unroll(halves):
                     y[m0 + t, T.ramp((task * rows + r) * ROWS + h * lanes, 1, lanes)] = acc_f[
-                        T.ramp(t * vec + r * ROWS + h * lanes, 1, lanes)]
+                        T.ramp(t * rows * ROWS + r * ROWS + h * lanes, 1, lanes)]
 
     @T.prim_func(s_tir=True)
     def main(xq_h: T.handle, xs_h: T.handle, xsum_h: T.handle, w16: T.Buffer((n16, kb, groups, ROWS, 4), "uint8"),
