@@ -71,3 +71,14 @@ def test_generation_with_int8_activations_stays_near_the_float_reference() -> No
     assert got.tokens == want.tokens
     for g, w in zip(got.scores, want.scores, strict=True):
         assert np.abs(g - w).max() <= 3e-2 * max(1.0, np.abs(w).max())
+
+
+def test_int8_activations_are_refused_where_there_is_no_int4_tvm_product() -> None:
+    from pseudoformer.errors import UsageError
+    from pseudoformer.generation import Generator
+    from pseudoformer.model import load
+
+    model = load("models/llama.alg", defines=["L=1", "H=2", "H_kv=1", "d_e=32", "d_mlp=64", "N_V=50", "d_attn=16"])
+    for backend, quantize in (("onnx", "int4"), ("tvm", None)):
+        with pytest.raises(UsageError, match="int8 activations"):
+            Generator(model, backend=backend, quantize=quantize, int8_activations=True)
