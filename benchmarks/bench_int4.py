@@ -70,13 +70,17 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} CPUs, load average {load:.1f}"
 
 
-def step_bytes(graph: object, weights: dict[str, np.ndarray]) -> int:
-    """Bytes of weights a decode step reads: every weight but the tables only gathered from (one row each)."""
+def step_bytes(graph: object) -> int:
+    """Bytes of weights a decode step reads: every weight but the tables only gathered from (one row each),
+    from the parameters' types (a generator may have released its arrays)."""
+    import math
+
     from pseudoformer.ir.ops import Op
 
-    other_readers = {s.attrs["name"] for n in graph.nodes() for s in n.src  # type: ignore[attr-defined]
-                     if s.op is Op.PARAM and n.op not in (Op.GATHER, Op.GATHER_NBITS)}
-    return sum(np.asarray(v).nbytes for k, v in weights.items() if k in other_readers)
+    sizes = {s.attrs["name"]: np.dtype(s.dtype.value).itemsize * math.prod(int(d) for d in s.shape)
+             for n in graph.nodes() for s in n.src  # type: ignore[attr-defined]
+             if s.op is Op.PARAM and n.op not in (Op.GATHER, Op.GATHER_NBITS)}
+    return sum(sizes.values())
 
 
 RUNGS = {"smollm2": "SmolLM2-135M", "qwen0.5b": "Qwen2.5-0.5B", "qwen1.5b": "Qwen2.5-1.5B"}  # genai's folders
@@ -119,12 +123,14 @@ def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: fl
     path, defines = SHAPES[shape]
     vocab = int(dict(d.split("=") for d in defines)["N_V"])
     model = load(ROOT / path, defines=defines, seed=0)
-    gens = {"tvm": Generator(model, backend="tvm", quantize=opts),  # threads: TVM_NUM_THREADS, set in main
-            "tvm8": Generator(model, backend="tvm", quantize=opts, int8_activations=True),
-            # last, and releasing the float32 weights once its files are written: one copy fewer held
-            "ort": Generator(model, backend="onnx", quantize=opts, contrib_ops=True, threads=args.threads,
-                             keep_weights=False)}
-    read = step_bytes(gens["tvm"].decoder.step, gens["tvm"].weights)
+    makers = {"tvm": lambda: Generator(model, backend="tvm", quantize=opts),  # threads: TVM_NUM_THREADS (main)
+              "tvm8": lambda: Generator(model, backend="tvm", quantize=opts, int8_activations=True),
+              # last, and releasing the float32 weights once its files are written: one copy fewer held
+              "ort": lambda: Generator(model, backend="onnx", quantize=opts, contrib_ops=True, threads=args.threads,
+                                       keep_weights=False)}
+    gens = {name: make() for name, make in makers.items() if name in args.contenders}
+    model.weights.clear()  # each generator holds what it runs: the float32 weights (2 GB for qwen0.5b) can go
+    read = step_bytes(next(iter(gens.values())).decoder.step)
     prompt = np.random.default_rng(0).integers(0, vocab, (1, args.prompt))
     greedy = Sampling(temperature=0)
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in CONTENDERS}
@@ -135,7 +141,7 @@ def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: fl
 
     calls: dict[str, Callable[[], None]] = {name: (lambda n=name: ours(n)) for name in gens}
     folder = args.genai_root / RUNGS.get(shape, "-") / "int4" if args.genai_root else None
-    if folder is not None and (folder / "genai_config.json").exists():
+    if "genai" in args.contenders and folder is not None and (folder / "genai_config.json").exists():
         genai = _genai_call(folder, args, vocab)
 
         def timed_genai() -> None:
@@ -272,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS),
+                    help="a subset, for shapes whose contenders do not fit one process's memory together")
     ap.add_argument("--genai-root", type=Path, help="ROOT/<rung>/int4: genai's int4 builder output per shape")
     ap.add_argument("--genai-python", type=Path, default=Path("/work/genai-venv/bin/python"),
                     help="the interpreter of onnxruntime-genai's own venv")
