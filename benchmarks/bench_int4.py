@@ -5,18 +5,22 @@ both from the same quantized graph, against the weight-bandwidth floor measured 
   models     random weights in a shape's hyperparameters, quantized as `--quantize int4 --quantize-embeddings`
              (blocks of 32, zero points, accuracy level 4 for onnxruntime: its fast int8 path; TVM computes in
              float32 whatever the level). Contenders, each a Generator with the key/value cache on 2 threads:
-               tvm   --backend tvm (our decode kernel, nbits_schedule.py)
+               tvm   --backend tvm (our float32 kernel, nbits.py and nbits_schedule.py)
+               tvm8  --backend tvm with int8 activations (nbits_int8.py: level 4's arithmetic, on VNNI)
                ort   --backend onnx --contrib-ops (MatMulNBits, GroupQueryAttention)
+               genai onnxruntime-genai's int4 builder output for a random checkpoint of the shape
+                     (scale_checkpoints.py; --genai-root ROOT reads ROOT/<rung>/int4, timed by genai_timing.py in
+                     the genai venv, one process a round: the same prompt length, not the same weights)
              A prompt of 128 random ids and --new greedy tokens; rounds interleave the contenders after a
              warm-up round. Reported: prefill and the median time per token (medians over rounds), and the
              floor: the bytes of weights a step reads (all of them but the tables only gathered from) over
              the bandwidth of a large streaming read (bench_llama.read_bandwidth). Greedy tokens must agree.
-  products   each distinct matrix of Qwen2.5-1.5B at one token: our kernel and one MatMulNBits (levels 0
-             and 4), as GB/s of int4 weights (codes and scales) against that bandwidth.
+  products   each distinct matrix of Qwen2.5-1.5B at one token: our kernels (float32 and int8 activations) and
+             one MatMulNBits (levels 0 and 4), as GB/s of int4 weights (codes and scales) against that bandwidth.
 
 Shapes: smollm2 (SmolLM2-135M), qwen0.5b (Qwen2.5-0.5B: 24 layers, d 896, 14/2 heads, d_mlp 4864,
-vocabulary 151936), qwen1.5b (Qwen2.5-1.5B: 28 layers, d 1536, 12/2 heads, d_mlp 8960; 7 GB of random
-float32 weights before quantization). genai's int4 builder is not a contender yet (see benchmarks/TVM.md).
+vocabulary 151936), qwen1.5b (Qwen2.5-1.5B: 28 layers, d 1536, 12/2 heads, d_mlp 8960; 6 GB of random
+float32 weights before quantization: more than a 4 GB process may hold).
 
     python benchmarks/bench_int4.py                          # both parts, every shape
     python benchmarks/bench_int4.py --shapes smollm2 --part models
@@ -26,13 +30,17 @@ float32 weights before quantization). genai's int4 builder is not a contender ye
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import resource
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -62,13 +70,21 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} CPUs, load average {load:.1f}"
 
 
-def step_bytes(graph: object, weights: dict[str, np.ndarray]) -> int:
-    """Bytes of weights a decode step reads: every weight but the tables only gathered from (one row each)."""
+def step_bytes(graph: object) -> int:
+    """Bytes of weights a decode step reads: every weight but the tables only gathered from (one row each),
+    from the parameters' types (a generator may have released its arrays)."""
+    import math
+
     from pseudoformer.ir.ops import Op
 
-    other_readers = {s.attrs["name"] for n in graph.nodes() for s in n.src  # type: ignore[attr-defined]
-                     if s.op is Op.PARAM and n.op not in (Op.GATHER, Op.GATHER_NBITS)}
-    return sum(np.asarray(v).nbytes for k, v in weights.items() if k in other_readers)
+    sizes = {s.attrs["name"]: np.dtype(s.dtype.value).itemsize * math.prod(int(d) for d in s.shape)
+             for n in graph.nodes() for s in n.src  # type: ignore[attr-defined]
+             if s.op is Op.PARAM and n.op not in (Op.GATHER, Op.GATHER_NBITS)}
+    return sum(sizes.values())
+
+
+RUNGS = {"smollm2": "SmolLM2-135M", "qwen0.5b": "Qwen2.5-0.5B", "qwen1.5b": "Qwen2.5-1.5B"}  # genai's folders
+CONTENDERS = ("tvm", "tvm8", "ort", "genai")
 
 
 def models_part(args: argparse.Namespace, bandwidth: float) -> None:
@@ -78,43 +94,78 @@ def models_part(args: argparse.Namespace, bandwidth: float) -> None:
     print(f"## per token and prefill of {args.prompt}, int4 (blocks of 32, zero points, embeddings too), "
           f"{args.threads} threads, {args.new} new tokens, medians of {args.rounds} rounds")
     print()
-    print("| shape | weights read per step | floor | TVM per token (× floor) | ORT per token (× floor) | "
-          "TVM / ORT | TVM prefill | ORT prefill | TVM / ORT |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| shape | weights read per step | floor | contender | per token (× floor) | ÷ ORT | ÷ genai | "
+          "prefill | ÷ ORT | ÷ genai |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for shape in args.shapes:
-        print(time_shape(shape, args, opts, bandwidth))
+        for row in time_shape(shape, args, opts, bandwidth):
+            print(row, flush=True)
     print()
 
 
-def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: float) -> str:
-    """One row of the models table: TVM and ORT generating from the same random model, interleaved."""
+def _genai_call(folder: Path, args: argparse.Namespace, vocab: int) -> Callable[[], dict[str, Any]]:
+    """One round of genai_timing.py in the genai venv (a warm-up generation, then one timed)."""
+    def call() -> dict[str, Any]:
+        out = subprocess.run([str(args.genai_python), str(HERE / "genai_timing.py"), str(folder), "--prompt",
+                              str(args.prompt), "--new", str(args.new), "--threads", str(args.threads), "--rounds",
+                              "1", "--vocab", str(vocab)], capture_output=True, text=True, check=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    return call
+
+
+def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: float) -> list[str]:
+    """The rows of one shape: each contender generating on the same prompt length, rounds interleaved."""
     from interleaved_timing import round_robin
 
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load
 
     path, defines = SHAPES[shape]
-    model = load(ROOT / path, defines=defines, seed=0)
-    gens = {"tvm": Generator(model, backend="tvm", quantize=opts),  # threads: TVM_NUM_THREADS, set in main
-            "ort": Generator(model, backend="onnx", quantize=opts, contrib_ops=True, threads=args.threads)}
     vocab = int(dict(d.split("=") for d in defines)["N_V"])
+    model = load(ROOT / path, defines=defines, seed=0)
+    makers = {"tvm": lambda: Generator(model, backend="tvm", quantize=opts),  # threads: TVM_NUM_THREADS (main)
+              "tvm8": lambda: Generator(model, backend="tvm", quantize=opts, int8_activations=True),
+              # last, and releasing the float32 weights once its files are written: one copy fewer held
+              "ort": lambda: Generator(model, backend="onnx", quantize=opts, contrib_ops=True, threads=args.threads,
+                                       keep_weights=False)}
+    gens = {name: make() for name, make in makers.items() if name in args.contenders}
+    model.weights.clear()  # each generator holds what it runs: the float32 weights (2 GB for qwen0.5b) can go
+    read = step_bytes(next(iter(gens.values())).decoder.step)
     prompt = np.random.default_rng(0).integers(0, vocab, (1, args.prompt))
     greedy = Sampling(temperature=0)
-    runs: dict[str, list] = {name: [] for name in gens}
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in CONTENDERS}
 
-    def call(name: str) -> None:
-        runs[name].append(gens[name].generate(prompt, max_new_tokens=args.new, sampling=greedy))
+    def ours(name: str) -> None:
+        g = gens[name].generate(prompt, max_new_tokens=args.new, sampling=greedy)
+        runs[name].append((g.prefill_seconds, statistics.median(g.step_seconds)))
 
-    round_robin({name: (lambda n=name: call(n)) for name in gens}, reps=args.rounds, gap_s=0.3)
-    agree = runs["tvm"][-1].tokens == runs["ort"][-1].tokens
-    step = {n: statistics.median(statistics.median(g.step_seconds) for g in rs[1:]) for n, rs in runs.items()}
-    pre = {n: statistics.median(g.prefill_seconds for g in rs[1:]) for n, rs in runs.items()}
-    read = step_bytes(gens["tvm"].decoder.step, gens["tvm"].weights)
+    calls: dict[str, Callable[[], None]] = {name: (lambda n=name: ours(n)) for name in gens}
+    folder = args.genai_root / RUNGS.get(shape, "-") / "int4" if args.genai_root else None
+    if "genai" in args.contenders and folder is not None and (folder / "genai_config.json").exists():
+        genai = _genai_call(folder, args, vocab)
+
+        def timed_genai() -> None:
+            out = genai()
+            runs["genai"].append((out["prefill_s"][0], out["step_s"][0]))
+        calls["genai"] = timed_genai
+    round_robin(calls, reps=args.rounds, gap_s=0.3)
+    step = {n: statistics.median(t[1] for t in rs[-args.rounds:]) for n, rs in runs.items() if rs}
+    pre = {n: statistics.median(t[0] for t in rs[-args.rounds:]) for n, rs in runs.items() if rs}
     floor = read / bandwidth
-    return (f"| {shape} | {read / 1e6:.0f} MB | {floor * 1e3:.2f} ms | {step['tvm'] * 1e3:.2f} ms "
-            f"({step['tvm'] / floor:.1f}×) | {step['ort'] * 1e3:.2f} ms ({step['ort'] / floor:.1f}×) | "
-            f"{step['tvm'] / step['ort']:.2f} | {pre['tvm'] * 1e3:.0f} ms | {pre['ort'] * 1e3:.0f} ms | "
-            f"{pre['tvm'] / pre['ort']:.2f} |" + ("" if agree else " tokens differ (level 4's int8 activations)"))
+
+    def ratio(d: dict[str, float], n: str, other: str) -> str:
+        return f"{d[n] / d[other]:.2f}" if other in d and n != other else ""
+
+    rows = []
+    for n in CONTENDERS:
+        if n not in step:
+            continue
+        rows.append(f"| {shape} | {read / 1e6:.0f} MB | {floor * 1e3:.2f} ms | {n} | {step[n] * 1e3:.2f} ms "
+                    f"({step[n] / floor:.1f}×) | {ratio(step, n, 'ort')} | {ratio(step, n, 'genai')} | "
+                    f"{pre[n] * 1e3:.0f} ms | {ratio(pre, n, 'ort')} | {ratio(pre, n, 'genai')} |")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    print(f"<!-- {shape}: peak RSS of this process {rss:.1f} GB -->")
+    return rows
 
 
 def _ort_matmulnbits(n: int, k: int, level: int, operands: list[np.ndarray], threads: int) -> object:
@@ -156,6 +207,34 @@ def block_medians(calls: dict[str, object], *, blocks: int, runs: int, gap_s: fl
     return {name: statistics.median(t) for name, t in per_block.items()}
 
 
+def int8_product(shape: Any, ops: list[np.ndarray], x: np.ndarray, target: Any) -> Callable[[], None]:
+    """nbits_int8's kernel for one product, checked against numpy's emulation: a call of it (the activations'
+    quantization, a per-token pass over K elements, is left out: the product's weights are what is timed)."""
+    import tvm
+
+    from pseudoformer.backends.tvm import nbits_int8 as q8
+
+    kb, n16 = shape.k // shape.block_size, -(-shape.n // q8.ROWS)
+    f = tvm.compile(tvm.IRModule({"main": q8.matmul_int8_func(n16, kb, shape.block_size, q8.isa(target))}),
+                    target=target)["main"]
+    xq, xs, xsum = q8.quantize_x_reference(x, shape.block_size)
+    weights = [q8.rows16_codes(ops[0]), q8.rows16_scales(ops[1]), q8.rows16_zero_points(None, shape.n, kb)]
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(a, dev) for a in [xq, xs, xsum, *weights, np.zeros((1, n16 * q8.ROWS), np.float32)]]
+    f(*args)
+    rows = min(shape.n, 2048)  # checked on the first rows: W in float64 would be 1.9 GB for the unembedding
+    want = (xq.reshape(1, kb, -1) * xs[..., None]).reshape(1, -1).astype(np.float64) @ q8_dequantized(ops, rows).T
+    assert np.abs(args[-1].numpy()[:, :rows] - want).max() <= 1e-5 * np.abs(want).max()
+    return lambda: f(*args)
+
+
+def q8_dequantized(ops: list[np.ndarray], rows: int) -> np.ndarray:
+    """The first `rows` rows of W [N, K] from symmetric Q4_0-ordered codes and scales, in float64."""
+    packed, scales = ops[0][:rows], ops[1][:rows]
+    codes = np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.float64) - 8
+    return (codes * scales[..., None]).reshape(rows, -1)
+
+
 def products_part(args: argparse.Namespace, bandwidth: float) -> None:
     import tvm
 
@@ -168,8 +247,8 @@ def products_part(args: argparse.Namespace, bandwidth: float) -> None:
           f"(TVM: TVM_NUM_THREADS={os.environ.get('TVM_NUM_THREADS')}); GB/s of weights read and % of "
           f"{bandwidth / 1e9:.1f} GB/s")
     print()
-    print("| product | N × K | weights | TVM (ours) | ORT level 0 | ORT level 4 |")
-    print("|---|---|---|---|---|---|")
+    print("| product | N × K | weights | TVM float32 (ours) | TVM int8 activations (ours) | ORT level 0 | ORT level 4 |")
+    print("|---|---|---|---|---|---|---|")
     dev = tvm.cpu()
     for name, (n, k) in products.items():
         shape = Shape(n, k)
@@ -181,11 +260,12 @@ def products_part(args: argparse.Namespace, bandwidth: float) -> None:
         want = x.astype(np.float64) @ w.T
         assert np.abs(targs[-1].numpy() - want).max() <= 1e-4 * np.abs(want).max(), name
         sessions = {lv: _ort_matmulnbits(n, k, lv, ops, args.threads) for lv in (0, 4)}
-        calls = {"tvm": lambda f=lib["main"], a=targs: f(*a),
+        int8 = int8_product(shape, ops, x, target)
+        calls = {"tvm": lambda f=lib["main"], a=targs: f(*a), "tvm8": int8,
                  **{f"ort{lv}": (lambda s=s, x=x: s.run(None, {"A": x})) for lv, s in sessions.items()}}
         times = block_medians(calls, blocks=5, runs=20 if n * k < 5e7 else 5)
         cells = [f"{times[c] * 1e3:.3f} ms, {shape.weight_bytes / times[c] / 1e9:.1f} GB/s "
-                 f"({100 * shape.weight_bytes / times[c] / bandwidth:.0f} %)" for c in ("tvm", "ort0", "ort4")]
+                 f"({100 * shape.weight_bytes / times[c] / bandwidth:.0f} %)" for c in ("tvm", "tvm8", "ort0", "ort4")]
         print(f"| {name} | {n} × {k} | {shape.weight_bytes / 1e6:.1f} MB | " + " | ".join(cells) + " |")
     print()
 
@@ -198,6 +278,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS),
+                    help="a subset, for shapes whose contenders do not fit one process's memory together")
+    ap.add_argument("--genai-root", type=Path, help="ROOT/<rung>/int4: genai's int4 builder output per shape")
+    ap.add_argument("--genai-python", type=Path, default=Path("/work/genai-venv/bin/python"),
+                    help="the interpreter of onnxruntime-genai's own venv")
     ap.add_argument("--quick", action="store_true", help="the tiny Llama, small products, short prompt: a smoke run")
     args = ap.parse_args(argv)
     if args.quick:

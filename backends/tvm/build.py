@@ -29,7 +29,8 @@ from pseudoformer.backends.tvm.fastmath import fast_math
 from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.lower import Lowered, to_relax
 from pseudoformer.backends.tvm.lowerings import accepts
-from pseudoformer.backends.tvm.nbits import split_weights
+from pseudoformer.backends.tvm.nbits import split_params, split_weights
+from pseudoformer.backends.tvm.nbits_int8 import int8_weights
 from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
 from pseudoformer.errors import BackendError, UsageError
@@ -230,14 +231,16 @@ def _quiet_stderr() -> contextlib.AbstractContextManager[None]:
 def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: str = "llvm",
                   params: str = "args", schedule: bool = True, dtype: str = "float32",
                   metadata: Mapping[str, str] | None = None, opt_level: int = 0, verify: bool = False,
-                  quantize: QuantizeOptions | None = None) -> TVMModel:
+                  quantize: QuantizeOptions | None = None, int8_activations: bool = False) -> TVMModel:
     """Lower `graph`, compile it for `target` ("llvm" or "cuda"), and return a runnable TVMModel.
 
     params="args" (the default) passes the weights at run time and saves them beside the
     library; "bind" puts them into the library as constants, which for GPT-2 small doubles the
     compile time and makes saving five times slower, for no gain at run time (benchmarks/TVM.md).
     schedule=False leaves TVM's default code, for comparison. dtype="float16" computes in half
-    precision (passes/float16.py), the weights stored as float16.
+    precision (passes/float16.py), the weights stored as float16. int8_activations: the 4-bit products round
+    their activations to int8 per block and multiply in integers (VNNI where the CPU has it), as onnxruntime's
+    accuracy level 4 does: faster, no longer exact (nbits_int8.py); a CPU option.
     """
     if params not in PARAM_MODES:
         raise BackendError(f"params must be one of {', '.join(PARAM_MODES)}, got {params!r}")
@@ -248,7 +251,10 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
         raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
     _check_shapes(graph, weights)
     graph, folded = prepare(graph, weights, dtype, opt_level=opt_level, verify=verify, quantize=quantize)
-    lowered = to_relax(graph, target_kind=tgt.kind.name)
+    int8 = int8_activations and tgt.kind.name == "llvm"
+    lowered = to_relax(graph, target_kind=tgt.kind.name, int8=int8)
+    if int8:
+        folded = {**folded, **int8_weights(graph, split_params(graph), folded)}
     mod = lowered.mod
     names = [n for n, _ in lowered.params]
     if schedule and tgt.kind.name == "llvm":

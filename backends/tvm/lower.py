@@ -26,6 +26,8 @@ from typing import Any
 
 from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.lowerings import LOWERINGS
+from pseudoformer.backends.tvm.nbits import split_params
+from pseudoformer.backends.tvm.nbits_int8 import int8_params
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
@@ -53,11 +55,11 @@ class Lowered:
     params: list[tuple[str, TensorType]]  # the arguments after the inputs, in order
 
 
-def to_relax(graph: Graph, *, func_name: str = "main", target_kind: str = "llvm") -> Lowered:
+def to_relax(graph: Graph, *, func_name: str = "main", target_kind: str = "llvm", int8: bool = False) -> Lowered:
     """Lower `graph` to an IRModule whose `func_name` takes (*inputs, *params) and returns the outputs.
 
     `target_kind` ("llvm", "cuda") is for the lowerings whose computation depends on it (quantized.py)."""
-    return RelaxLowering(graph, target_kind).lower(func_name)
+    return RelaxLowering(graph, target_kind, int8=int8).lower(func_name)
 
 
 def _var_name(name: str) -> str:
@@ -71,9 +73,10 @@ def _is_size(n: Node) -> bool:
 
 
 class RelaxLowering:
-    def __init__(self, graph: Graph, target_kind: str = "llvm") -> None:
+    def __init__(self, graph: Graph, target_kind: str = "llvm", *, int8: bool = False) -> None:
         self.graph = graph
         self.target_kind = target_kind
+        self.int8 = int8 and target_kind == "llvm"  # 4-bit products with int8 activations (nbits_int8.py)
         self.bb = relax.BlockBuilder()
         self.dims: dict[str, Any] = {}  # IR dim name -> its size: a tirx.Var or an expression of them
         self.vals: dict[int, Any] = {}  # IR node id -> Relax expression
@@ -109,7 +112,11 @@ class RelaxLowering:
         params = g.params()
         for p in params:
             self.param_vars[p.attrs["name"]] = relax.Var(_var_name(p.attrs["name"]), self._rtype(p.type))
-        args = inputs + [self.param_vars[p.attrs["name"]] for p in params]
+        # the int8 kernels' weights, laid out at compile time (build.py computes them): parameters of their own
+        extra = int8_params(g, split_params(g)) if self.int8 else {}
+        for name, t in extra.items():
+            self.param_vars[name] = relax.Var(_var_name(name), self._rtype(t))
+        args = inputs + [self.param_vars[p.attrs["name"]] for p in params] + [self.param_vars[k] for k in extra]
         with self.bb.function(func_name, args, attrs={"num_input": len(inputs)}):
             with self.bb.dataflow():
                 for i, n in enumerate(g.nodes()):
@@ -123,7 +130,7 @@ class RelaxLowering:
             self.bb.get(),
             [(n.attrs["name"], n.type) for n in g.inputs],
             [(name, n.type) for name, n in g.outputs],
-            [(p.attrs["name"], p.type) for p in params],
+            [(p.attrs["name"], p.type) for p in params] + list(extra.items()),
         )
 
     def emit(self, expr: Any, n: Node | None = None) -> Any:

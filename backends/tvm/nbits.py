@@ -18,6 +18,8 @@ packed operand computed in the graph keeps onnxruntime's order (`split=False`).
 
     y[m, n] = Σ_j s[n, j] · Σ_b x[m, j·bs + b] · (lo(q[n, j, b]) − z) + x[m, j·bs + bs/2 + b] · (hi(q) − z)
 
+computed as Σ_j s[n, j] · Σ_b xz + xl · float(q) + x2 · float(q >> 4) with per-token terms (`_x_terms`).
+
 nbits_schedule.py puts the product on the CPU's vectors; the gather is injective and takes the
 fallback schedule.
 """
@@ -90,6 +92,35 @@ def _nibbles(q: Any) -> tuple[Any, Any]:
     return (q & 15), (q >> 4)
 
 
+def _x_terms(x: te.Tensor, kb: Any, bs: int, split: bool, z: int | None) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
+    """Per token, the activations as the 4-bit product reads them, each [M, kb, bs/2] (a third of x's size apiece):
+
+      xl = x_lo, the activations of the low nibbles;   x2 = x_hi − 16·x_lo;
+      xz = −z·(x_lo + x_hi) for a symmetric z, else x_lo + x_hi (multiplied by each block's −z).
+
+    With f = float(byte) and h = float(byte >> 4) (so lo = f − 16h), a byte's term is
+    x_lo·(lo − z) + x_hi·(hi − z) = xl·f + x2·h + xz: two conversions and three FMAs, no mask and no
+    integer subtraction (10 → 7 vector instructions per 32 weights, measured in the assembly). Gathering
+    x_lo and x_hi here also makes onnxruntime's interleaved nibble order (split=False) contiguous."""
+    m_ext, h = x.shape[0], bs // 2
+
+    def lo(m: Any, j: Any, b: Any) -> Any:
+        return x[m, j * bs + b] if split else x[m, j * bs + 2 * b]
+
+    def hi(m: Any, j: Any, b: Any) -> Any:
+        return x[m, j * bs + h + b] if split else x[m, j * bs + 2 * b + 1]
+
+    shape = (m_ext, kb, h)
+    xl = te.compute(shape, lo, name="x_lo")
+    x2 = te.compute(shape, lambda m, j, b: hi(m, j, b) - tirx.const(16.0, F32) * lo(m, j, b), name="x_hi16")
+    if z is None:
+        xz = te.compute(shape, lambda m, j, b: lo(m, j, b) + hi(m, j, b), name="x_sum")
+    else:
+        xz = te.compute(shape, lambda m, j, b: tirx.const(-float(z), F32) * (lo(m, j, b) + hi(m, j, b)),
+                        name="x_sum")
+    return xl, x2, xz
+
+
 def matmul_nbits(x: te.Tensor, packed: te.Tensor, scales: te.Tensor, zp: te.Tensor | None, *, bits: int,
                  block_size: int, split: bool) -> te.Tensor:
     """y [M, N] = x [M, kb·bs] · Wᵀ for W block-quantized (x zero-padded past K by the caller)."""
@@ -98,13 +129,13 @@ def matmul_nbits(x: te.Tensor, packed: te.Tensor, scales: te.Tensor, zp: te.Tens
     j = te.reduce_axis((0, kb), "j")
     if bits == 4:
         b = te.reduce_axis((0, bs // 2), "b")
-        # k of the low and the high nibble of byte b
-        k_lo, k_hi = ((j * bs + b, j * bs + bs // 2 + b) if split else (j * bs + 2 * b, j * bs + 2 * b + 1))
+        xl, x2, xz = _x_terms(x, kb, bs, split, None if zp is not None else 8)
 
         def pair(m: Any, n: Any) -> Any:
-            lo, hi = _nibbles(packed[n, j, b])
-            z = _zero_point(zp, n, j, 4)
-            dot = x[m, k_lo] * (lo - z).astype(F32) + x[m, k_hi] * (hi - z).astype(F32)
+            byte = packed[n, j, b].astype("int32")
+            # the constant term first, so that each product is an FMA into it (LLVM contracts a·b + c in order)
+            c = xz[m, j, b] if zp is None else -xz[m, j, b] * _zero_point(zp, n, j, 4).astype(F32)
+            dot = (c + xl[m, j, b] * byte.astype(F32)) + x2[m, j, b] * (byte >> 4).astype(F32)
             return te.sum(dot * scales[n, j].astype(F32), axis=[j, b])
 
         return te.compute((m_ext, n_ext), pair, name="matmul_nbits")

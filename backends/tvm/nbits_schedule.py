@@ -5,12 +5,13 @@
         acc[0:4, 0:L] = 0            # L lanes: one vector register (AVX-512) or two (AVX2) per row
         for j, b_outer in K/bs, bs/2/L:
           for r in unrolled(4):      # independent FMA chains; x's vectors loaded once for the four
-            acc[r, 0:L] += s[n, j] · (x[m, ·] · (lo(q) − z) + x[m, ·] · (hi(q) − z))    # L bytes of W
-        y[m, 4·n4 + r] = Σ acc[r]
+            acc[r, 0:L] += s[n, j] · (xz + xl · float(q) + x2 · float(q >> 4))    # L bytes of W (nbits._x_terms)
+        y[m, 4·n4 + r] = Σ acc[r]         # unrolled: the lanes summed in registers
 
 The reduction over a block's bytes is split by L and rfactor-ed, so the L lanes are independent
 partial sums: a vector of L bytes is loaded, widened, unpacked, converted and multiplied in
-registers, and no float weight is ever stored. L is 16 bytes (32 weights) or the block's bytes
+registers, and no float weight is ever stored. The per-token terms xl, x2, xz are computed first, each
+its own vectorised loop. L is 16 bytes (32 weights) or the block's bytes
 if fewer; LLVM maps a 16-lane float vector onto whatever the target (the host CPU, build.py's
 make_target) has: one zmm with AVX-512, two ymm with AVX2.
 
@@ -28,6 +29,7 @@ tvm = require_tvm()
 from tvm import s_tir, tirx  # noqa: E402
 
 LANES = 16
+X_TERMS = ("x_lo", "x_hi16", "x_sum")
 ROWS = 4  # rows of W per step: four independent accumulator chains, one load of x for all four
 
 
@@ -51,9 +53,21 @@ def schedule_nbits(func: Any, target: Any, _tunable: bool = False) -> Any:
     rf = sch.rfactor(bi, factor_axis=2)
     no_rf, m_rf, j_rf, *_ = sch.get_loops(rf)
     sch.reverse_compute_at(blk, m_rf)  # the lanes' sums under the same (rows, m): acc lives per tile
+    # Unrolled, the lanes' sums are straight-line code whose partial sums LLVM keeps in registers; as a loop
+    # each add waited on the store before it (2× the time of the products for K = 576, measured).
+    for loop in sch.get_loops(blk)[2:]:  # the lanes, and the rows where there are several
+        sch.unroll(loop)
     sch.parallel(no_rf)
     *_, ni_rf, bi_rf = sch.get_loops(rf)
     sch.vectorize(bi_rf)
     sch.unroll(ni_rf)
     sch.decompose_reduction(rf, j_rf)
+    for name in X_TERMS:  # the 4-bit product's activation terms (nbits._x_terms): small, per token
+        try:
+            xb = sch.get_sblock(name)
+        except Exception:  # 8 bits: none
+            continue
+        inner = sch.get_loops(xb)[-1]
+        if isinstance(sch.get(inner).extent, tirx.IntImm):
+            sch.vectorize(inner)
     return sch

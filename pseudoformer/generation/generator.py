@@ -59,7 +59,8 @@ class Generator:
     def __init__(self, model: Model, *, decoder_input: str = "x", encoder_input: str | None = None,
                  output: str | None = None, model_output: str = "logits", backend: str = "onnx",
                  opt_level: int = 2, cache: bool = True, threads: int | None = None, provider: str = "cpu",
-                 quantize: str | QuantizeOptions | None = None, contrib_ops: bool = False, keep_weights: bool = True) -> None:
+                 quantize: str | QuantizeOptions | None = None, contrib_ops: bool = False, keep_weights: bool = True,
+                 int8_activations: bool = False) -> None:
         from pseudoformer.backends.options import CompileOptions
         from pseudoformer.backends.pipeline import model_passes, run
         from pseudoformer.optimize import check_level, debugging
@@ -71,6 +72,8 @@ class Generator:
         check_threads(threads)
         if contrib_ops and backend != "onnx":
             raise UsageError("--contrib-ops is for the onnx backend (onnxruntime's com.microsoft kernels)")
+        if int8_activations and (backend != "tvm" or quantize is None):
+            raise UsageError("int8 activations are for the tvm backend's 4-bit products (--backend tvm --quantize int4)")
         check_level(opt_level)
         if cache and opt_level < 2:
             raise UsageError(f"the key/value cache is derived from fused attention, which -O{opt_level} does not "
@@ -108,7 +111,8 @@ class Generator:
                                          positions=seq)
             self.decoder: IncrementalDecoder | None = dec
             self.runtime: Runtime = _runtime(backend, dec, self.output, model, self.weights, threads, provider,
-                                             contrib_ops, self._release if not keep_weights else None)
+                                             contrib_ops, self._release if not keep_weights else None,
+                                             int8_activations)
         else:
             self.decoder = None
             full = run_passes(graph, named_pipeline("generation-uncached"), ctx=ctx)
@@ -196,7 +200,8 @@ def _ids(value: Any, what: str) -> np.ndarray:
 
 
 def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, weights: Mapping[str, np.ndarray],
-             threads: int | None, provider: str, contrib_ops: bool, release: Callable[[], None] | None) -> Runtime:
+             threads: int | None, provider: str, contrib_ops: bool, release: Callable[[], None] | None,
+             int8_activations: bool = False) -> Runtime:
     if backend == "numpy":
         return NumpyRuntime(dec, output, weights)
     if backend == "onnx":
@@ -206,7 +211,7 @@ def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, w
                            metadata=model_metadata(model, 2), contrib_ops=contrib_ops, release=release)
     from pseudoformer.generation.tvm_runtime import TvmRuntime
 
-    return TvmRuntime(dec, output, weights, threads=threads)  # takes dec.step unsliced
+    return TvmRuntime(dec, output, weights, threads=threads, int8_activations=int8_activations)  # dec.step unsliced
 
 
 class _FullRuntime:

@@ -19,7 +19,7 @@ from pseudoformer.passes.kv_cache import IncrementalDecoder
 
 class TvmRuntime:
     def __init__(self, dec: IncrementalDecoder, output: str, weights: Mapping[str, np.ndarray], *,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, int8_activations: bool = False) -> None:
         from pseudoformer.deploy_tvm import _build
         from pseudoformer.errors import BackendError
 
@@ -28,7 +28,7 @@ class TvmRuntime:
         build = _build()
         self.dec, self.output = dec, output
         try:
-            self.step_model = build.compile_graph(dec.step, weights)
+            self.step_model = build.compile_graph(dec.step, weights, int8_activations=int8_activations)
             self.encoder_model = build.compile_graph(dec.encoder, weights) if dec.encoder is not None else None
         except BackendError as e:
             raise UsageError(str(e)) from None

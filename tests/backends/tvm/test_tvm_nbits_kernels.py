@@ -5,11 +5,9 @@ multiple of the schedule's four-row tile."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-import tvm_util  # noqa: F401  (skips without TVM)
+import tvm_util  # skips without TVM
 
 from pseudoformer.backends.tvm.build import make_target
 from pseudoformer.backends.tvm.nbits_kernel import Shape, assembly, build, random_operands
@@ -17,16 +15,7 @@ from pseudoformer.backends.tvm.nbits_kernel import Shape, assembly, build, rando
 tvm = pytest.importorskip("tvm")
 
 
-def _flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
-
-
-FLAGS = _flags()
+FLAGS = tvm_util.cpu_flags()
 PATHS = [
     pytest.param("avx2", marks=pytest.mark.skipif(not {"avx2", "fma"} <= FLAGS, reason="this CPU has no AVX2")),
     pytest.param("host", marks=pytest.mark.skipif("avx512f" not in FLAGS,

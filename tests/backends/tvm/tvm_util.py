@@ -17,3 +17,13 @@ pytest.importorskip("tvm.relax", reason="apache-tvm is not installed: pip instal
 BACKENDS = Path(__file__).resolve().parents[1]
 if str(BACKENDS) not in sys.path:  # the ONNX tests' case tables live there, and are ours too
     sys.path.append(str(BACKENDS))
+
+
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags as Linux lists them (empty elsewhere): which kernel paths a test can run."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.split(":", 1)[-1].split())
