@@ -20,6 +20,7 @@ import pytest
 
 import pseudoformer
 from pseudoformer.deploy import run_onnx
+from pseudoformer.errors import UsageError
 from pseudoformer.weights import load_weights, open_weights
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,3 +93,21 @@ def test_streamed_compile_equals_the_eager_model(tmp_path: Path) -> None:
     got = run_onnx(str(path), {"x": x})
     for name, value in want.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-4)
+
+
+def test_refusal_judges_the_streaming_peak(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A streamed checkpoint is refused by what streaming holds (1 GiB and twice the largest tensor),
+    not by the whole model's bytes: memory for one but not the other compiles streamed, refuses eager."""
+    import pseudoformer.model_checks as checks
+
+    config = {**SHAPE, "num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 96, "vocab_size": 80}
+    write_checkpoint(tmp_path, config)
+    largest = 4 * 96 * 64  # an MLP matrix, d_mlp × d_e
+    monkeypatch.setattr(checks, "STREAMING_BASE", 0)
+    monkeypatch.setattr(checks, "available_memory", lambda: 2 * largest + 1)  # less than the whole model
+    pseudoformer.load("llama", weights=tmp_path, lazy_weights=True)
+    with pytest.raises(UsageError, match="the parameters of Llama take"):
+        pseudoformer.load("llama", weights=tmp_path)
+    monkeypatch.setattr(checks, "available_memory", lambda: 2 * largest - 1)
+    with pytest.raises(UsageError, match="streamed one tensor at a time, the parameters of Llama need"):
+        pseudoformer.load("llama", weights=tmp_path, lazy_weights=True)
