@@ -17,8 +17,9 @@ survives exec), so a parent that had held a 512 MB probe reported every child at
 `--layers 12,24,48` adds compile times of SmolLM2-135M's shape at those layer counts (fp32: the passes and
 the writer; quantization's time is per weight, linear by construction): the compile must grow linearly in
 the layers. `--genai` also runs onnxruntime-genai's model builder
-(`-p int4`) on each rung in its own virtual environment (benchmarks/.genai-venv, as bench_llama.py makes
-it); the builder loads the checkpoint with transformers.
+(`-p fp32`, `-p int4`) on each rung in its own virtual environment ($PSEUDOFORMER_GENAI_PYTHON, else
+benchmarks/.genai-venv/bin/python); the builder loads the checkpoint with transformers. `--method rtn`
+quantizes by rounding to nearest (one pass; the balanced default takes ~20).
 
     python benchmarks/bench_scale.py --rungs SmolLM2-135M,Qwen2.5-0.5B --layers 12,24,48
     python benchmarks/bench_scale.py --rungs Mistral-7B --no-fp32 --max-rss-gb 20
@@ -52,12 +53,13 @@ import json, resource, sys, time
 import numpy as np
 from pseudoformer.generation.api import prepare, run_plan
 from pseudoformer.quantization import options
-alg, ckpt, new = sys.argv[1], sys.argv[2], int(sys.argv[3])
+alg, ckpt, new, method = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 start = time.perf_counter()
-p = prepare(alg, weights=ckpt, quantize=options("int4"))
+p = prepare(alg, weights=ckpt, quantize=options("int4", method=method))
 load = time.perf_counter() - start
+loaded_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the peak up to a ready session
 result, _ = run_plan(p, prompt_ids=list(range(1, 9)), max_new_tokens=new, temperature=0.0)
-print(json.dumps({"load_s": load, "prefill_s": result.prefill_seconds,
+print(json.dumps({"load_s": load, "load_rss": loaded_rss, "prefill_s": result.prefill_seconds,
                   "step_s": float(np.median(result.step_seconds)),
                   "file_bytes": sum(f.stat().st_size for f in p.generator.runtime.files.directory.iterdir())}))
 """
@@ -84,10 +86,11 @@ def files_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in (path, path.with_name(path.name + ".data")) if p.exists())
 
 
-def compile_rung(alg: Path, ckpt: Path, out: Path, quantize: bool, log: Path) -> dict[str, Any]:
+def compile_rung(alg: Path, ckpt: Path, out: Path, quantize: bool, log: Path, method: str = "balanced",
+                 ) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "pseudoformer.cli", "compile", str(alg), "--weights", str(ckpt), "-o", str(out)]
     if quantize:
-        cmd += ["--quantize", "int4"]
+        cmd += ["--quantize", "int4", "--quantize-method", method]
     seconds, rss, _ = run(cmd, log)
     size = files_bytes(out)
     for p in (out, out.with_name(out.name + ".data")):
@@ -95,37 +98,34 @@ def compile_rung(alg: Path, ckpt: Path, out: Path, quantize: bool, log: Path) ->
     return {"s": seconds, "rss": rss, "bytes": size}
 
 
-def generate_rung(alg: Path, ckpt: Path, new: int, log: Path) -> dict[str, Any]:
-    seconds, rss, out = run([sys.executable, "-c", _GENERATE, str(alg), str(ckpt), str(new)], log)
+def generate_rung(alg: Path, ckpt: Path, new: int, log: Path, method: str = "balanced") -> dict[str, Any]:
+    seconds, rss, out = run([sys.executable, "-c", _GENERATE, str(alg), str(ckpt), str(new), method], log)
     return {"s": seconds, "rss": rss, **json.loads(out.strip().splitlines()[-1])}
 
 
-GENAI_VENV = ROOT / "benchmarks" / ".genai-venv"
-# onnxruntime-genai 0.18's builder imports onnx_ir, which pseudoformer does not depend on: installed beside
-# the genai venv (`pip install --no-deps --target benchmarks/.genai-venv/builder-extras onnx-ir`) and put on
-# the builder's path only.
-EXTRAS = GENAI_VENV / "builder-extras"
+# onnxruntime-genai lives in a virtual environment of its own (onnxruntime-genai, torch, transformers, onnx,
+# onnxscript, onnx_ir): its python is $PSEUDOFORMER_GENAI_PYTHON, else benchmarks/.genai-venv/bin/python.
+GENAI_PYTHON = Path(os.environ.get("PSEUDOFORMER_GENAI_PYTHON", ROOT / "benchmarks" / ".genai-venv" / "bin" / "python"))
 
 
 def genai_builder() -> Path | None:
-    """The model builder's folder in the genai venv, or None when the venv or its extras are missing."""
-    python = GENAI_VENV / "bin" / "python"
-    if not python.exists() or not (EXTRAS / "onnx_ir").is_dir():
+    """genai's python when it has the model builder, or None."""
+    if not GENAI_PYTHON.exists():
         return None
-    found = subprocess.run([str(python), "-c", "import onnxruntime_genai, os; "
-                            "print(os.path.dirname(onnxruntime_genai.__file__))"], capture_output=True, text=True)
-    return Path(found.stdout.strip()) / "models" if found.returncode == 0 else None
+    found = subprocess.run([str(GENAI_PYTHON), "-c", "import onnxruntime_genai.models.builder, onnx_ir"],
+                           capture_output=True, text=True)
+    return GENAI_PYTHON if found.returncode == 0 else None
 
 
-def genai_rung(builder: Path, ckpt: Path, out: Path, precision: str, log: Path) -> dict[str, Any]:
-    """The builder (run by this interpreter: it needs torch and transformers) from the same checkpoint."""
+def genai_rung(python: Path, ckpt: Path, out: Path, precision: str, log: Path) -> dict[str, Any]:
+    """The builder, in genai's own environment, from the same checkpoint."""
     if not (ckpt / "tokenizer.json").exists():  # the builder insists on a tokenizer
         code = (f"import sys; from pathlib import Path; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
                 f"from scale_checkpoints import write_tokenizer; write_tokenizer(Path({str(ckpt)!r}))")
         subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
-    cmd = [sys.executable, str(builder / "builder.py"), "-i", str(ckpt), "-o", str(out), "-p", precision,
+    cmd = [str(python), "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt), "-o", str(out), "-p", precision,
            "-e", "cpu", "-c", str(out / "cache")]
-    seconds, rss, _ = run(cmd, log, env={"PYTHONPATH": f"{builder}:{EXTRAS}"}, cwd=out.parent)
+    seconds, rss, _ = run(cmd, log, cwd=out.parent)
     size = sum(p.stat().st_size for p in out.glob("*.onnx*"))
     shutil.rmtree(out)
     return {"s": seconds, "rss": rss, "bytes": size}
@@ -155,13 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", default="", help="e.g. 12,24,48: compile time against layer count")
     ap.add_argument("--max-rss-gb", type=float, default=12.0, help="skip what is predicted to need more")
     ap.add_argument("--keep", action="store_true", help="keep the checkpoints written")
+    ap.add_argument("--method", default="balanced", help="int4 quantization method (balanced, rtn)")
     ap.add_argument("--genai", action="store_true", help="also onnxruntime-genai's builder, -p int4 (and fp32)")
     args = ap.parse_args(argv)
     args.dir.mkdir(parents=True, exist_ok=True)
     builder = genai_builder() if args.genai else None
     if args.genai and builder is None:
-        print(f"# no onnxruntime-genai builder: make {GENAI_VENV} (pip install onnxruntime-genai) and {EXTRAS}",
-              flush=True)
+        print(f"# no onnxruntime-genai builder at {GENAI_PYTHON}: set PSEUDOFORMER_GENAI_PYTHON", flush=True)
     rows: list[str] = []
     genai_rows: list[str] = []
     floor_rate = bandwidth()
@@ -187,10 +187,11 @@ def main(argv: list[str] | None = None) -> int:
             r = compile_rung(alg, ckpt, args.dir / f"{rung}.fp32.onnx", False, args.dir / f"{rung}.fp32.log")
             cells += [f"{r['s']:.0f}", gb(r["rss"]), gb(r["bytes"])]
             print(f"# {rung} fp32 compile {r}", flush=True)
-        r = compile_rung(alg, ckpt, args.dir / f"{rung}.int4.onnx", True, args.dir / f"{rung}.int4.log")
+        r = compile_rung(alg, ckpt, args.dir / f"{rung}.int4.onnx", True, args.dir / f"{rung}.int4.log",
+                         args.method)
         cells += [f"{r['s']:.0f}", gb(r["rss"]), gb(r["bytes"])]
         print(f"# {rung} int4 compile {r}", flush=True)
-        g = generate_rung(alg, ckpt, args.new, args.dir / f"{rung}.generate.log")
+        g = generate_rung(alg, ckpt, args.new, args.dir / f"{rung}.generate.log", args.method)
         floor = g["file_bytes"] / floor_rate
         cells += [f"{g['load_s']:.0f}", gb(g["rss"]), f"{1e3 * g['step_s']:.0f}", f"{1e3 * floor:.0f}",
                   f"{g['rss'] / g['file_bytes']:.2f}"]

@@ -25,13 +25,12 @@ class Graph:
 
     def nodes(self) -> list[Node]:
         """Every node reachable from the outputs (and every input), in a deterministic topological order."""
+        # One walk shared by every root: walking each output afresh re-visited what the earlier ones
+        # reached, quadratic in the layers for a decoder step's L present keys and values.
         order: list[Node] = []
         seen: set[int] = set()
         for root in [*self.inputs, *(n for _, n in self.outputs)]:
-            for n in root.walk():
-                if id(n) not in seen:
-                    seen.add(id(n))
-                    order.append(n)
+            order.extend(root.walk(seen))
         return order
 
     def __iter__(self) -> Iterator[Node]:

@@ -48,9 +48,11 @@ class Node:
         """Structural identity for CSE: op, operand identities and attributes."""
         return (self.op, tuple(id(s) for s in self.src), _freeze(self.attrs))
 
-    def walk(self) -> Iterator[Node]:
-        """This node and everything it depends on, operands before users, each once."""
-        seen: set[int] = set()
+    def walk(self, seen: set[int] | None = None) -> Iterator[Node]:
+        """This node and everything it depends on, operands before users, each once.
+
+        `seen`: ids of nodes already walked (with everything they depend on), skipped and added to."""
+        seen = set() if seen is None else seen
         stack: list[tuple[Node, bool]] = [(self, False)]
         while stack:
             n, expanded = stack.pop()

@@ -140,8 +140,10 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
 
     quant = options(quantize, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level,
                     embeddings=quantize_embeddings, output=quantize_output)
+    # ONNX: a checkpoint's tensors are read one at a time as the file is written (LazyTensors), never the
+    # whole model at once; TVM binds its weights as arrays when it builds.
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed, include=include,
-                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite)
+                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite, lazy_weights=backend == "onnx")
     if backend == "tvm":
         from pseudoformer.deploy_tvm import compile_model
 

@@ -39,6 +39,7 @@ from pseudoformer.weights import (
     WeightsError,
     hf_hyperparameters,
     load_weights,
+    open_weights,
     random_weights,
     read_hf_config,
 )
@@ -101,12 +102,16 @@ class Model:
 def load(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,
          defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
          include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False,
-         bind_weights: bool = True) -> Model:
+         bind_weights: bool = True, lazy_weights: bool = False) -> Model:
     """Parse, check and elaborate `path`; bind weights from a checkpoint or a seeded random init.
 
     `bind_weights=False` gives the graph alone (`weights` empty): what `inspect` shows has no
     weights, and drawing or reading them cost seconds and the parameters' bytes (GPT-2 at 48 layers:
     1.7 GB) for nothing. Nothing is read from a `weights` checkpoint but its config.json.
+
+    `lazy_weights=True` binds a checkpoint's parameters as LazyTensors (ir/lazy_tensor.py), each read
+    from the file when a writer loads it: a compile that writes them once then holds one tensor at a
+    time, never the whole model (finiteness is checked as each is read).
 
     `include`: directories a `use` may read besides the entry's own and the installed models/.
     `max_nodes`: the most IR nodes the graph may have. Parameters that do not fit in the memory
@@ -146,22 +151,26 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
     if not bind_weights:
         return Model(graph, {}, src, cfg, str(wpath) if wpath else None, meta={"seed": seed, "unbound": True})
     expected = {p.attrs["name"]: (tuple(int(d) for d in p.type.shape), "float32") for p in graph.params()}
-    check_memory(graph, expected)
+    check_memory(graph, expected, streaming=lazy_weights and wpath is not None)
     if wpath is not None:
         # An entry that wraps the model (`θ : GPT2`) takes the model's checkpoint into that group.
         group = checkpoint_group(prog, entry or cfg.entry, hf_config if hf is not None else None)
         if group is not None and hf_note:
             hf_note += f", mapped onto the parameter group {group}"
+        twins = None
         try:
-            params = load_weights(wpath, expected, group=group)
+            if lazy_weights:
+                params, twins = open_weights(wpath, expected, group=group)
+            else:
+                params = load_weights(wpath, expected, group=group)
         except WeightsError as e:
             if hf_note:  # name the checkpoint's kind: a misfit list alone reads like a corrupt file
                 e.summary += f" ({hf_note})"
             raise UsageError(str(e)) from None
         if not allow_nonfinite:
-            check_finite(params, wpath)
+            params = check_finite(params, wpath)
         # A tied unembedding (W_u = W_eᵀ) read as W_e's transpose: held and stored once (tied_weights.py).
-        graph, params = tie(graph, params)
+        graph, params = tie(graph, params, twins)
     else:
         group, params = None, random_weights(expected, seed=seed)
     alg = find_entry(prog, entry or cfg.entry)

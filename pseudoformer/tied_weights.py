@@ -15,29 +15,40 @@ from collections.abc import Mapping
 import numpy as np
 
 from pseudoformer.ir import Graph, Node, Op
+from pseudoformer.ir.lazy_tensor import LazyTensor, materialize
 from pseudoformer.passes.rebuild import rebuild
 
 _ROWS = 1024  # rows compared at a time: no temporary the size of the matrix
 
 
-def transposed_twins(params: Mapping[str, np.ndarray]) -> dict[str, str]:
-    """{name: the earlier name whose transpose it equals}, for 2-d float parameters."""
+def transposed_twins(params: Mapping[str, np.ndarray | LazyTensor]) -> dict[str, str]:
+    """{name: the earlier name whose transpose it equals}, for 2-d float parameters.
+
+    A LazyTensor is loaded only when another parameter has its shape transposed, and only the pair
+    compared is held: the lazy weights of a streaming compile stay one or two tensors in memory."""
     mats = [(k, v) for k, v in params.items() if getattr(v, "ndim", 0) == 2 and v.shape[0] != v.shape[1]]
     twins: dict[str, str] = {}
     for i, (first, a) in enumerate(mats):
         for second, b in mats[i + 1:]:
             if second in twins or first in twins or b.shape != a.shape[::-1] or b.dtype != a.dtype:
                 continue
-            if not np.array_equal(a[0], b[:, 0]):  # cheap refusal: untied or random weights differ at once
+            x, y = materialize(a), materialize(b)
+            if not np.array_equal(x[0], y[:, 0]):  # cheap refusal: untied or random weights differ at once
                 continue
-            if all(np.array_equal(a[r:r + _ROWS], b[:, r:r + _ROWS].T) for r in range(0, a.shape[0], _ROWS)):
+            if all(np.array_equal(x[r:r + _ROWS], y[:, r:r + _ROWS].T) for r in range(0, x.shape[0], _ROWS)):
                 twins[second] = first
     return twins
 
 
-def tie(graph: Graph, params: dict[str, np.ndarray]) -> tuple[Graph, dict[str, np.ndarray]]:
-    """The graph reading each transposed twin as the transpose of its first, and the weights without the twins."""
-    twins = transposed_twins(params)
+Params = dict[str, np.ndarray | LazyTensor]
+
+
+def tie(graph: Graph, params: Params, twins: Mapping[str, str] | None = None) -> tuple[Graph, Params]:
+    """The graph reading each transposed twin as the transpose of its first, and the weights without the twins.
+
+    `twins` ({second: first}): the ties already known without reading values (hf_engine.Plan's, from
+    the checkpoint's mapping); None compares the values."""
+    twins = transposed_twins(params) if twins is None else twins
     if not twins:
         return graph, params
     firsts = {p.attrs["name"]: p for p in graph.params() if p.attrs["name"] in twins.values()}

@@ -49,8 +49,10 @@ def prepare(path: str | Path, *, inference: str | None = None, config: str | Pat
     from pseudoformer.model import load, resolve_source
 
     plan = plan_inference(load_program(resolve_source(path), include=include), inference)
+    # ONNX: each checkpoint tensor is read (and quantized) as the generator's file is written, so that
+    # onnxruntime's copy of the weights is the only one the process ever holds whole.
     model = load(path, entry=plan.model, config=config, defines=defines, weights=weights, seed=seed, include=include,
-                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite)
+                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite, lazy_weights=backend == "onnx")
     inputs = [n.attrs["name"] for n in model.graph.inputs if n.attrs["name"] != plan.encoder_input]
     if len(inputs) != 1:
         raise UsageError(f"{plan.model} takes {', '.join(inputs) or 'no inputs'}: generation needs exactly one "

@@ -8,7 +8,7 @@ A HuggingFace family is a table (hf_table.Table: hf_gpt2, hf_bert, hf_bart, hf_l
 
 from .errors import Problem, WeightsError
 from .hf_checkpoint import SUPPORTED, hf_hyperparameters, hf_model_type, map_hf_checkpoint, read_hf_config
-from .loader import load_weights
+from .loader import load_weights, open_weights
 from .random_init import random_weights
 from .safetensors_io import save_weights
 
@@ -20,6 +20,7 @@ __all__ = [
     "hf_model_type",
     "load_weights",
     "map_hf_checkpoint",
+    "open_weights",
     "random_weights",
     "read_hf_config",
     "save_weights",

@@ -35,6 +35,7 @@ from .hf_table import (
     Tie,
     TokenId,
     Transform,
+    Transpose,
 )
 from .tensor_ref import TensorRef
 
@@ -131,6 +132,9 @@ class Planned:
     shape: Shape
     dtype: np.dtype
     _read: Callable[[], np.ndarray] = field(repr=False)
+    # The transforms from the HF tensor to ours: two of ours from one HF tensor, one of them through a
+    # Transpose alone, are transposes of each other (a tied embedding), known without reading either.
+    steps: tuple[Transform, ...] = ()
 
     def load(self) -> np.ndarray:
         """The tensor (possibly a view of the HF tensor it comes from), read now."""
@@ -164,6 +168,19 @@ class Plan:
     @property
     def origin(self) -> dict[str, str]:
         return {name: p.origin for name, p in self.tensors.items()}
+
+    def transposed_twins(self) -> dict[str, str]:
+        """{name: the earlier name whose transpose it is}, from the mapping alone: both from one HF
+        tensor, one as it is stored and the other through a Transpose (tied_weights.py ties them)."""
+        whole: dict[str, list[tuple[str, tuple[Transform, ...]]]] = {}
+        for name, p in self.tensors.items():
+            if p.steps in ((), (Transpose(),)) and len(p.shape) == 2 and p.shape[0] != p.shape[1]:
+                whole.setdefault(p.origin, []).append((name, p.steps))
+        twins: dict[str, str] = {}
+        for found in whole.values():
+            if len(found) == 2 and found[0][1] != found[1][1]:
+                twins[found[1][0]] = found[0][0]
+        return twins
 
 
 @cache
@@ -223,7 +240,7 @@ class _Planner:
                 array = step(array)
             return array
 
-        self.plan.tensors[name] = Planned(name, stored, shape, ref.dtype, read)
+        self.plan.tensors[name] = Planned(name, stored, shape, ref.dtype, read, steps)
 
     def shaped(self, stored: str, shape: Shape, ndim: int, steps: tuple[Transform, ...]) -> Shape | None:
         """The shape after ``steps``, or None (with the problem recorded) when a step cannot take it."""

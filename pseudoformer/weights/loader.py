@@ -10,11 +10,14 @@ from typing import Protocol
 
 import numpy as np
 
+from pseudoformer.ir.lazy_tensor import LazyTensor
+
 from .errors import Problem, WeightsError, fmt_shape
 from .hf_checkpoint import map_hf_checkpoint
 from .hf_engine import Planned
 from .random_init import random_weights
-from .safetensors_io import PICKLE_SUFFIXES, read_safetensors, refuse_pickle
+from .safetensors_io import PICKLE_SUFFIXES, open_safetensors, read_safetensors, refuse_pickle
+from .tensor_ref import TensorRef
 
 Expected = Mapping[str, tuple[tuple[int, ...], str]]
 
@@ -48,8 +51,20 @@ def fit(
     are views of buffers that nothing else holds (what safetensors read into memory for a HF
     mapping), so one that is already contiguous is returned as it is instead of copied.
     """
-    origin = origin or {}
-    found = list(problems or [])
+    _misfits(tensors, expected, source, origin or {}, problems or [])
+    # In the order of `tensors`: a plan lists the pieces of one HF tensor together, so each is read once.
+    cast = {name: contiguous(_read(t), np.dtype(expected[name][1])) for name, t in tensors.items()}
+    out = {name: cast[name] for name in expected}
+    if private:
+        return out
+    # Own every buffer: callers may mutate or keep these after the source file is gone.
+    return {name: arr if arr.flags.owndata else arr.copy() for name, arr in out.items()}
+
+
+def _misfits(tensors: Mapping[str, _Tensor], expected: Expected, source: str | Path, origin: Mapping[str, str],
+             problems: list[Problem]) -> None:
+    """Raise every missing, unexpected, mis-shaped or non-float tensor at once, judged by shapes and dtypes."""
+    found = list(problems)
 
     def where(name: str) -> str:
         return f" (from {origin[name]})" if name in origin else ""
@@ -75,13 +90,6 @@ def fit(
         found.append(Problem(name, "unexpected", f"shape {fmt_shape(tensors[name].shape)}{where(name)}"))
     if found:
         raise WeightsError.misfit(source, found)
-    # In the order of `tensors`: a plan lists the pieces of one HF tensor together, so each is read once.
-    cast = {name: contiguous(_read(t), np.dtype(expected[name][1])) for name, t in tensors.items()}
-    out = {name: cast[name] for name in expected}
-    if private:
-        return out
-    # Own every buffer: callers may mutate or keep these after the source file is gone.
-    return {name: arr if arr.flags.owndata else arr.copy() for name, arr in out.items()}
 
 
 # Columns of a transposed matrix copied at a time (see contiguous): 64 float32 are 4 cache lines.
@@ -188,3 +196,46 @@ def load_weights(
             e.summary += f" (no names in common; to map HF names, pass the directory '{path.parent}')"
             e.args = (e.summary, e.problems)
         raise
+
+
+def _lazy(read: _Tensor, dtype: np.dtype) -> LazyTensor:
+    return LazyTensor(tuple(int(d) for d in read.shape), dtype, lambda: contiguous(_read(read), dtype))
+
+
+def open_weights(path: str | Path, expected: Expected, *, group: str | None = None,
+                 ) -> tuple[dict[str, LazyTensor], dict[str, str]]:
+    """``load_weights`` without reading: each parameter a LazyTensor that reads (and casts) its tensor
+    from the checkpoint when a writer loads it, and {name: the name it is the transpose of} for the
+    parameters the mapping itself ties (a HF embedding read again as the unembedding).
+
+    Every check that needs no data (missing, unexpected, mis-shaped tensors) is made now; the checks
+    that do (a tied copy equal to its source) read those tensors now, one pair at a time. A compile
+    then holds one checkpoint tensor at a time instead of the whole model (issue 25).
+    """
+    _check_expected(expected)
+    path = Path(path).expanduser()
+    if path.is_dir():
+        plan = map_hf_checkpoint(path, expected, group=group)
+        problems = plan.verify()
+        plan.release()
+        _misfits(plan.tensors, expected, path, plan.origin, problems)
+        tensors: Mapping[str, _Tensor] = plan.tensors
+        # Kept is the one `expected` lists first, as tied_weights.transposed_twins keeps it from values.
+        order = {name: i for i, name in enumerate(expected)}
+        twins = dict(sorted(((a, b) if order[a] > order[b] else (b, a)) for a, b in plan.transposed_twins().items()
+                            if a in order and b in order))
+    else:
+        if not path.exists():
+            raise WeightsError(f"weights '{path}': no such file or directory")
+        if path.suffix in PICKLE_SUFFIXES:
+            raise refuse_pickle(path)
+        if path.suffix != ".safetensors":
+            return load_weights(path, expected, group=group), {}  # load_weights says what is wrong
+        refs: dict[str, TensorRef] = open_safetensors(path)
+        if group and not any(name.startswith(f"{group}.") for name in refs):
+            refs = {f"{group}.{name}": ref for name, ref in refs.items()}
+        if refs.keys() != expected.keys() or any(tuple(refs[n].shape) != tuple(s) for n, (s, _) in expected.items()):
+            return load_weights(path, expected, group=group), {}  # the misfit, and its hints, as load_weights says
+        _misfits(refs, expected, path, {}, [])
+        tensors, twins = refs, {}
+    return {name: _lazy(tensors[name], np.dtype(expected[name][1])) for name in expected}, twins

@@ -6,6 +6,7 @@ loaded, so they are recognised by name only and never opened.
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -59,6 +60,9 @@ _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": np.f
            "U8": np.uint8, "BOOL": np.bool_}
 
 
+_BF16_CHUNK = 1 << 22  # bfloat16 values read at a time (8 MB)
+
+
 def _bf16_tensor(path: Path, name: str) -> np.ndarray:
     """Read one bfloat16 tensor as float32; numpy has no bfloat16, so safetensors.numpy cannot.
 
@@ -72,8 +76,19 @@ def _bf16_tensor(path: Path, name: str) -> np.ndarray:
         info = header[name]
         start, end = info["data_offsets"]
         f.seek(8 + header_len + start)
-        raw = np.frombuffer(f.read(end - start), dtype="<u2")
-    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(info["shape"])
+        count = (end - start) // 2
+        if count != math.prod(info["shape"]):
+            raise ValueError(f"{end - start} bytes do not hold a bfloat16 tensor of shape {info['shape']}")
+        # Read a chunk at a time into the float32 result: the tensor's 4 bytes a value and one chunk,
+        # where reading it whole and widening it took 10 (the bytes, the uint32 copy, the shifted one).
+        out = np.empty(count, np.uint32)
+        chunk = np.empty(min(count, _BF16_CHUNK), "<u2")
+        for at in range(0, count, _BF16_CHUNK):
+            part = chunk[:min(_BF16_CHUNK, count - at)]
+            if f.readinto(memoryview(part).cast("B")) != part.nbytes:
+                raise ValueError("the file ends inside the tensor")
+            np.left_shift(part, 16, out=out[at:at + part.size], dtype=np.uint32)
+    return out.view(np.float32).reshape(info["shape"])
 
 
 def _read_one(path: Path, name: str, stored: str) -> np.ndarray:

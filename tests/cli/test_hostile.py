@@ -147,6 +147,11 @@ ROWS: dict[str, Row] = {
                                         "--seed", "-1"], "seed must be a whole number ≥ 0"),
     "NaN and Inf weights": (lambda s: ["run", GPT2, *SMALL, "--weights", s.nan_weights, "--input", "x=[[1]]",
                                        "-o", s.o()], "W_e (1 NaN, 1 ±∞)"),
+    # compile and generate read each tensor as the file is written (issue 25): refused there, nothing left
+    "NaN and Inf weights (compile)": (lambda s: ["compile", GPT2, *SMALL, "--weights", s.nan_weights,
+                                                 "-o", s.o("m.onnx")], "W_e (1 NaN, 1 ±∞)"),
+    "NaN and Inf weights (generate)": (lambda s: ["generate", GPT2, *SMALL, "-D", "ell_gen=2", "--prompt-ids", "1",
+                                                  "--weights", s.nan_weights], "W_e (1 NaN, 1 ±∞)"),
     "an empty .alg": (lambda s: ["check", s.empty], "defines no algorithm"),
     "generate --threads 0": (lambda s: ["generate", GPT2, *SMALL, "-D", "ell_gen=2", "--prompt-ids", "1",
                                         "--threads", "0"], "--threads must be between 1 and"),
