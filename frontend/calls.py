@@ -91,11 +91,20 @@ def call_algorithm(f: Frame, e: Expr) -> Any:
         mapped += _bind_input(g, name, v, a)
     top = top_entries(callee.params)
     hyper_names = {d.name for d in callee.hyper}
-    for pname, bd in zip(callee.param_args, positional, strict=False):
+    # A keyword argument takes its own slot, so the positional ones fill the slots left, in order:
+    # `F(X | W, Mask ≡ 1, b, κ)` for `F(X | W, Mask, b, κ)` binds b and κ, not Mask and b.
+    named = {_keyword_target(bd).text for bd in keyword}
+    slots = [p for p in callee.param_args if p not in named]
+    if len(positional) > len(slots):
+        extra = positional[len(slots)].args[0]
+        raise f.error(ArityError, f"{callee.name} takes {len(callee.param_args)} argument(s) after `|` "
+                      f"({', '.join(callee.param_args)}); this call gives {len(positional)} by position and "
+                      f"names {len(named & set(callee.param_args))}, so this one has no place", extra.pos)
+    for pname, bd in zip(slots, positional, strict=False):
         _bind_param(f, g, pname, bd.args[0], top, hyper_names)
     for bd in keyword:
         lhs, _, rhs = bd.args
-        target = lhs.args[0] if lhs.op == "index" else lhs
+        target = _keyword_target(bd)
         if target.op != "name" or target.text not in hyper_names:
             raise f.error(HyperparameterError, f"{callee.name} has no hyperparameter {describe(target)}",
                           lhs.pos)
@@ -132,6 +141,12 @@ def call_algorithm(f: Frame, e: Expr) -> Any:
         for internal in mapped:
             result = free_to_dim(f.b, result, internal)
     return result
+
+
+def _keyword_target(bd: Expr) -> Expr:
+    """The name a keyword argument binds: `m` of `m = …`, `Mask` of `Mask[t, t'] ≡ …`."""
+    lhs = bd.args[0]
+    return lhs.args[0] if lhs.op == "index" else lhs
 
 
 def _bind_input(g: Frame, name: str, v: Any, a: Expr) -> list[str]:

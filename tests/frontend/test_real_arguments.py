@@ -167,3 +167,36 @@ def test_the_llama_sketch_rope_with_its_base_passed(tmp_path: Path, ell: int) ->
     for b in range(2):
         want = _rope(X[b].T, 10000.0) + _rope(X[b].T, 100.0)
         np.testing.assert_allclose(got[b], want.T, rtol=1e-5, atol=1e-5)
+
+
+AFFINE = """Algorithm: y ← Affine(x | Mask, p, m)
+  Input: x ∈ ℝ^{d}
+  Output: y ∈ ℝ^{d}
+  Hyperparameters: Mask ∈ {0,1}^{d × d}
+  Hyperparameters: p, m ∈ ℝ
+  1 for i ∈ [d] : y[i] ← x[i] · p + m
+  2 return y
+
+Algorithm: z ← Outer(x)
+  Input: x ∈ ℝ^{d}
+  Output: z ∈ ℝ^{d}
+  Hyperparameters: d ∈ ℕ
+  1 return z = CALL
+"""
+
+
+@pytest.mark.parametrize("call", ["Affine(x | Mask ≡ 1, 2, 5)", "Affine(x | 1, p = 2, 5)", "Affine(x | 1, 2, m = 5)",
+                                  "Affine(x | m = 5, Mask ≡ 1, 2)"])
+def test_positional_arguments_fill_the_slots_no_keyword_names(tmp_path: Path, call: str) -> None:
+    """A keyword takes its own slot: before, `Affine(x | Mask ≡ 1, 2, 5)` bound Mask ← 2 and p ← 5 by position."""
+    model = load(write(tmp_path, AFFINE.replace("CALL", call)), entry="Outer", defines=["d=3"])
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(run_both(model, x=x)["z"], x * 2 + 5, rtol=1e-6, atol=1e-6)
+
+
+def test_a_positional_argument_with_no_slot_left_is_located(tmp_path: Path) -> None:
+    with pytest.raises(CompileError) as info:
+        load(write(tmp_path, AFFINE.replace("CALL", "Affine(x | Mask ≡ 1, p = 2, 5, 7)")), entry="Outer",
+             defines=["d=3"])
+    (err,) = info.value.errors
+    assert "this one has no place" in str(err) and (err.pos.line, err.pos.col) == (13, 47), str(err)
