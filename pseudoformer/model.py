@@ -37,6 +37,7 @@ from pseudoformer.tied_weights import tie
 from pseudoformer.version import __version__
 from pseudoformer.weights import (
     WeightsError,
+    gguf_config,
     hf_hyperparameters,
     load_weights,
     open_weights,
@@ -135,6 +136,14 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
             except WeightsError as e:
                 raise UsageError(str(e)) from None
             hf_note = f"{wpath} is a HuggingFace {hf_config.get('model_type')!r} checkpoint"
+        elif wpath.suffix == ".gguf":
+            # Read as the HF checkpoint it was converted from: its metadata as that config.json.
+            try:
+                hf_config = gguf_config(wpath)
+                hf = hf_hyperparameters(hf_config)
+            except WeightsError as e:
+                raise UsageError(str(e)) from None
+            hf_note = f"{wpath} is a GGUF file of a {hf_config.get('model_type')!r} model"
     cfg = resolve(src, config, defines, hf)
     prog = load_program(src, include=include)
     # τ and ℓ_gen of the file's DInference may be set beside its model's sizes: not unknown to the model.

@@ -7,6 +7,7 @@ A HuggingFace family is a table (hf_table.Table: hf_gpt2, hf_bert, hf_bart, hf_l
 """
 
 from .errors import Problem, WeightsError
+from .gguf_checkpoint import gguf_config
 from .hf_checkpoint import SUPPORTED, hf_hyperparameters, hf_model_type, map_hf_checkpoint, read_hf_config
 from .loader import load_weights, open_weights
 from .random_init import random_weights
@@ -16,6 +17,7 @@ __all__ = [
     "SUPPORTED",
     "Problem",
     "WeightsError",
+    "gguf_config",
     "hf_hyperparameters",
     "hf_model_type",
     "load_weights",

@@ -13,6 +13,7 @@ import numpy as np
 from pseudoformer.ir.lazy_tensor import LazyTensor
 
 from .errors import Problem, WeightsError, fmt_shape
+from .gguf_checkpoint import map_gguf, with_codes
 from .hf_checkpoint import map_hf_checkpoint
 from .hf_engine import Planned
 from .random_init import random_weights
@@ -152,6 +153,8 @@ def load_weights(
       * a ``.safetensors`` file whose tensor names are ours (e.g. written by ``save_weights``);
       * a HuggingFace checkpoint directory (config.json + model.safetensors, or a sharded
         model.safetensors.index.json) of model_type gpt2, bert, bart, llama, mistral or qwen2, mapped to our names;
+      * a ``.gguf`` file (llama.cpp) of architecture llama, mistral or qwen2, read as that HF checkpoint
+        (gguf_checkpoint.py); weights from Q4_0 and Q8_0 matrices carry their blocks (ir/block_coded.py);
       * ``None``: seeded random weights (``random_weights(expected, seed or 0)``).
     ``seed`` only means something without a path; giving both is refused rather than ignored.
     ``group``: the checkpoint fills the parameter group of that name (``theta`` for ``θ : GPT2``, whose
@@ -178,12 +181,14 @@ def load_weights(
             plan.release()
     if not path.exists():
         raise WeightsError(f"weights '{path}': no such file or directory")
+    if path.suffix == ".gguf":
+        return _load_gguf(path, expected, group)
     if path.suffix in PICKLE_SUFFIXES:
         raise refuse_pickle(path)
     if path.suffix != ".safetensors":
         hint = "; pass the checkpoint directory instead" if path.name == "config.json" else ""
         raise WeightsError(
-            f"weights '{path}': expected a .safetensors file or a HuggingFace checkpoint directory{hint}"
+            f"weights '{path}': expected a .safetensors or .gguf file or a HuggingFace checkpoint directory{hint}"
         )
     tensors = read_safetensors(path)
     if group and not any(name.startswith(f"{group}.") for name in tensors):  # the model's own names
@@ -239,3 +244,14 @@ def open_weights(path: str | Path, expected: Expected, *, group: str | None = No
         _misfits(refs, expected, path, {}, [])
         tensors, twins = refs, {}
     return {name: _lazy(tensors[name], np.dtype(expected[name][1])) for name in expected}, twins
+
+
+def _load_gguf(path: Path, expected: Expected, group: str | None) -> dict[str, np.ndarray]:
+    plan, ckpt = map_gguf(path, expected, group=group)
+    # A complaint names the GGUF tensor (blk.0.attn_q.weight), which is what the user's file holds.
+    origin = {name: ckpt.infos[o].name if o in ckpt.infos else o for name, o in plan.origin.items()}
+    try:
+        params = fit(plan.tensors, expected, path, origin=origin, problems=plan.verify())
+    finally:
+        plan.release()
+    return with_codes(ckpt, plan, params)

@@ -1,0 +1,253 @@
+"""A GGUF file read as a HuggingFace checkpoint: its config.json, its tensors by HF name, and Q4_0/Q8_0 codes.
+
+The metadata becomes the config.json HF would have (gguf_arch), the tensors HF-named TensorRefs that
+read, dequantize and un-permute themselves when loaded; hf_engine's plan for the family then maps
+them to our names exactly as it maps a checkpoint directory, and a tensor is read only when its turn
+comes (the model is never in memory twice). Formats:
+
+  F32, F16, BF16                           read as they are (bfloat16 widened to float32, exactly)
+  Q4_0, Q8_0                               dequantized (gguf.quants), and the values carry their blocks
+                                           (ir/block_coded.py): the quantize pass keeps those as
+                                           MatMulNBits, bit-exact, instead of quantizing again
+  Q4_1, Q5_0, Q5_1, Q2_K … Q6_K           dequantized with gguf's numpy code, then float32 weights like
+                                           any other (requantized only by --quantize)
+  anything else (IQ*, TQ*, MXFP4, …)      refused by name
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import quants
+from gguf.constants import GGMLQuantizationType as Q
+from gguf.constants import GGUFValueType
+
+from pseudoformer.ir.block_coded import FORMATS, BlockCoded, Codes
+
+from . import hf_engine
+from .errors import WeightsError
+from .gguf_arch import ARCHES, REQUIRED, Arch
+from .gguf_format import FLOAT_TYPES, INT_TYPES, GGUFFile, TensorInfo
+from .hf_engine import Expected, Plan, Planned
+from .tensor_ref import TensorRef
+
+PLAIN = {Q.F32: np.float32, Q.F16: np.float16}
+DEQUANTIZED = frozenset({Q.BF16, Q.Q4_0, Q.Q8_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K})
+SUPPORTED_FORMATS = ("F32", "F16", "BF16", "Q4_0", "Q8_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K",
+                     "Q5_K", "Q6_K")
+
+
+@cache
+def _pattern(gguf_name: str) -> re.Pattern[str]:
+    return re.compile(re.escape(gguf_name).replace(r"\{l\}", r"(?P<l>\d+)").replace(r"\{p\}", r"(?P<p>weight|bias)"))
+
+
+@dataclass
+class GGUFCheckpoint:
+    file: GGUFFile
+    arch: Arch
+    config: dict[str, Any]  # as HF's config.json would be
+    tensors: dict[str, TensorRef]  # by HF name
+    infos: dict[str, TensorInfo]  # the GGUF tensor behind each HF name
+
+    @property
+    def path(self) -> Path:
+        return self.file.path
+
+
+def open_gguf(path: str | Path) -> GGUFCheckpoint:
+    """Parse the header, check the metadata, and plan each tensor's reading; no tensor data is read."""
+    f = GGUFFile(path)
+    arch = _arch(f)
+    config = _config(f, arch)
+    tensors: dict[str, TensorRef] = {}
+    infos: dict[str, TensorInfo] = {}
+    for name, info in f.tensors.items():
+        if name == "rope_freqs.weight":  # Llama 3.1's scaled frequencies, as factors: only all ones computes RoPE
+            _check_rope_freqs(f, info)
+            continue
+        hf_name = _hf_name(arch, name)
+        tensors[hf_name] = _ref(f, info, _heads(arch, hf_name, config))
+        infos[hf_name] = info
+    if "lm_head.weight" not in tensors:  # llama.cpp drops output.weight when it is the embedding
+        config["tie_word_embeddings"] = True
+    return GGUFCheckpoint(f, arch, config, tensors, infos)
+
+
+def gguf_config(path: str | Path) -> dict[str, Any]:
+    """The config.json a HF checkpoint of this GGUF file would have (model_type included)."""
+    return open_gguf(path).config
+
+
+def map_gguf(path: str | Path, expected: Expected | Collection[str], *, group: str | None = None
+             ) -> tuple[Plan, GGUFCheckpoint]:
+    """The plan of hf_engine for the file's family, as for a HF directory (problems collected, not raised)."""
+    from .hf_checkpoint import TABLES  # the family tables; hf_checkpoint imports nothing of ours
+
+    ckpt = open_gguf(path)
+    return hf_engine.plan(TABLES[ckpt.arch.model_type], ckpt.tensors, ckpt.config, expected, group=group), ckpt
+
+
+def with_codes(ckpt: GGUFCheckpoint, plan: Plan, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``params`` with each weight that came from a Q4_0 or Q8_0 matrix carrying that matrix's blocks."""
+    out = dict(params)
+    for name, planned in plan.tensors.items():
+        info = ckpt.infos.get(planned.origin)
+        if info is None or info.qtype.name not in FORMATS or len(info.shape) != 2 or name not in out:
+            continue
+        codes = _codes(ckpt, planned, info)
+        if codes is not None:
+            out[name] = BlockCoded(out[name], codes)
+    return out
+
+
+def _codes(ckpt: GGUFCheckpoint, planned: Planned, info: TensorInfo) -> Codes | None:
+    """Which of the matrix's rows our tensor is, found by applying the plan's steps to row numbers."""
+    n, k = info.shape
+    rows = np.broadcast_to(np.arange(n)[:, None], (n, k))
+    for step in planned.steps:
+        rows = step(rows)
+    if rows.ndim != 2 or k not in rows.shape:
+        return None
+    if rows.shape[1] == k and rows.strides[1] == 0:
+        picked, transposed = np.array(rows[:, 0]), False
+    elif rows.shape[0] == k and rows.strides[0] == 0:
+        picked, transposed = np.array(rows[0, :]), True
+    else:
+        return None
+    heads = _heads(ckpt.arch, planned.origin, ckpt.config)
+    f = ckpt.file
+
+    def read() -> np.ndarray:
+        raw = f.raw(info).reshape(n, -1)
+        return np.ascontiguousarray(_unpermute(raw, heads)[picked])
+
+    return Codes(info.qtype.name, read, transposed)
+
+
+# ---- metadata ----------------------------------------------------------------------------------------
+
+
+def _arch(f: GGUFFile) -> Arch:
+    v = f.metadata.get("general.architecture")
+    if v is None:
+        raise f.error("no general.architecture in the metadata: which model this is is unknown", at=None)
+    if v.type != GGUFValueType.STRING:
+        raise f.error(f"general.architecture is {v.describe()}, not a STRING", at=None)
+    if v.value not in ARCHES:
+        raise f.error(f"architecture {v.value!r} is not supported; supported: {', '.join(sorted(ARCHES))}", at=None)
+    name = f.metadata.get("general.name")
+    if v.value == "llama" and name is not None and "mistral" in str(name.value).lower():
+        # llama.cpp writes Mistral as "llama"; its name tells them apart, as transformers' GGUF reader does.
+        return ARCHES["mistral"]
+    return ARCHES[v.value]
+
+
+def _number(f: GGUFFile, key: str, kind: type) -> int | float | None:
+    v = f.metadata.get(key)
+    if v is None:
+        return None
+    ok = v.type in INT_TYPES if kind is int else v.type in INT_TYPES | FLOAT_TYPES
+    if not ok:
+        want = "an integer" if kind is int else "a number"
+        raise f.error(f"metadata {key} is {v.describe()}, not {want}", at=None)
+    return kind(v.value)
+
+
+def _config(f: GGUFFile, arch: Arch) -> dict[str, Any]:
+    p = str(f.metadata["general.architecture"].value)  # the keys' prefix: "llama" for a Mistral too
+    missing = [f"{p}.{k}" for k in REQUIRED if f"{p}.{k}" not in f.metadata]
+    if missing:
+        raise f.error(f"metadata lacks {', '.join(missing)}", at=None)
+    config: dict[str, Any] = {"model_type": arch.model_type, "hidden_act": "silu", **arch.fixed}
+    for key, hf_key, kind in arch.keys:
+        value = _number(f, f"{p}.{key}", kind)
+        if value is not None:
+            config[hf_key] = value
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or (config["hidden_size"] // heads if heads else 0)
+    rotary = _number(f, f"{p}.rope.dimension_count", int)
+    if rotary is not None and head_dim and rotary != head_dim:
+        config["partial_rotary_factor"] = rotary / head_dim  # refused by the family table, naming the setting
+    scaling = f.metadata.get(f"{p}.rope.scaling.type")
+    if scaling is not None and scaling.value not in ("none", None):
+        if scaling.type != GGUFValueType.STRING:
+            raise f.error(f"metadata {p}.rope.scaling.type is {scaling.describe()}, not a STRING", at=None)
+        config["rope_scaling"] = {"rope_type": scaling.value, "factor": _number(f, f"{p}.rope.scaling.factor", float)}
+    embedding = f.tensors.get("token_embd.weight")
+    tokens = f.metadata.get("tokenizer.ggml.tokens")
+    if embedding is not None:
+        config["vocab_size"] = embedding.shape[0]
+    elif tokens is not None and tokens.item == GGUFValueType.STRING:
+        config["vocab_size"] = len(tokens.value)
+    for ours, key in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id")):
+        token = _number(f, f"tokenizer.ggml.{key}", int)
+        if token is not None:
+            config[ours] = token
+    return config
+
+
+def _check_rope_freqs(f: GGUFFile, info: TensorInfo) -> None:
+    if info.qtype != Q.F32 or not np.all(f.raw(info).view(np.float32) == 1):
+        raise f.error("rope_freqs.weight scales RoPE's frequencies (Llama 3.1's rope scaling); llama.alg's RoPE "
+                      "here is read from the metadata only, so this file is refused", at=None)
+
+
+# ---- tensors -----------------------------------------------------------------------------------------
+
+
+def _hf_name(arch: Arch, name: str) -> str:
+    for gguf_name, hf in arch.tensors:
+        m = _pattern(gguf_name).fullmatch(name)
+        if m:
+            return hf.format(**m.groupdict())
+    return name  # no HF name: hf_engine reports it as a tensor the model does not use
+
+
+def _heads(arch: Arch, hf_name: str, config: Mapping[str, Any]) -> int | None:
+    """The head count llama.cpp permuted this tensor's rows by, or None."""
+    if not arch.permuted_qk:
+        return None
+    if hf_name.endswith("q_proj.weight"):
+        return int(config["num_attention_heads"])
+    if hf_name.endswith("k_proj.weight"):
+        return int(config.get("num_key_value_heads") or config["num_attention_heads"])
+    return None
+
+
+def _unpermute(rows: np.ndarray, heads: int | None) -> np.ndarray:
+    """Undo LlamaModel.permute: w.reshape(h, 2, r/h/2, …).swapaxes(1, 2) put the halves of each head's
+    rows side by side; this puts them back (a row permutation, so it applies to block rows too)."""
+    if heads is None:
+        return rows
+    n = rows.shape[0]
+    if heads <= 0 or n % (2 * heads):
+        raise WeightsError(f"{n} rows do not split into {heads} heads of pairs, as llama.cpp's permutation needs")
+    return rows.reshape(heads, n // heads // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+
+
+def _ref(f: GGUFFile, info: TensorInfo, heads: int | None) -> TensorRef:
+    fmt = info.qtype
+    if fmt not in PLAIN and fmt not in DEQUANTIZED:
+        raise f.error(f"tensor {info.name!r} is {fmt.name}, a format not read here (supported: "
+                      f"{', '.join(SUPPORTED_FORMATS)})", at=None)
+    dtype = np.dtype(PLAIN.get(fmt, np.float32))
+
+    def read() -> np.ndarray:
+        raw = f.raw(info)
+        if fmt in PLAIN:
+            values = raw.view(dtype).reshape(info.shape)
+        else:
+            row_bytes = info.nbytes // int(np.prod(info.shape[:-1], dtype=np.int64))
+            values = quants.dequantize(raw.reshape(-1, row_bytes), fmt).reshape(info.shape).astype(np.float32)
+        if heads is not None:
+            values = _unpermute(values, heads)
+        return values
+
+    return TensorRef(tuple(info.shape), dtype, read)
