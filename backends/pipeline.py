@@ -64,6 +64,11 @@ def run(graph: Graph, names: list[str], *, weights: Mapping[str, np.ndarray] | N
     """`graph` after the passes `names`, and the weights as they then are (quantized, in float16, folded)."""
     registry = passes()
     quantize = options.quantize if options is not None else None
+    if quantize is None and "quantize" not in names and _block_coded(graph, weights):
+        # A checkpoint's own Q4_0/Q8_0 matrices stay block-quantized without --quantize (GGUF files).
+        from pseudoformer.passes.quantize import QuantizeOptions
+
+        names, quantize = _with_quantize(names), QuantizeOptions(only_prequantized=True)
     ctx = PassContext(accepts=accepts, weights=dict(weights or {}), quantize=quantize,
                       lazy=options is not None and options.lazy_weights)
     graph = run_passes(graph, [registry[n] for n in names], check=check, after=after, ctx=ctx)
@@ -71,3 +76,18 @@ def run(graph: Graph, names: list[str], *, weights: Mapping[str, np.ndarray] | N
         refusals.extend(ctx.refusals)
     assert ctx.weights is not None
     return graph, ctx.weights
+
+
+def _block_coded(graph: Graph, weights: Mapping[str, np.ndarray] | None) -> bool:
+    """Whether a parameter of the graph arrived block-quantized (ir/block_coded.py)."""
+    from pseudoformer.ir.block_coded import codes_of
+
+    return bool(weights) and any(codes_of(weights.get(p.attrs["name"])) is not None for p in graph.params())
+
+
+def _with_quantize(names: list[str]) -> list[str]:
+    """`names` with quantize where model_passes puts it: after the optimisation level's and padding's passes."""
+    model = {n for level in LEVELS.values() for n in level} | set(PIPELINES["padding"])
+    backend = {n for key, pipeline in PIPELINES.items() if key not in ("padding", "quantize") for n in pipeline}
+    at = next((i for i, n in enumerate(names) if n in backend and n not in model), len(names))
+    return [*names[:at], "quantize", *names[at:]]

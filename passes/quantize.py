@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.ir import Graph, Node, Op, interpreter
+from pseudoformer.ir.block_coded import BLOCK, Codes, codes_of, matmul_nbits
 from pseudoformer.ir.ops.quantized import ACCURACY_LEVELS, BITS, BLOCK_SIZES, operands
 from pseudoformer.ir.types import DType, TensorType
 from pseudoformer.passes.fold_constants import weight_only
@@ -51,6 +52,10 @@ class QuantizeOptions:
     output: bool = True
     method: str = "balanced"
     bias: bool = True  # a bias added to the product goes into the op
+    # Only the matrices that arrived block-quantized (GGUF Q4_0, Q8_0: ir/block_coded.py), each in its own
+    # format, embeddings included; every other weight stays as it is. The pipeline runs the pass so when a
+    # model has such weights and no --quantize was asked for (backends/pipeline.run).
+    only_prequantized: bool = False
 
     def problems(self) -> list[str]:
         out = []
@@ -67,6 +72,8 @@ class QuantizeOptions:
         return out
 
     def describe(self) -> str:
+        if self.only_prequantized:
+            return "the checkpoint's own Q4_0/Q8_0 blocks, as they are"
         kind = "symmetric" if self.symmetric else "asymmetric"
         extra = ", embeddings too" if self.embeddings else "" if self.output else ", output projection fp32"
         return (f"int{self.bits}, blocks of {self.block_size}, {kind}, {self.method}, "
@@ -91,11 +98,16 @@ def quantize_graph(graph: Graph, weights: Mapping[str, np.ndarray], opts: Quanti
     nodes = graph.nodes()
     static = weight_only(nodes)
     sites = _sites(nodes, static, opts)
+    # A matrix that arrived block-quantized keeps its blocks (its own bits, blocks of 32): no second rounding.
+    exact = {id(s): pieces for s in sites
+             if (pieces := _block_coded(s.weight, s.kind in ("right", "gather_columns"), weights)) is not None}
+    if opts.only_prequantized:
+        sites = [s for s in sites if id(s) in exact]
     if not sites:
         return graph, dict(weights), False
     matrix: dict[int, np.ndarray] = {}
     if not lazy:
-        wanted = {id(s.weight): s.weight for s in sites}
+        wanted = {id(s.weight): s.weight for s in sites if id(s) not in exact}
         values = interpreter.run(Graph([], [(f"w{i}", w) for i, w in enumerate(wanted.values())], {}), {}, weights)
         matrix = dict(zip(wanted, values.values(), strict=True))
     taken = {p.attrs["name"] for p in graph.params()}
@@ -104,6 +116,15 @@ def quantize_graph(graph: Graph, weights: Mapping[str, np.ndarray], opts: Quanti
     replacement: dict[int, Node] = {}
     for site in sites:
         flip = site.kind in ("right", "gather_columns")  # [N, K]: blocks along K
+        if id(site) in exact:
+            pieces = exact[id(site)]
+            key = ("blocks", *(id(c) for c in pieces))
+            bits = pieces[0].bits
+            k = int(site.weight.shape[0 if flip else 1])
+            if key not in made:
+                made[key] = _params(_from_blocks(pieces), _base_name(site.weight, taken), taken, out)
+            replacement[id(site.node)] = _replace(site, made[key], k, opts, bits, BLOCK)
+            continue
         if lazy:
             key = rows_key(site.weight, flip)
             n, k = site.weight.shape[::-1] if flip else site.weight.shape
@@ -119,7 +140,7 @@ def quantize_graph(graph: Graph, weights: Mapping[str, np.ndarray], opts: Quanti
                 q = quantize(rows, bits=opts.bits, block_size=opts.block_size, symmetric=opts.symmetric,
                              method=opts.method)
                 made[key] = _params(q, _base_name(site.weight, taken), taken, out)
-        replacement[id(site.node)] = _replace(site, made[key], int(k), opts)
+        replacement[id(site.node)] = _replace(site, made[key], int(k), opts, opts.bits, opts.block_size)
     new, _ = rebuild(graph, lambda n, src: _with_operands(replacement[id(n)], n, src)
                      if id(n) in replacement else None)
     if opts.bias:
@@ -138,7 +159,7 @@ def _sites(nodes: list[Node], static: set[int], opts: QuantizeOptions) -> list[_
     # the vocabulary: rows of the tables token ids index (not positions': ℓ_max may equal some width)
     vocab = {e.weight.shape[0 if e.kind == "gather" else 1] for e in embeddings if e.node.src[1].op is Op.INPUT}
     embedded = {p.attrs["name"] for e in embeddings for p in e.weight.walk() if p.op is Op.PARAM}
-    sites = list(embeddings) if opts.embeddings else []
+    sites = list(embeddings) if opts.embeddings or opts.only_prequantized else []
     output_params: set[str] = set()
     for n in nodes:
         if n.op is not Op.MATMUL:
@@ -161,6 +182,35 @@ def _sites(nodes: list[Node], static: set[int], opts: QuantizeOptions) -> list[_
         sites += [e for e in embeddings
                   if output_params & {p.attrs["name"] for p in e.weight.walk() if p.op is Op.PARAM}]
     return sites
+
+
+def _block_coded(weight: Node, flip: bool, weights: Mapping[str, Any]) -> list[Codes] | None:
+    """The blocks of the matrix [N, K] that `weight` (transposed if `flip`) is, row pieces in order, when
+    it is block-coded parameters stacked along N (per-head projections concatenated), all of one format."""
+    if weight.op is Op.TRANSPOSE and list(weight.attrs["perm"]) == [1, 0]:
+        return _block_coded(weight.src[0], not flip, weights)
+    if weight.op is Op.PARAM:
+        codes = codes_of(weights.get(weight.attrs["name"]))
+        return [codes] if codes is not None and codes.transposed == flip else None
+    if weight.op is Op.CONCAT and weight.type.rank == 2 and weight.attrs["axis"] % 2 == (1 if flip else 0):
+        pieces = [_block_coded(s, flip, weights) for s in weight.src]
+        if all(p is not None for p in pieces):
+            out = [c for p in pieces for c in p]  # type: ignore[union-attr]
+            return out if len({c.format for c in out}) == 1 else None
+    return None
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    packed: np.ndarray
+    scales: np.ndarray
+    zero_points: None = None
+
+
+def _from_blocks(pieces: list[Codes]) -> _Blocks:
+    """MatMulNBits' arrays for the stacked pieces: their codes reordered, nothing rounded (block_coded.py)."""
+    rows = np.concatenate([c.read() for c in pieces]) if len(pieces) > 1 else pieces[0].read()
+    return _Blocks(*matmul_nbits(rows, pieces[0].format))
 
 
 def _base_name(weight: Node, taken: set[str]) -> str:
@@ -192,9 +242,10 @@ def _params(q: Quantized | Any, base: str, taken: set[str], out: dict[str, np.nd
     return tuple(nodes)
 
 
-def _replace(site: _Site, params: tuple[Node, ...], k: int, opts: QuantizeOptions) -> Node:
+def _replace(site: _Site, params: tuple[Node, ...], k: int, opts: QuantizeOptions, bits: int, block_size: int,
+             ) -> Node:
     """A template: the new node over the original node's operands (swapped in by _with_operands)."""
-    attrs = {"bits": opts.bits, "block_size": opts.block_size, "K": k}
+    attrs = {"bits": bits, "block_size": block_size, "K": k}
     n = site.node
     if site.kind.startswith("gather"):
         g = Node(Op.GATHER_NBITS, (params[0], n.src[1], *params[1:]), attrs, span=n.span, scope=n.scope)
