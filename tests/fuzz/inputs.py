@@ -9,8 +9,9 @@ command line that reads it. What the mutants aim at:
   reaches the weights): values made NaN, ±Infinity, 1e999, huge, negative, zero, of the wrong type, deep,
   or holding control characters; keys dropped, renamed, added.
 * safetensors: the JSON header (dtypes, shapes, offsets, names with escapes), its length field, the data.
-* GGUF (the `gguf` package writes the base): header bytes and lengths. pseudoformer reads no GGUF, so
-  these mutants reach only its refusal of the file — which must still be one clean message.
+* GGUF (the `gguf` package writes the bases): a GPT-2 file, which --weights refuses by architecture, and a
+  Llama one as llama.cpp writes it (Q8_0 and Q4_0 matrices, a vocabulary), which loads: header bytes flipped,
+  the file cut short, an array's count or a string's length made huge, a value's type changed.
 * tokenizer.json: its JSON values, its vocabulary, and its pre-tokenizer regex (backtracking ones
   included, which make the Rust code panic).
 * ONNX: metadata_props (the token bounds `run` trusts), input dims, opset and IR versions, producer
@@ -115,6 +116,13 @@ LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, hidden_size=8, num_attention_h
                              rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
                              )).save_pretrained(root / "llama")
+sys.path.insert(0, sys.argv[2])  # the repository: llama.cpp's layout as the GGUF tests write it
+from gguf import GGMLQuantizationType as Q
+from tests.weights.gguf_testlib import write_gguf
+torch.manual_seed(0)
+plain = LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, num_key_value_heads=1,
+                                     intermediate_size=64, vocab_size=11, max_position_embeddings=64))
+write_gguf(root / "llama.gguf", plain, "llama", lambda name, shape: Q.Q4_0 if "ffn" in name else Q.Q8_0)
 """
 
 
@@ -122,7 +130,8 @@ def build_bases(root: Path) -> Path:
     """The valid files every mutant starts from, in root/bases (built once per fuzzing run)."""
     bases = root / "bases"
     bases.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-c", _BUILD, str(bases)], check=True, timeout=600, capture_output=True)
+    subprocess.run([sys.executable, "-c", _BUILD, str(bases), str(MODELS.parent)], check=True, timeout=600,
+                   capture_output=True)
     for d in ("gpt2", "llama"):  # only what pseudoformer reads
         for extra in (bases / d).iterdir():
             if extra.name not in ("config.json", "model.safetensors"):
@@ -208,13 +217,48 @@ def safetensors(bases: Path, work: Path, rng: random.Random) -> tuple[list[str],
 
 
 def gguf_file(bases: Path, work: Path, rng: random.Random) -> tuple[list[str], str]:
-    buf = bytearray((bases / "m.gguf").read_bytes())
-    for _ in range(rng.choice([1, 4, 32])):
-        buf[rng.randrange(min(len(buf), 256))] = rng.randrange(256)
-    path = work / rng.choice(["m.gguf", "m.safetensors", "model.bin"])
-    path.write_bytes(bytes(buf))
-    return ["run", str(GPT2), *SIZES, "--weights", str(path), "--input", "x=[[1]]", "-o", str(work / "y.npz")], \
-        f"gguf bytes flipped, named {path.name}"
+    if rng.random() < 0.2:  # a GPT-2 file: an architecture --weights does not read, or not a weights file at all
+        buf = bytearray((bases / "m.gguf").read_bytes())
+        for _ in range(rng.choice([1, 4, 32])):
+            buf[rng.randrange(min(len(buf), 256))] = rng.randrange(256)
+        path = work / rng.choice(["m.gguf", "m.safetensors", "model.bin"])
+        path.write_bytes(bytes(buf))
+        return ["run", str(GPT2), *SIZES, "--weights", str(path), "--input", "x=[[1]]", "-o", str(work / "y.npz")], \
+            f"gguf bytes flipped, named {path.name}"
+    data = (bases / "llama.gguf").read_bytes()
+    out, edit = _mutate_gguf(data, rng)
+    path = work / "m.gguf"
+    path.write_bytes(out)
+    return ["run", str(LLAMA), "--weights", str(path), "--input", "x=[[1, 2]]", "-o", str(work / "y.npz")], \
+        f"llama gguf: {edit}"
+
+
+_GGUF_KEYS = [b"tokenizer.ggml.tokens", b"tokenizer.ggml.scores", b"general.architecture", b"llama.block_count",
+              b"llama.embedding_length", b"llama.attention.head_count", b"llama.context_length", b"token_embd.weight",
+              b"blk.0.attn_q.weight", b"blk.0.ffn_down.weight", b"output.weight"]
+
+
+def _mutate_gguf(data: bytes, rng: random.Random) -> tuple[bytes, str]:
+    """One seeded edit of a GGUF file: bytes of its header, its length, a count, a type, a dim."""
+    buf = bytearray(data)
+    header = data.index(b"output_norm.weight") + 64  # the tensor infos end about here
+    kind = rng.random()
+    if kind < 0.3:
+        for _ in range(rng.choice([1, 4, 32])):
+            buf[rng.randrange(header)] = rng.randrange(256)
+        return bytes(buf), "header bytes flipped"
+    if kind < 0.45:
+        cut = rng.randrange(len(data))
+        return data[:cut], f"truncated at {cut} of {len(data)}"
+    key = rng.choice(_GGUF_KEYS)
+    at = data.index(key) + len(key) + rng.choice([0, 4, 8, 12, 16, 20])
+    if kind < 0.8:
+        value = rng.choice([0, 1, 10**9, 2**31, 2**32 - 1, 2**40, 2**63, 2**64 - 1])
+        buf[at:at + 8] = struct.pack("<Q", value)
+        return bytes(buf), f"8 bytes after {key.decode()} = {value}"
+    value = rng.choice([0, 4, 6, 7, 8, 9, 12, 13, 20, 35, 2**31])
+    buf[at:at + 4] = struct.pack("<I", value)
+    return bytes(buf), f"4 bytes after {key.decode()} = {value}"
 
 
 REGEXES = [r"(a+)+b", r"(a|a)*c", r"(", r"[", r"\p{Bogus}", r"(?<=a+)b", r"(.*)*x", "", r"\1", r"(?i)" * 500,
