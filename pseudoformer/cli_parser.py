@@ -40,7 +40,7 @@ def _model_args(p: argparse.ArgumentParser, entry: bool = True) -> None:
 
 
 def _weights_args(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--weights", help="a .safetensors file or a HuggingFace checkpoint directory")
+    p.add_argument("--weights", help="a .safetensors or .gguf file, or a HuggingFace checkpoint directory")
     p.add_argument("--seed", type=int, default=0, help=f"seed of {what} (a whole number ≥ 0)")
     p.add_argument("--allow-nonfinite", action="store_true",
                    help="load weights that hold NaN or ±∞ (refused by default, naming the tensors)")

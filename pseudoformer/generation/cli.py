@@ -27,11 +27,12 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     g.add_argument("file", metavar="FILE", help="a .alg file with an inference algorithm (e.g. models/gpt2.alg)")
     model_args(g, entry=False)
     g.add_argument("--inference", metavar="NAME", help="which inference algorithm, if the file has several")
-    g.add_argument("--weights", help="a safetensors file or a HuggingFace checkpoint directory (default: random)")
+    g.add_argument("--weights", help="a safetensors or GGUF file, or a HuggingFace checkpoint directory "
+                   "(default: random)")
     g.add_argument("--allow-nonfinite", action="store_true",
                    help="load weights that hold NaN or ±∞ (refused by default, naming the tensors)")
     g.add_argument("--prompt", metavar="TEXT", help="the prompt as text, encoded with the tokenizer (--tokenizer, "
-                   "else the tokenizer.json of the --weights checkpoint directory)")
+                   "else the tokenizer.json of the --weights checkpoint directory, or a GGUF file's own vocabulary)")
     g.add_argument("--prompt-ids", metavar="IDS", help='the prompt as token ids, e.g. "464 2068 7586"')
     g.add_argument("--encoder-ids", metavar="IDS", help="an encoder–decoder's context z, as token ids")
     g.add_argument("--max-new-tokens", type=int, metavar="N", help="at most N new tokens (default: ℓ_gen)")
@@ -44,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     g.add_argument("--no-cache", action="store_true",
                    help="re-run the model on the whole sequence every step, as the algorithm is written")
     g.add_argument("--threads", type=int, help="onnxruntime threads, 1 to 4 × the cores (default: all cores)")
-    g.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json: also print the text (default "
+    g.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json (or a GGUF file): also print the text (default "
                    "with --prompt: the checkpoint's)")
     g.add_argument("--contrib-ops", action="store_true",
                    help="onnx: onnxruntime's own kernels where they compute the same and faster "
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     path = args.tokenizer or (_checkpoint_tokenizer(args.weights) if args.prompt is not None else None)
-    tokenizer = _tokenizer(path) if path else None
+    tokenizer = _tokenizer(path) if path and not path.endswith(".gguf") else _gguf_tokenizer(path) if path else None
     if args.prompt is not None:
         prompt = _foreign(path, lambda: _encode(tokenizer, args.prompt))
     check_seed(args.seed)
@@ -120,13 +121,29 @@ def run(args: argparse.Namespace) -> int:
 
 def _checkpoint_tokenizer(weights: str | None) -> str:
     """The tokenizer.json beside a HF checkpoint's weights, which --prompt encodes with."""
+    if weights is not None and Path(weights).suffix == ".gguf" and Path(weights).is_file():
+        return str(weights)  # its vocabulary is in its metadata (weights/gguf_tokenizer.py)
     if weights is None or not Path(weights).is_dir():
         raise UsageError("--prompt needs a tokenizer: give --tokenizer tokenizer.json, or --weights a HuggingFace "
-                         "checkpoint directory that holds one")
+                         "checkpoint directory that holds one, or a GGUF file")
     path = Path(weights) / "tokenizer.json"
     if not path.is_file():
         raise UsageError(f"--prompt needs a tokenizer, and {weights} has no tokenizer.json: give --tokenizer FILE")
     return str(path)
+
+
+def _gguf_tokenizer(path: str):  # -> tokenizers.Tokenizer
+    """The tokenizer a GGUF file's metadata describes (--weights FILE.gguf, or --tokenizer FILE.gguf)."""
+    from pseudoformer.weights import WeightsError
+    from pseudoformer.weights.gguf_tokenizer import gguf_tokenizer
+
+    def build():  # -> tokenizers.Tokenizer
+        try:
+            return gguf_tokenizer(path)
+        except WeightsError as e:
+            raise UsageError(str(e)) from None
+
+    return _foreign(path, build, "does not describe a tokenizer tokenizers can build")
 
 
 def _encode(tokenizer, text: str) -> list[int]:  # tokenizer: tokenizers.Tokenizer

@@ -95,3 +95,31 @@ def write_gguf(path: Path, model: torch.nn.Module, arch: str, formats: Callable[
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+CORPUS = ["The quick brown fox jumps over the lazy dog.", "Pack my box with five dozen liquor jugs!",
+          "Sphinx of black quartz, judge my vow. 1234 5678 héllo wörld  ünïcode", "it's 2024; we'll see what's next"] * 20
+
+
+def trained_vocab(kind: str) -> tuple[tuple[list[str], list[float], list[int]], list[str] | None]:
+    """A vocabulary learned from CORPUS by `tokenizers`, as a GGUF lists it: ("llama") sentencepiece-style
+    pieces with scores, byte-fallback tokens and <unk>, <s>, </s>; ("gpt2") byte-level BPE with its merges."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    if kind == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
+            vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), special_tokens=["<|endoftext|>"]))
+        model = json.loads(tok.to_str())["model"]
+        tokens = [t for t, _ in sorted(model["vocab"].items(), key=lambda kv: kv[1])]
+        merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
+        return (tokens, [], [3 if t == "<|endoftext|>" else 1 for t in tokens]), merges
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=300))
+    pieces = [t for t, _ in sorted(json.loads(tok.to_str())["model"]["vocab"].items(), key=lambda kv: kv[1])]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    scores = [0.0] * 259 + [-float(i) for i in range(len(pieces))]
+    return (tokens, scores, [2, 3, 3] + [6] * 256 + [1] * len(pieces)), None
