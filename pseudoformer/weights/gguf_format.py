@@ -15,6 +15,7 @@ gguf's constants (type numbers, block sizes) and its numpy dequantizers are used
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import Any
 
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
+
+from pseudoformer.regular_file import NotRegularFile, open_regular
 
 from .errors import WeightsError
 
@@ -74,12 +77,15 @@ class GGUFFile:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         try:
-            with open(self.path, "rb") as f:
-                size = f.seek(0, 2)
-                if size < 24:
-                    self._map: mmap.mmap | bytes = f.read()
+            fd, st = open_regular(self.path)  # a FIFO or a device is refused before it is read
+            assert fd is not None
+            with os.fdopen(fd, "rb") as f:
+                if st.st_size < 24:
+                    self._map: mmap.mmap | bytes = f.read(24)
                 else:
                     self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except NotRegularFile as e:
+            raise WeightsError(f"GGUF file '{self.path}' is {e.kind}, not a regular file") from None
         except OSError as e:
             raise WeightsError(f"cannot read GGUF file '{self.path}': {e.strerror or e}") from None
         self.size = len(self._map)

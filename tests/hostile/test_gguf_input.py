@@ -86,3 +86,12 @@ def test_a_format_not_read_is_refused_by_name(tmp_path: Path, base: bytes, capfd
     at = _after(base, b"blk.0.ffn_down.weight") + 4 + 2 * 8  # past n_dims and two dims: the ggml type
     data[at:at + 4] = struct.pack("<I", Q.IQ4_NL)
     judge(_run(tmp_path, bytes(data), capfd), "'blk.0.ffn_down.weight' is IQ4_NL, a format not read here")
+
+
+def test_a_fifo_is_refused_unread(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "m.gguf")  # opening it for reading would wait for a writer
+    r = run_cli(["run", LLAMA, "--weights", tmp_path / "m.gguf", "--input", "x=[[1, 2]]", "-o", tmp_path / "y.npz"],
+                capfd)
+    judge(r, "is a FIFO (named pipe), not a regular file")
