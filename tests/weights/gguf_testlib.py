@@ -31,6 +31,22 @@ def _gguf_name(hf: str) -> str:
     raise KeyError(hf)
 
 
+# Where each K format keeps its float16 scales in a block of 256 (llama.cpp's ggml-common.h): byte offsets.
+K_SCALES = {Q.Q2_K: (80, 82), Q.Q3_K: (108,), Q.Q4_K: (0, 2), Q.Q5_K: (0, 2), Q.Q6_K: (208,)}
+
+
+def random_blocks(shape: tuple[int, ...], fmt: Q, rng: np.random.Generator) -> np.ndarray:
+    """Blocks of a K format with random codes and small random scales: gguf cannot quantize to these (llama.cpp's
+    C code does), but a reader only has to dequantize them, which is all these test."""
+    rows, width = shape
+    _, size = gguf.GGML_QUANT_SIZES[fmt]
+    blocks = rng.integers(0, 256, (rows, width // 256, size), dtype=np.uint8)
+    for at in K_SCALES[fmt]:
+        d = rng.uniform(2e-4, 2e-3, (rows, width // 256)).astype(np.float16)
+        blocks[..., at:at + 2] = d[..., None].view(np.uint8)
+    return blocks.reshape(rows, -1)
+
+
 def spm_vocab(n: int) -> tuple[list[str], list[float], list[int]]:
     """A sentencepiece-style vocabulary of n tokens: <unk>, <s>, </s>, then pieces with scores."""
     tokens = ["<unk>", "<s>", "</s>"] + [f"▁t{i}" for i in range(n - 3)]
@@ -89,6 +105,8 @@ def write_gguf(path: Path, model: torch.nn.Module, arch: str, formats: Callable[
             w.add_tensor(name, a.astype(np.float32))
         elif fmt == Q.F16:
             w.add_tensor(name, a.astype(np.float16))
+        elif fmt in K_SCALES:
+            w.add_tensor(name, random_blocks(a.shape, fmt, np.random.default_rng(len(name))), raw_dtype=fmt)
         else:
             w.add_tensor(name, gguf.quants.quantize(a, fmt), raw_dtype=fmt)
     w.write_header_to_file()

@@ -63,6 +63,20 @@ def test_logits_equal_transformers_reading_the_same_file(tmp_path: Path, kind: s
     close(model.run(x=X)["Y"], hf_logits(ref, X))
 
 
+@pytest.mark.parametrize("fmt", [Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K])
+def test_k_formats_dequantize_as_transformers_does(tmp_path: Path, fmt: Q) -> None:
+    """The K formats (blocks of 256) with random codes and scales (gguf_testlib.random_blocks): the same
+    logits as transformers reading the file, so the same dequantized weights."""
+    path = tmp_path / f"{fmt.name}.gguf"
+    write_gguf(path, hf_model("llama", hidden_size=256, intermediate_size=512, head_dim=64), "llama",
+               lambda name, shape: fmt)
+    ref = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(tmp_path, gguf_file=path.name)).eval()
+    ref.load_state_dict(load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=ref)["tensors"])
+    want = hf_logits(ref, X)
+    # random codes make logits of ±100: float32's rounding grows with them (1e-4 at |logit| ≤ 10)
+    close(load(MODELS / "llama.alg", weights=path).run(x=X)["Y"], want, TOL * max(1.0, np.abs(want).max() / 10))
+
+
 @pytest.mark.parametrize("fmt", [Q.Q4_0, Q.Q8_0])
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
 def test_q4_0_and_q8_0_compile_to_matmul_nbits_with_the_files_blocks(tmp_path: Path, kind: str, fmt: Q) -> None:
