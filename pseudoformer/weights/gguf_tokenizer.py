@@ -44,7 +44,16 @@ def _meta(f: GGUFFile, key: str, kind: GGUFValueType, item: GGUFValueType | None
 
 def gguf_tokenizer(path: str | Path):  # -> tokenizers.Tokenizer
     """The file's tokenizer; WeightsError naming what is missing or of a kind not built here."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+    )
 
     f = GGUFFile(path)
     S, A = GGUFValueType.STRING, GGUFValueType.ARRAY
@@ -56,15 +65,32 @@ def gguf_tokenizer(path: str | Path):  # -> tokenizers.Tokenizer
     types = [int(t) for t in types] if types is not None else [1] * len(tokens)
     if len(types) != len(tokens):
         raise f.error(f"{len(types)} token types for {len(tokens)} tokens", at=None)
+    arch = _meta(f, "general.architecture", S) or ""
+    if kind == "llama" and arch.startswith("gemma"):
+        # Gemma stores a token of only spaces as spaces, and its scores do not follow its merges: the order
+        # of the tokens does (transformers' gemma_tokenizer, the same two fixes).
+        tokens = ["▁" * len(t) if t and not t.strip(" ") else t for t in tokens]
     vocab = {t: i for i, t in enumerate(tokens)}
     if kind == "llama":
         scores = _meta(f, "tokenizer.ggml.scores", A, GGUFValueType.FLOAT32)
         if scores is None or len(scores) != len(tokens):
             raise f.error("a sentencepiece ('llama') vocabulary needs one score per token", at=None)
-        tok = Tokenizer(models.BPE(vocab, _spm_merges(tokens, scores, vocab), fuse_unk=True, byte_fallback=True))
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
-        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                         decoders.Strip(content=" ", left=1)])
+        if arch.startswith("gemma"):
+            scores = [-float(i) for i in range(len(tokens))]
+        unk = _meta(f, "tokenizer.ggml.unknown_token_id", GGUFValueType.UINT32)
+        tok = Tokenizer(models.BPE(vocab, _spm_merges(tokens, scores, vocab), fuse_unk=True, byte_fallback=True,
+                                   unk_token=tokens[unk] if unk is not None and unk < len(tokens) else None))
+        decode = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+        if arch.startswith("gemma"):  # GemmaTokenizer: every space a "▁", nothing put before the text
+            tok.normalizer = normalizers.Replace(" ", "▁")
+            tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
+        else:
+            prefix = _meta(f, "tokenizer.ggml.add_space_prefix", GGUFValueType.BOOL)
+            prefix = True if prefix is None else prefix
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first" if prefix else
+                                                         "never", split=False)
+            decode += [decoders.Strip(content=" ", left=1)] if prefix else []
+        tok.decoder = decoders.Sequence(decode)
         default_bos = True  # llama.cpp adds BOS to a sentencepiece vocabulary unless the file says not to
     elif kind == "gpt2":
         merges = _meta(f, "tokenizer.ggml.merges", A, S)
