@@ -42,6 +42,15 @@ LLAMA_TENSORS: tuple[tuple[str, str], ...] = (
     ("blk.{l}.ffn_up.weight", "model.layers.{l}.mlp.up_proj.weight"),
 )
 
+GEMMA3_TENSORS: tuple[tuple[str, str], ...] = (
+    *(t for t in LLAMA_TENSORS if t[0] not in ("blk.{l}.ffn_norm.weight", "output.weight")),
+    ("blk.{l}.attn_q_norm.weight", "model.layers.{l}.self_attn.q_norm.weight"),
+    ("blk.{l}.attn_k_norm.weight", "model.layers.{l}.self_attn.k_norm.weight"),
+    ("blk.{l}.post_attention_norm.weight", "model.layers.{l}.post_attention_layernorm.weight"),
+    ("blk.{l}.ffn_norm.weight", "model.layers.{l}.pre_feedforward_layernorm.weight"),
+    ("blk.{l}.post_ffw_norm.weight", "model.layers.{l}.post_feedforward_layernorm.weight"),
+)
+
 
 @dataclass(frozen=True)
 class Arch:
@@ -68,4 +77,9 @@ ARCHES: dict[str, Arch] = {a.name: a for a in (
          keys=(*COMMON_KEYS, ("attention.sliding_window", "sliding_window", int))),
     # Qwen2 uses HF's pairing in llama.cpp too (NEOX rope): nothing permuted.
     Arch("qwen2", "qwen2"),
+    # Gemma 3 (text): q/k norms and norms after attention and the MLP; llama.cpp adds 1 to every norm weight.
+    # Its tensors and config are read (tests/weights/test_gguf_real_file.py checks them against transformers on
+    # a real Q4_K_M file); loading it into a model waits for a gemma3_text family table and models/gemma3.alg.
+    Arch("gemma3", "gemma3_text", tensors=GEMMA3_TENSORS, norm_shift=1.0,
+         keys=(*COMMON_KEYS, ("attention.sliding_window", "sliding_window", int))),
 )}

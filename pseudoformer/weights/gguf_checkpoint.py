@@ -73,7 +73,8 @@ def open_gguf(path: str | Path) -> GGUFCheckpoint:
             _check_rope_freqs(f, info)
             continue
         hf_name = _hf_name(arch, name)
-        tensors[hf_name] = _ref(f, info, _heads(arch, hf_name, config))
+        shift = arch.norm_shift if hf_name.endswith("norm.weight") else 0.0
+        tensors[hf_name] = _ref(f, info, _heads(arch, hf_name, config), shift)
         infos[hf_name] = info
     if "lm_head.weight" not in tensors:  # llama.cpp drops output.weight when it is the embedding
         config["tie_word_embeddings"] = True
@@ -82,7 +83,17 @@ def open_gguf(path: str | Path) -> GGUFCheckpoint:
 
 def gguf_config(path: str | Path) -> dict[str, Any]:
     """The config.json a HF checkpoint of this GGUF file would have (model_type included)."""
-    return open_gguf(path).config
+    ckpt = open_gguf(path)
+    _check_model(ckpt)
+    return ckpt.config
+
+
+def _check_model(ckpt: GGUFCheckpoint) -> None:
+    from .hf_checkpoint import TABLES  # the family tables; hf_checkpoint imports nothing of ours
+
+    if ckpt.arch.model_type not in TABLES:
+        raise WeightsError(f"GGUF file '{ckpt.path}': its {ckpt.arch.name} tensors are read, but no model here "
+                           f"takes model_type {ckpt.arch.model_type!r} yet")
 
 
 def map_gguf(path: str | Path, expected: Expected | Collection[str], *, group: str | None = None
@@ -91,6 +102,7 @@ def map_gguf(path: str | Path, expected: Expected | Collection[str], *, group: s
     from .hf_checkpoint import TABLES  # the family tables; hf_checkpoint imports nothing of ours
 
     ckpt = open_gguf(path)
+    _check_model(ckpt)
     return hf_engine.plan(TABLES[ckpt.arch.model_type], ckpt.tensors, ckpt.config, expected, group=group), ckpt
 
 
@@ -232,22 +244,38 @@ def _unpermute(rows: np.ndarray, heads: int | None) -> np.ndarray:
     return rows.reshape(heads, n // heads // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
-def _ref(f: GGUFFile, info: TensorInfo, heads: int | None) -> TensorRef:
+# Rows dequantized at a time: gguf's code makes a few float32 temporaries the size of its input's values, which
+# for a whole 262k-token embedding (Gemma 3) would be gigabytes; 16 MiB of output at a time keeps them small.
+_CHUNK = 4 << 20
+
+
+def _dequantize(raw: np.ndarray, info: TensorInfo) -> np.ndarray:
+    rows = int(np.prod(info.shape[:-1], dtype=np.int64))
+    blocks = raw.reshape(rows, -1)
+    out = np.empty((rows, info.shape[-1]), np.float32)
+    step = max(1, _CHUNK // info.shape[-1])
+    for start in range(0, rows, step):
+        out[start:start + step] = quants.dequantize(blocks[start:start + step], info.qtype)
+    return out.reshape(info.shape)
+
+
+def _ref(f: GGUFFile, info: TensorInfo, heads: int | None, shift: float = 0.0) -> TensorRef:
     fmt = info.qtype
     if fmt not in PLAIN and fmt not in DEQUANTIZED:
         raise f.error(f"tensor {info.name!r} is {fmt.name}, a format not read here (supported: "
                       f"{', '.join(SUPPORTED_FORMATS)})", at=None)
-    dtype = np.dtype(PLAIN.get(fmt, np.float32))
+    dtype = np.dtype(PLAIN.get(fmt, np.float32) if not shift else np.float32)
 
     def read() -> np.ndarray:
         raw = f.raw(info)
         if fmt in PLAIN:
             values = raw.view(dtype).reshape(info.shape)
         else:
-            row_bytes = info.nbytes // int(np.prod(info.shape[:-1], dtype=np.int64))
-            values = quants.dequantize(raw.reshape(-1, row_bytes), fmt).reshape(info.shape).astype(np.float32)
+            values = _dequantize(raw, info)
         if heads is not None:
             values = _unpermute(values, heads)
+        if shift:  # Gemma's norms: llama.cpp stored 1 + γ for HF's γ
+            values = values.astype(np.float32) - np.float32(shift)
         return values
 
     return TensorRef(tuple(info.shape), dtype, read)
