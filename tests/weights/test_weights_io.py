@@ -205,7 +205,7 @@ def test_bad_paths(tmp_path):
     with pytest.raises(WeightsError, match="no such file"):
         load_weights(tmp_path / "nope.safetensors", SMALL)
     (tmp_path / "w.npz").write_bytes(b"")
-    with pytest.raises(WeightsError, match="expected a .safetensors file"):
+    with pytest.raises(WeightsError, match="expected a .safetensors or .gguf file"):
         load_weights(tmp_path / "w.npz", SMALL)
     (tmp_path / "empty").mkdir()
     with pytest.raises(WeightsError, match="no config.json"):
