@@ -13,8 +13,9 @@ a view of part of it, or an array computed from it, is a plain weight (``__array
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -52,6 +53,11 @@ class BlockCoded(np.ndarray):
         same = isinstance(obj, BlockCoded) and obj.shape == self.shape and obj.strides == self.strides \
             and obj.dtype == self.dtype
         self.codes = obj.codes if same else None  # type: ignore[union-attr]
+
+
+def plain_weights(weights: Mapping[str, Any]) -> dict[str, Any]:
+    """The weights without their blocks (the same values, as plain arrays): computed with as they are."""
+    return {k: v.view(np.ndarray) if isinstance(v, BlockCoded) else v for k, v in weights.items()}
 
 
 def codes_of(value: object) -> Codes | None:

@@ -21,6 +21,7 @@ import numpy as np
 
 from pseudoformer.errors import UsageError
 from pseudoformer.inputs import token_bounds
+from pseudoformer.ir.block_coded import plain_weights
 from pseudoformer.model import Model, load
 from pseudoformer.passes.training_step import STEP, Optimizer
 from pseudoformer.training import data as datasets
@@ -134,7 +135,10 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
     per_epoch = math.ceil(examples / batch_size)
     total = steps if steps is not None else per_epoch * epochs
     ties = tied_unembedding(model.graph, _tied(hf_dir))
-    step = compile_step(model.graph, model.weights, train=trainable, optimizer=opt, level=level, ties=ties)
+    # Trained from a GGUF file's Q4_0/Q8_0 weights, the step computes with their values: the blocks they carry
+    # would make its compile keep frozen matrices as MatMulNBits (ir/block_coded.py), another computation.
+    step = compile_step(model.graph, plain_weights(model.weights), train=trainable, optimizer=opt, level=level,
+                        ties=ties)
     if loss_name is not None and step.graph.outputs[0][0] != "loss":
         raise UsageError(f"the loss output {loss_name!r} was not found")
     options = {"threads": threads} if backend == "onnxruntime" else {}
