@@ -268,8 +268,8 @@ def _ref(f: GGUFFile, info: TensorInfo, heads: int | None, shift: float = 0.0) -
 
     def read() -> np.ndarray:
         raw = f.raw(info)
-        if fmt in PLAIN:
-            values = raw.view(dtype).reshape(info.shape)
+        if fmt in PLAIN:  # a copy: the map is the file's, and the loader keeps what it is given (private)
+            values = raw.view(dtype).reshape(info.shape).copy()
         else:
             values = _dequantize(raw, info)
         if heads is not None:

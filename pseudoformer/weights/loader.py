@@ -251,7 +251,9 @@ def _load_gguf(path: Path, expected: Expected, group: str | None) -> dict[str, n
     # A complaint names the GGUF tensor (blk.0.attn_q.weight), which is what the user's file holds.
     origin = {name: ckpt.infos[o].name if o in ckpt.infos else o for name, o in plan.origin.items()}
     try:
-        params = fit(plan.tensors, expected, path, origin=origin, problems=plan.verify())
+        # Every tensor read is a buffer of its own (dequantized, or copied out of the map), and the mapping's
+        # views of one are disjoint: owned already, so the model is not held twice (as for a HF directory).
+        params = fit(plan.tensors, expected, path, origin=origin, problems=plan.verify(), private=True)
     finally:
         plan.release()
     return with_codes(ckpt, plan, params)
