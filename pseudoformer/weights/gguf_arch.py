@@ -78,8 +78,7 @@ ARCHES: dict[str, Arch] = {a.name: a for a in (
     # Qwen2 uses HF's pairing in llama.cpp too (NEOX rope): nothing permuted.
     Arch("qwen2", "qwen2"),
     # Gemma 3 (text): q/k norms and norms after attention and the MLP; llama.cpp adds 1 to every norm weight.
-    # Its tensors and config are read (tests/weights/test_gguf_real_file.py checks them against transformers on
-    # a real Q4_K_M file); loading it into a model waits for a gemma3_text family table and models/gemma3.alg.
+    # Checked against transformers on a real Q4_K_M file (tests/weights/test_gguf_real_file.py).
     Arch("gemma3", "gemma3_text", tensors=GEMMA3_TENSORS, norm_shift=1.0,
          keys=(*COMMON_KEYS, ("attention.sliding_window", "sliding_window", int))),
 )}
