@@ -79,10 +79,11 @@ class OrtStep(StepRuntime):
                  session: Mapping[str, Any] | None = None) -> None:
         import onnxruntime as ort
 
-        from pseudoformer.backends.onnx import to_onnx
+        from pseudoformer.backends.onnx.compile import lower_model
 
         self.ort = ort
-        self.proto = to_onnx(graph, frozen, **({"opset": opset} if opset is not None else {}))
+        lowered = lower_model(graph, frozen, **({"opset": opset} if opset is not None else {}))
+        self.proto = lowered.skeleton  # the step without its weights (a few hundred KB)
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
@@ -91,11 +92,19 @@ class OrtStep(StepRuntime):
         # A training step's memory pattern (one block planned for every intermediate) held GPT-2's step at
         # batch 8 above 3.9 GB where the arena alone peaks at 2.9 GB (benchmarks/README.md, training).
         options.enable_mem_pattern = False
+        # The frozen weights are handed to onnxruntime as OrtValues over our own arrays, so they exist once:
+        # inline initializers were held by the proto, its serialised bytes and onnxruntime's own copy, and
+        # prepacking a MatMul's constant B keeps a packed copy next to an initializer it may not free.
+        options.add_session_config_entry("session.disable_prepacking", "1")
+        self._frozen = {name: ort.OrtValue.ortvalue_from_numpy(np.asarray(arr))
+                        for name, arr in lowered.weights.items() if arr.nbytes > _INLINE_BYTES}
+        for name, value in self._frozen.items():
+            options.add_initializer(name, value)
         for key, value in (session or {}).items():  # onnxruntime.SessionOptions attributes
             setattr(options, key, value)
-        self.session = ort.InferenceSession(self.proto.SerializeToString(), options,
-                                            providers=["CPUExecutionProvider"])
-        super().__init__(graph, frozen, state)
+        self.session = _session_without_weights(ort, lowered, options, self._frozen)
+        del lowered
+        super().__init__(graph, {}, state)  # onnxruntime reads the frozen weights from self._frozen
 
     def _load(self, state: dict[str, np.ndarray]) -> None:
         value = self.ort.OrtValue.ortvalue_from_numpy
@@ -122,6 +131,45 @@ class OrtStep(StepRuntime):
 
     def values(self) -> dict[str, np.ndarray]:
         return {k: v.numpy().copy() for k, v in self.buffers[0].items()}
+
+
+# Weights up to this size stay inline: onnxruntime's graph optimizers read an initializer's own bytes (constant
+# folding, fusions checking a constant's value), not the OrtValue add_initializer gave for it.
+_INLINE_BYTES = 1 << 16
+
+
+def _session_without_weights(ort: Any, lowered: Any, options: Any, outside: Mapping[str, Any]) -> Any:
+    """An InferenceSession of `lowered` in which the initializers named in `outside` (given to `options` with
+    add_initializer) hold no bytes: each is declared as external data of an empty file, so an optimizer that
+    tried to read one would fail rather than see wrong values. (A model given as bytes cannot name external
+    data; an initializer with no data fails validation.)"""
+    import tempfile
+    from pathlib import Path
+
+    import onnx
+    from onnx import numpy_helper
+
+    from pseudoformer.backends.onnx.lower import initializer_header
+
+    model = onnx.ModelProto()
+    model.CopyFrom(lowered.skeleton)
+    for name, arr in lowered.weights.items():
+        if name not in outside:
+            model.graph.initializer.append(numpy_helper.from_array(np.asarray(arr), name))
+            continue
+        t = initializer_header(name, arr)
+        t.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", "frozen.bin"), ("offset", "0"), ("length", str(arr.nbytes))):
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+        model.graph.initializer.append(t)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "frozen.bin").touch()
+        onnx.save_model(model, str(Path(tmp) / "step.onnx"))
+        # Constant folding would read the frozen weights' (absent) bytes, and what it folded from them (a
+        # transposed or sliced weight) it would keep as a second copy; unfolded, each step recomputes it.
+        return ort.InferenceSession(str(Path(tmp) / "step.onnx"), options, providers=["CPUExecutionProvider"],
+                                    disabled_optimizers=["ConstantFolding"] if outside else None)
 
 
 class TvmStep(StepRuntime):

@@ -114,3 +114,27 @@ def test_a_tied_llama_trains_one_tensor_as_torch_does(tmp_path: Path) -> None:
         assert abs(ours - float(loss.detach())) <= 1e-4 * abs(float(loss.detach()))
     want = case.torch_params()
     assert compare({k: v for k, v in rt.values().items() if k in train}, {k: want[k] for k in train}) == {}
+
+
+@pytest.mark.parametrize("inline_bytes", [0, 1 << 16])
+def test_frozen_weights_handed_to_onnxruntime_as_ortvalues_give_the_interpreters_steps(
+        monkeypatch: pytest.MonkeyPatch, inline_bytes: int) -> None:
+    """OrtStep gives onnxruntime each frozen weight over 64 KB as an OrtValue over the step's own array (the
+    model declaring it as external data of an empty file); with the threshold at 0 every frozen weight of this
+    small model goes that way. Three steps match the interpreter's, and the proto OrtStep keeps has no weights."""
+    from pseudoformer.training import runtimes
+
+    monkeypatch.setattr(runtimes, "_INLINE_BYTES", inline_bytes)
+    model = _lora()
+    adapters = [k for k in model.weights if _is_update(k)]
+    step = compile_step(model.graph, model.weights, train=adapters, optimizer=Optimizer("adamw"))
+    ort_rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state)
+    ref = make_runtime("interpreter", step.graph, step.frozen, step.state)
+    assert len(ort_rt.proto.graph.initializer) == 0
+    assert ort_rt.frozen == {} and (inline_bytes or set(ort_rt._frozen) == set(step.frozen))
+    text = np.tile(np.arange(8, dtype=np.int64), 2)[None].repeat(2, axis=0)
+    for _ in range(3):
+        np.testing.assert_allclose(ort_rt.step({"x": text}, 5e-2), ref.step({"x": text}, 5e-2), rtol=1e-5)
+    got, want = ort_rt.values(), ref.values()
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-6, err_msg=k)
