@@ -119,10 +119,22 @@ class _Best:
 
     def __init__(self, b: np.ndarray, qmax: float) -> None:
         self.b, self.qmax = b, qmax
-        self.q: np.ndarray = np.empty(0)
+        self._q: np.ndarray | None = None  # the best's codes; None: not yet made for the latest (s, z)
         self.s: np.ndarray = np.empty(0)
         self.z: np.ndarray = np.empty(0)
         self.err: np.ndarray | None = None
+
+    @property
+    def q(self) -> np.ndarray:
+        # Made when asked for, not copied in at every offer that wins: codes(s, z) is elementwise per
+        # block, so remaking them from the kept (s, z) gives the very codes that offer computed.
+        if self._q is None:
+            self._q = self.codes(self.s, self.z)
+        return self._q
+
+    @q.setter
+    def q(self, value: np.ndarray) -> None:
+        self._q = value
 
     def codes(self, s: np.ndarray, z: np.ndarray) -> np.ndarray:
         # in place, one temporary: the same values as np.clip(np.rint(b / s) + z, 0, qmax)
@@ -144,7 +156,7 @@ class _Best:
         better = err < self.err
         if not better.any():
             return better
-        np.copyto(self.q, q, where=better[:, None])
+        self._q = None
         for mine, new in ((self.s, s), (self.z, z), (self.err, err)):
             np.copyto(mine, new, where=better)
         return better
