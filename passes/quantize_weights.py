@@ -189,9 +189,12 @@ class _Best:
         moved = self.q + d
         cost = np.where((moved >= 0) & (moved <= self.qmax), s * s - 2 * d * s * e, np.inf)
         order = np.argsort(cost, axis=1)
-        rank = np.empty_like(order)  # each code's place in its block's order: the inverse permutation
-        np.put_along_axis(rank, order, np.broadcast_to(np.arange(order.shape[1]), order.shape), axis=1)
-        self.q = np.where((rank < np.rint(np.abs(steps))[:, None]) & np.isfinite(cost), moved, self.q)
+        # the first rint(|steps|) codes of each block's order move: marked through `order` itself, a few a
+        # block, rather than ranking all of them (the inverse permutation) and comparing every rank
+        block, place = np.nonzero(np.arange(order.shape[1]) < np.rint(np.abs(steps))[:, None])
+        move = np.zeros(order.shape, bool)
+        move[block, order[block, place]] = True
+        self.q = np.where(move & np.isfinite(cost), moved, self.q)
 
     def refit(self, z: np.ndarray, q: np.ndarray | None = None) -> np.ndarray:
         """The least-squares scale of codes q (default: the best's) at zero points z: Σ w·c / Σ c², c = q − z."""
