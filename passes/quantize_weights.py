@@ -93,13 +93,21 @@ def _blocks(b: np.ndarray, bits: int, symmetric: bool, method: str) -> tuple[np.
             z = z0 if z0 is not None else np.clip(np.rint(-lo * alpha / _safe(s)), 0, qmax)
             best.offer(s, z)
     if method != "rtn":
-        for _ in range(_REFITS):
-            improved = best.offer(best.refit(best.z), best.z)
+        # A block none of whose offers won this round would get the very same offers next round (each
+        # block's arithmetic is its own), so only the blocks that improved go on: the same result, and
+        # the later rounds, where most blocks have settled, cost a fraction of the first.
+        part, rows = best, np.arange(len(b))
+        for round_ in range(_REFITS):
+            improved = part.offer(part.refit(part.z), part.z)
             for dz in ((-1.0, 1.0) if not symmetric else ()):  # the zero point one step either way
-                z = np.clip(best.z + dz, 0, qmax)
-                improved |= best.offer(best.refit(z, best.codes(best.s, z)), z)
-            if not improved:
+                z = np.clip(part.z + dz, 0, qmax)
+                improved |= part.offer(part.refit(z, part.codes(part.s, z)), z)
+            if part is not best:
+                best.put(rows, part)
+            if not improved.any() or round_ + 1 == _REFITS:
                 break
+            keep = np.flatnonzero(improved)
+            part, rows = part.take(keep), rows[keep]
     if method == "balanced":
         best.balance()
     scales = np.where(best.s != 0, best.s, 1.0).astype(np.float32)  # an all-zero block: any scale, codes = z
@@ -111,10 +119,22 @@ class _Best:
 
     def __init__(self, b: np.ndarray, qmax: float) -> None:
         self.b, self.qmax = b, qmax
-        self.q: np.ndarray = np.empty(0)
+        self._q: np.ndarray | None = None  # the best's codes; None: not yet made for the latest (s, z)
         self.s: np.ndarray = np.empty(0)
         self.z: np.ndarray = np.empty(0)
         self.err: np.ndarray | None = None
+
+    @property
+    def q(self) -> np.ndarray:
+        # Made when asked for, not copied in at every offer that wins: codes(s, z) is elementwise per
+        # block, so remaking them from the kept (s, z) gives the very codes that offer computed.
+        if self._q is None:
+            self._q = self.codes(self.s, self.z)
+        return self._q
+
+    @q.setter
+    def q(self, value: np.ndarray) -> None:
+        self._q = value
 
     def codes(self, s: np.ndarray, z: np.ndarray) -> np.ndarray:
         # in place, one temporary: the same values as np.clip(np.rint(b / s) + z, 0, qmax)
@@ -123,7 +143,8 @@ class _Best:
         q += z[:, None]
         return np.clip(q, 0, self.qmax, out=q)
 
-    def offer(self, s: np.ndarray, z: np.ndarray) -> bool:
+    def offer(self, s: np.ndarray, z: np.ndarray) -> np.ndarray:
+        """Keep (s, z) for the blocks where it has less error than their best; which blocks those are."""
         q = self.codes(s, z)
         r = q - z[:, None]
         r *= _safe(s)[:, None]
@@ -131,14 +152,27 @@ class _Best:
         err = np.einsum("ij,ij->i", r, r)
         if self.err is None:
             self.q, self.s, self.z, self.err = q, s.copy(), z.copy(), err
-            return True
+            return np.ones(len(err), bool)
         better = err < self.err
         if not better.any():
-            return False
-        np.copyto(self.q, q, where=better[:, None])
+            return better
+        self._q = None
         for mine, new in ((self.s, s), (self.z, z), (self.err, err)):
             np.copyto(mine, new, where=better)
-        return True
+        return better
+
+    def take(self, rows: np.ndarray) -> _Best:
+        """These blocks alone, their best so far with them."""
+        part = _Best(self.b[rows], self.qmax)
+        part.q, part.s, part.z = self.q[rows], self.s[rows], self.z[rows]
+        part.err = None if self.err is None else self.err[rows]
+        return part
+
+    def put(self, rows: np.ndarray, part: _Best) -> None:
+        """Write back the best of blocks `rows`, taken with take and offered more since."""
+        self.q[rows], self.s[rows], self.z[rows] = part.q, part.s, part.z
+        if self.err is not None and part.err is not None:
+            self.err[rows] = part.err
 
     def balance(self) -> None:
         """Move the fewest, cheapest codes one step so that each block's errors sum to at most s/2.
@@ -155,14 +189,19 @@ class _Best:
         moved = self.q + d
         cost = np.where((moved >= 0) & (moved <= self.qmax), s * s - 2 * d * s * e, np.inf)
         order = np.argsort(cost, axis=1)
-        rank = np.empty_like(order)  # each code's place in its block's order: the inverse permutation
-        np.put_along_axis(rank, order, np.broadcast_to(np.arange(order.shape[1]), order.shape), axis=1)
-        self.q = np.where((rank < np.rint(np.abs(steps))[:, None]) & np.isfinite(cost), moved, self.q)
+        # the first rint(|steps|) codes of each block's order move: marked through `order` itself, a few a
+        # block, rather than ranking all of them (the inverse permutation) and comparing every rank
+        block, place = np.nonzero(np.arange(order.shape[1]) < np.rint(np.abs(steps))[:, None])
+        move = np.zeros(order.shape, bool)
+        move[block, order[block, place]] = True
+        self.q = np.where(move & np.isfinite(cost), moved, self.q)
 
     def refit(self, z: np.ndarray, q: np.ndarray | None = None) -> np.ndarray:
         """The least-squares scale of codes q (default: the best's) at zero points z: Σ w·c / Σ c², c = q − z."""
         c = (self.q if q is None else q) - z[:, None]
-        denom = (c * c).sum(axis=1)
+        # Σ c² sums small integers (|c| ≤ 2^b − 1), exact in float32 in any order: einsum's order, faster
+        # than a reduction along the short last axis, gives the same value. Σ w·c is rounded: its order stays.
+        denom = np.einsum("ij,ij->i", c, c)
         return np.where(denom > 0, (self.b * c).sum(axis=1) / np.where(denom > 0, denom, 1), self.s)
 
 

@@ -132,6 +132,22 @@ def test_balanced_blocks_leave_errors_that_sum_to_at_most_half_a_step(symmetric)
     assert np.linalg.norm(x @ err.reshape(48, 256).T) < 0.8 * np.linalg.norm(x @ err_mse.T)
 
 
+@pytest.mark.parametrize("symmetric", [False, True])
+@pytest.mark.parametrize("method", ["balanced", "mse"])
+def test_each_block_is_quantized_as_if_alone(method, symmetric) -> None:
+    # The refit rounds go on with only the blocks that improved: a block's codes must not depend on
+    # which others share its chunk, or the rounds it was spared would change it.
+    w = np.random.default_rng(7).standard_normal((40, 96)).astype(np.float32)
+    w[::3] = np.round(w[::3] * 4) / 4  # repeated values: ties in the grid and in balance's order
+    whole = quantize(w, bits=4, block_size=32, symmetric=symmetric, method=method)
+    for i in (0, 1, 2, 17, 39):
+        alone = quantize(w[i:i + 1], bits=4, block_size=32, symmetric=symmetric, method=method)
+        np.testing.assert_array_equal(alone.packed[0], whole.packed[i])
+        np.testing.assert_array_equal(alone.scales[0], whole.scales[i])
+        if not symmetric:
+            np.testing.assert_array_equal(alone.zero_points[0], whole.zero_points[i])
+
+
 def test_an_all_zero_block_stays_zero() -> None:
     w = np.zeros((2, 32), np.float32)
     w[1, :16] = 1.0
