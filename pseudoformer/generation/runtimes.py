@@ -85,12 +85,18 @@ class OnnxRuntime:
         # caller drop its arrays before onnxruntime takes its own copy.
         self.files = OnnxFiles()
         if contrib_ops:
+            from pseudoformer.deploy import say_contrib_fallback
+
+            refused: list = []
             try:
                 step = lower_model(dec.step, weights, metadata=metadata, contrib_ops=True, kv_buffers=PAST_LENGTH,
-                                   fold_weights=True)
+                                   fold_weights=True, refusals=refused)
                 self.buffered = True
             except BackendError:  # some attention is not GroupQueryAttention's: a cache of values, as below
-                step = lower_model(dec.step, weights, metadata=metadata, contrib_ops=True, fold_weights=True)
+                refused.clear()
+                step = lower_model(dec.step, weights, metadata=metadata, contrib_ops=True, fold_weights=True,
+                                   refusals=refused)
+            say_contrib_fallback(refused)  # as compile does: once, how many attentions stay standard, and why
         else:
             step = lower_model(dec.step, weights, metadata=metadata, fold_weights=True)
         self.step_path = self.files.write("step", step)
