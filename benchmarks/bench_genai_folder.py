@@ -13,6 +13,9 @@ Each folder is timed by genai_timing.py (prefill of a random prompt, median time
 folders interleaved round by round in one run. Target (issue 29): ours ≤ 1.0× genai's, each column.
 
     python benchmarks/bench_genai_folder.py WORKDIR --genai-python /work/genai-venv/bin/python
+
+`--family Qwen3-0.6B` (or Gemma-3-1B, Gemma-2-2B, Phi-3-mini: scale_checkpoints.FAMILY_SHAPES) takes that
+family's shape and its models/*.alg instead; `--layers N` keeps the first N layers of the shape.
 """
 
 from __future__ import annotations
@@ -36,10 +39,17 @@ BASELINE = {"ours fp32": "genai fp32", "ours fp32, --contrib-ops": "genai fp32",
             "ours int4, --contrib-ops": "genai int4"}
 
 
-def build(args: argparse.Namespace, checkpoint: Path) -> dict[str, Path]:
+# The .alg each family of --family compiles from.
+FAMILY_ALG = {"Qwen3-0.6B": "qwen3.alg", "Gemma-3-1B": "gemma3.alg", "Gemma-2-2B": "gemma2.alg",
+              "Phi-3-mini": "phi3.alg"}
+
+
+def build(args: argparse.Namespace, checkpoint: Path, alg: Path) -> dict[str, Path]:
     folders = {}
     for precision in ("fp32", "int4"):
         out = args.work / f"genai-{precision}"
+        if args.only and f"genai {precision}" not in args.only:
+            continue
         if not (out / "genai_config.json").exists():
             with open(args.work / f"builder-{precision}.log", "w") as log:
                 subprocess.run([args.genai_python, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint),
@@ -48,8 +58,10 @@ def build(args: argparse.Namespace, checkpoint: Path) -> dict[str, Path]:
         folders[f"genai {precision}"] = out
     for name, flags in OURS.items():
         out = args.work / name.replace(" ", "-").replace(",", "")
+        if args.only and name not in args.only:
+            continue
         if not (out / "genai_config.json").exists():
-            subprocess.run([sys.executable, "-m", "pseudoformer.cli", "compile", str(ROOT / "models/llama.alg"),
+            subprocess.run([sys.executable, "-m", "pseudoformer.cli", "compile", str(alg),
                             "--weights", str(checkpoint), "--genai-folder", str(out), *flags], check=True)
         folders[name] = out
     return folders
@@ -71,17 +83,23 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per folder per pass")
     ap.add_argument("--passes", type=int, default=3, help="passes over the folders, interleaved")
+    ap.add_argument("--family", choices=sorted(FAMILY_ALG), help="that family's shape and .alg (default: "
+                    "SmolLM2-135M's shape, models/llama.alg)")
+    ap.add_argument("--layers", type=int, help="keep only the shape's first N layers")
+    ap.add_argument("--only", nargs="*", help="build and time only these folders (names as in the table)")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
-    from scale_checkpoints import SHAPES, write_checkpoint, write_tokenizer
+    from scale_checkpoints import FAMILY_SHAPES, SHAPES, write_checkpoint, write_tokenizer
 
     args.work.mkdir(parents=True, exist_ok=True)
-    checkpoint = args.work / "SmolLM2-135M"
-    shape = SHAPES["SmolLM2-135M"]
+    rung = args.family or "SmolLM2-135M"
+    shape = {**(FAMILY_SHAPES | SHAPES)[rung], **({"num_hidden_layers": args.layers} if args.layers else {})}
+    alg = ROOT / "models" / FAMILY_ALG.get(rung, "llama.alg")
+    checkpoint = args.work / rung
     if not (checkpoint / "model.safetensors").exists():
         write_checkpoint(checkpoint, shape)
         write_tokenizer(checkpoint)
-    folders = build(args, checkpoint)
+    folders = build(args, checkpoint, alg)
     runs: dict[str, dict[str, list[float]]] = {n: {"prefill": [], "step": []} for n in folders}
     tokens = {}
     for _ in range(args.passes):
@@ -92,7 +110,9 @@ def main() -> int:
             tokens[name] = r["tokens"]
     med = {n: {k: statistics.median(v) * 1e3 for k, v in r.items()} for n, r in runs.items()}
     load = os.getloadavg()
-    print(f"## onnxruntime-genai: our folder against its builder's (SmolLM2-135M shape, random weights), "
+    layers = f", {args.layers} layers" if args.layers else ""
+    print(f"## onnxruntime-genai: our folder ({alg.name}) against its builder's ({rung} shape{layers}, random "
+          "weights), "
           f"{time.strftime('%Y-%m-%d')}")
     print(f"CPU {platform.processor() or platform.machine()}, {args.threads} threads, load {load[0]:.1f}; prompt "
           f"{args.prompt}, {args.new} new tokens, greedy, batch 1; medians of {args.passes}×{args.rounds} rounds, "
@@ -100,8 +120,8 @@ def main() -> int:
     print("| folder | prefill ms | per-token ms | prefill vs genai | per-token vs genai | same tokens as genai |")
     print("|---|---|---|---|---|---|")
     for name, m in med.items():
-        base = med[BASELINE.get(name, name)]
-        same = tokens[name] == tokens[BASELINE.get(name, name)]
+        ref = BASELINE.get(name, name) if BASELINE.get(name, name) in med else name
+        base, same = med[ref], tokens[name] == tokens[ref]
         print(f"| {name} | {m['prefill']:.1f} | {m['step']:.2f} | {m['prefill'] / base['prefill']:.2f}× | "
               f"{m['step'] / base['step']:.2f}× | {'yes' if same else 'no'} |")
     return 0

@@ -53,6 +53,56 @@ SHAPES: dict[str, dict[str, Any]] = {
                    "rope_theta": 10000.0, "sliding_window": 4096, "tie_word_embeddings": False},
 }
 
+# The smallest real shape of each family that onnxruntime-genai's builder also builds (bench_genai_folder.py
+# --family); their tensors come from transformers (family_tensor_shapes), not from tensor_shapes below.
+FAMILY_SHAPES: dict[str, dict[str, Any]] = {
+    "Qwen3-0.6B": {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "vocab_size": 151936,
+                   "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+                   "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+                   "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+                   "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"},
+    "Gemma-3-1B": {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], "vocab_size": 262144,
+                   "hidden_size": 1152, "intermediate_size": 6912, "num_hidden_layers": 26,
+                   "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+                   "query_pre_attn_scalar": 256, "sliding_window": 512, "sliding_window_pattern": 6,
+                   "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "max_position_embeddings": 32768,
+                   "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+                   "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "bfloat16"},
+    "Gemma-2-2B": {"model_type": "gemma2", "architectures": ["Gemma2ForCausalLM"], "vocab_size": 256000,
+                   "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+                   "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                   "query_pre_attn_scalar": 256, "sliding_window": 4096, "attn_logit_softcapping": 50.0,
+                   "final_logit_softcapping": 30.0, "rope_theta": 10000.0, "max_position_embeddings": 8192,
+                   "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "tie_word_embeddings": True,
+                   "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "torch_dtype": "bfloat16"},
+    "Phi-3-mini": {"model_type": "phi3", "architectures": ["Phi3ForCausalLM"], "vocab_size": 32064,
+                   "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32,
+                   "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 4096,
+                   "original_max_position_embeddings": 4096, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                   "hidden_act": "silu", "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
+                   "pad_token_id": 32000, "torch_dtype": "bfloat16"},
+}
+
+
+def family_config(config: dict[str, Any]) -> dict[str, Any]:
+    """config.json as transformers writes it for `config` (every default filled in, as a real checkpoint's)."""
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(**config).to_dict()
+
+
+def family_tensor_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The tensors of `config`'s HF `…ForCausalLM`, read off the model built on the meta device (no memory)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    if config.get("tie_word_embeddings", False):
+        shapes.pop("lm_head.weight", None)  # save_pretrained writes a tied head once, as the embedding
+    return shapes
+
 
 def tensor_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     """The checkpoint's tensors, by HF name, in the order HF writes them."""
@@ -100,8 +150,9 @@ def write_checkpoint(directory: Path, config: dict[str, Any], seed: int = 0) -> 
     import numpy as np
 
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(config, indent=1))
-    shapes = tensor_shapes(config)
+    family = config["model_type"] not in ("llama", "qwen2", "mistral")
+    (directory / "config.json").write_text(json.dumps(family_config(config) if family else config, indent=1))
+    shapes = family_tensor_shapes(config) if family else tensor_shapes(config)
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, shape in shapes.items():
@@ -135,6 +186,6 @@ def write_tokenizer(directory: Path) -> None:
 
 if __name__ == "__main__":  # python scale_checkpoints.py RUNG DIRECTORY [LAYERS]
     rung, where = sys.argv[1], Path(sys.argv[2])
-    shape = {**SHAPES[rung], **({"num_hidden_layers": int(sys.argv[3])} if len(sys.argv) > 3 else {})}
+    shape = {**(SHAPES | FAMILY_SHAPES)[rung], **({"num_hidden_layers": int(sys.argv[3])} if len(sys.argv) > 3 else {})}
     print(write_checkpoint(where, shape))
     write_tokenizer(where)
