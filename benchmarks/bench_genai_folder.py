@@ -70,7 +70,8 @@ def build(args: argparse.Namespace, checkpoint: Path, alg: Path) -> dict[str, Pa
 def time_folder(args: argparse.Namespace, folder: Path, vocab: int) -> dict:
     done = subprocess.run([args.genai_python, str(HERE / "genai_timing.py"), str(folder), "--prompt", str(args.prompt),
                            "--new", str(args.new), "--threads", str(args.threads), "--rounds", str(args.rounds),
-                           "--vocab", str(vocab)], check=True, capture_output=True, text=True)
+                           "--vocab", str(vocab), *(["--max-length", str(args.max_length)] if args.max_length else [])],
+                          check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -85,6 +86,7 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=3, help="passes over the folders, interleaved")
     ap.add_argument("--family", choices=sorted(FAMILY_ALG), help="that family's shape and .alg (default: "
                     "SmolLM2-135M's shape, models/llama.alg)")
+    ap.add_argument("--max-length", type=int, help="genai's cache capacity (genai_timing.py --max-length)")
     ap.add_argument("--layers", type=int, help="keep only the shape's first N layers")
     ap.add_argument("--only", nargs="*", help="build and time only these folders (names as in the table)")
     args = ap.parse_args()

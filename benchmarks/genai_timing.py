@@ -31,6 +31,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--vocab", type=int, required=True)
+    ap.add_argument("--max-length", type=int, help="the cache's capacity (default prompt + new); genai's "
+                    "sliding-window GroupQueryAttention refuses one under the window (Gemma 2: 4096)")
     args = ap.parse_args()
 
     import onnxruntime_genai as og
@@ -45,7 +47,7 @@ def main() -> int:
     prefill, steps, tokens = [], [], []
     for r in range(args.rounds + 1):  # round 0 warms up
         params = og.GeneratorParams(model)
-        params.set_search_options(do_sample=False, max_length=args.prompt + args.new, min_length=args.prompt + args.new)
+        params.set_search_options(do_sample=False, max_length=args.max_length or args.prompt + args.new, min_length=args.prompt + args.new)
         gen = og.Generator(model, params)
         start = time.perf_counter()
         gen.append_tokens(prompt.astype(np.int32))
