@@ -20,7 +20,9 @@ def test_quick_run_prints_both_tables() -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     rows = [line.split(" | ")[0].strip("| ") for line in proc.stdout.splitlines()
             if line.startswith("| ") and not line.startswith("| shape") and not line.startswith("| product")]
-    assert rows == ["small", "tall", "tiny"], proc.stdout
+    assert rows == ["small", "tall", "tiny", "tiny", "tiny"], proc.stdout
     assert "streaming read bandwidth" in proc.stdout and "load average" in proc.stdout
-    tiny = next(line for line in proc.stdout.splitlines() if line.startswith("| tiny |"))
-    assert tiny.count("×)") == 2  # both contenders' per-token time set against the floor
+    tiny = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| tiny |")]
+    # a row per contender (TVM with float32 and with int8 activations, ORT), each per-token time against the floor
+    assert [cells[3] for cells in tiny] == ["tvm", "tvm8", "ort"], proc.stdout
+    assert all(cells[4].endswith("×)") for cells in tiny), proc.stdout
