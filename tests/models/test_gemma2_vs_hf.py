@@ -1,45 +1,21 @@
 """Gemma 2 (models/gemma2.alg) against HF's Gemma2ForCausalLM with the same random weights: log-probabilities
 within 1e-4 on the interpreter, ONNX Runtime and TVM on sequences past the window, greedy generation equal to
-HF's, one soft-capped attention op per layer, windowed in the local layers only, and the options."""
+HF's, one soft-capped attention op per layer, windowed in the local layers only, and the options. The checks every family shares (logits on three backends,
+greedy generation, the cache) are in test_gemma_qwen3_vs_hf.py; the fixtures in conftest.py."""
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 from pathlib import Path
 
 import onnx
 import pytest
 
-from pseudoformer.deploy import lower, run_onnx
+from pseudoformer.deploy import lower
 from pseudoformer.model import Model
 from tests.models import gemma_qwen3_cases as cases
 
 KIND = "gemma2"
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
-    return cases.checkpoint(KIND, tmp_path_factory.mktemp(KIND))
-
-
-@pytest.fixture(scope="module")
-def model(checkpoint: tuple) -> Model:
-    return cases.ours(KIND, checkpoint[1])
-
-
-def test_logits_match_hf_on_the_interpreter_and_onnx_runtime(checkpoint: tuple, model: Model) -> None:
-    onnx = lower(model)
-    cases.check_logits(checkpoint[0], model, lambda x: model.run(x=x)["Y"])
-    cases.check_logits(checkpoint[0], model, lambda x: run_onnx(onnx, {"x": x})["Y"])
-
-
-def test_logits_match_hf_on_tvm(checkpoint: tuple, model: Model) -> None:
-    pytest.importorskip("tvm.relax", reason="apache-tvm is not installed: pip install pseudoformer[tvm]")
-    from pseudoformer.deploy_tvm import compile_model
-
-    compiled = compile_model(model)
-    cases.check_logits(checkpoint[0], model, lambda x: compiled.run(x=x)["Y"])
 
 
 def test_the_caps_are_reached(checkpoint: tuple, tmp_path: Path) -> None:
@@ -49,16 +25,6 @@ def test_the_caps_are_reached(checkpoint: tuple, tmp_path: Path) -> None:
     x = cases.tokens(2, 11, vocab=cases.TINY["vocab_size"], seed=13)
     with pytest.raises(AssertionError):
         cases.assert_close(cases.hf_logits(hf, x), cases.hf_logits(checkpoint[0], x))
-
-
-@pytest.mark.parametrize("backend", ["onnx", "numpy", pytest.param("tvm", marks=pytest.mark.skipif(
-    importlib.util.find_spec("tvm") is None, reason="apache-tvm is not installed: pip install pseudoformer[tvm]"))])
-def test_greedy_equals_hf_generate(checkpoint: tuple, model: Model, backend: str) -> None:
-    cases.check_generate(checkpoint[0], model, backend)
-
-
-def test_the_cache_holds_the_key_value_heads(model: Model) -> None:
-    cases.check_cache(model)
 
 
 def test_each_layer_is_one_soft_capped_attention_windowed_in_the_local_layers(model: Model) -> None:

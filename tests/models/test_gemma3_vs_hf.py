@@ -1,53 +1,17 @@
 """Gemma 3's text decoder (models/gemma3.alg) against HF's Gemma3ForCausalLM (model_type gemma3_text) with the
 same random weights: log-probabilities within 1e-4 on the interpreter, ONNX Runtime and TVM on sequences past the
 window, greedy generation equal to HF's, one attention op per layer (windowed in the local ones), the q/k norms
-batched over the heads, a RoPE base per kind of layer, and the options."""
+batched over the heads, a RoPE base per kind of layer, and the options. The checks every family shares (logits on three backends,
+greedy generation, the cache) are in test_gemma_qwen3_vs_hf.py; the fixtures in conftest.py."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from pseudoformer.deploy import lower, run_onnx
 from pseudoformer.model import Model
 from tests.models import gemma_qwen3_cases as cases
 
 KIND = "gemma3"
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
-    return cases.checkpoint(KIND, tmp_path_factory.mktemp(KIND))
-
-
-@pytest.fixture(scope="module")
-def model(checkpoint: tuple) -> Model:
-    return cases.ours(KIND, checkpoint[1])
-
-
-def test_logits_match_hf_on_the_interpreter_and_onnx_runtime(checkpoint: tuple, model: Model) -> None:
-    onnx = lower(model)
-    cases.check_logits(checkpoint[0], model, lambda x: model.run(x=x)["Y"])
-    cases.check_logits(checkpoint[0], model, lambda x: run_onnx(onnx, {"x": x})["Y"])
-
-
-def test_logits_match_hf_on_tvm(checkpoint: tuple, model: Model) -> None:
-    pytest.importorskip("tvm.relax", reason="apache-tvm is not installed: pip install pseudoformer[tvm]")
-    from pseudoformer.deploy_tvm import compile_model
-
-    compiled = compile_model(model)
-    cases.check_logits(checkpoint[0], model, lambda x: compiled.run(x=x)["Y"])
-
-
-@pytest.mark.parametrize("backend", ["onnx", "numpy", pytest.param("tvm", marks=pytest.mark.skipif(
-    importlib.util.find_spec("tvm") is None, reason="apache-tvm is not installed: pip install pseudoformer[tvm]"))])
-def test_greedy_equals_hf_generate(checkpoint: tuple, model: Model, backend: str) -> None:
-    cases.check_generate(checkpoint[0], model, backend)
-
-
-def test_the_cache_holds_the_key_value_heads(model: Model) -> None:
-    cases.check_cache(model)
 
 
 def test_each_layer_is_one_attention_its_kind_settled_per_layer(model: Model) -> None:
