@@ -28,6 +28,7 @@ from pseudoformer.ir import Graph, Node, Op, TensorType
 from pseudoformer.ir.ops import op_def
 from pseudoformer.ir.types import DType
 from pseudoformer.passes.kv_cache import IncrementalDecoder, NotCacheableError
+from pseudoformer.passes.padding_mask import mask_keys
 
 INPUT_IDS, ATTENTION_MASK, POSITION_IDS, LOGITS = "input_ids", "attention_mask", "position_ids", "logits"
 PAST_KEY, PAST_VALUE = "past_key_values.%d.key", "past_key_values.%d.value"
@@ -142,18 +143,9 @@ class _Rewrite:
         return self._mark(rows)
 
     def _masked_attention(self, n: Node, src: tuple[Node, ...]) -> Node:
-        rank = n.src[1].type.rank
-        keep = Node(Op.UNSQUEEZE, (self.keep,), {"axes": list(range(1, rank - 1))}, span=n.span, scope=n.scope)
         if any(id(s) in self.batched for s in src):
             raise CompileError([_refusal(n, "an attention operand")])
-        if len(src) == 3:
-            mask = keep
-        elif src[3].dtype is DType.bool:
-            mask = Node(Op.AND, (src[3], keep), span=n.span, scope=n.scope)
-        else:  # an additive bias: −∞ at the padded keys
-            ninf = Node(Op.CONST, (), {"value": float("-inf"), "dtype": src[3].dtype})
-            mask = Node(Op.WHERE, (keep, src[3], ninf), span=n.span, scope=n.scope)
-        return Node(Op.ATTENTION, (*src[:3], mask), dict(n.attrs), span=n.span, scope=n.scope)
+        return mask_keys(n, src, self.keep)
 
     def _carry(self, n: Node, src: tuple[Node, ...], carried: list[int]) -> Node:
         """n with operands that gained the batch axis: the batch axis kept in front, or aligned to a value

@@ -37,6 +37,21 @@ def padding_mask_inputs(graph: Graph) -> list[str]:
     return [mask_input_name(t.attrs["name"], len(tokens)) for t in tokens]
 
 
+def mask_keys(n: Node, src: tuple[Node, ...], keep: Node) -> Node:
+    """The attention `n` over operands `src` with the keys where `keep` [batch, S] is false masked out, on
+    top of its own mask or bias if it has one."""
+    # [batch, S] → [batch, 1, …, 1, S]: broadcast over heads and queries
+    pad = Node(Op.UNSQUEEZE, (keep,), {"axes": list(range(1, n.src[1].type.rank - 1))}, span=n.span, scope=n.scope)
+    if len(src) == 3:
+        mask = pad
+    elif src[3].dtype is DType.bool:
+        mask = Node(Op.AND, (src[3], pad), span=n.span, scope=n.scope)
+    else:  # an additive bias: −∞ at the padded keys
+        ninf = Node(Op.CONST, (), {"value": float("-inf"), "dtype": src[3].dtype})
+        mask = Node(Op.WHERE, (pad, src[3], ninf), span=n.span, scope=n.scope)
+    return Node(Op.ATTENTION, (*src[:3], mask), dict(n.attrs), span=n.span, scope=n.scope)
+
+
 def add_padding_masks(graph: Graph) -> Graph:
     """`graph` with an attention_mask input per token input, applied to every attention over its keys."""
     tokens = _token_inputs(graph)
@@ -59,18 +74,7 @@ def add_padding_masks(graph: Graph) -> Graph:
         out = n if all(a is b for a, b in zip(src, n.src, strict=True)) else \
             Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
         if n.op is Op.ATTENTION and n.src[1].shape[-2] in keep:
-            k = n.src[1]
-            pad = keep[k.shape[-2]][1]
-            # [batch, S] → [batch, 1, …, 1, S]: broadcast over heads and queries
-            pad = Node(Op.UNSQUEEZE, (pad,), {"axes": list(range(1, k.type.rank - 1))}, span=n.span, scope=n.scope)
-            if len(src) == 3:
-                mask = pad
-            elif src[3].dtype is DType.bool:
-                mask = Node(Op.AND, (src[3], pad), span=n.span, scope=n.scope)
-            else:  # an additive bias: −∞ at the padded keys
-                ninf = Node(Op.CONST, (), {"value": float("-inf"), "dtype": src[3].dtype})
-                mask = Node(Op.WHERE, (pad, src[3], ninf), span=n.span, scope=n.scope)
-            out = Node(Op.ATTENTION, (*src[:3], mask), dict(n.attrs), span=n.span, scope=n.scope)
+            out = mask_keys(n, src, keep[n.src[1].shape[-2]][1])
             masked += 1
         memo[id(n)] = out
         return out
