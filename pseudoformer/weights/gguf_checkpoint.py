@@ -17,7 +17,7 @@ comes (the model is never in memory twice). Formats:
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -32,8 +32,9 @@ from pseudoformer.ir.block_coded import FORMATS, BlockCoded, Codes
 
 from . import hf_engine
 from .errors import WeightsError
-from .gguf_arch import ARCHES, REQUIRED, Arch
+from .gguf_arch import ARCHES, REQUIRED, Arch, row_order
 from .gguf_format import FLOAT_TYPES, INT_TYPES, GGUFFile, TensorInfo
+from .gguf_rope import llama3_scaling
 from .hf_engine import Expected, Plan, Planned
 from .tensor_ref import TensorRef
 
@@ -69,14 +70,18 @@ def open_gguf(path: str | Path) -> GGUFCheckpoint:
     tensors: dict[str, TensorRef] = {}
     infos: dict[str, TensorInfo] = {}
     for name, info in f.tensors.items():
-        if name == "rope_freqs.weight":  # Llama 3.1's scaled frequencies, as factors: only all ones computes RoPE
-            _check_rope_freqs(f, info)
+        if name == "rope_freqs.weight":  # Llama 3's scaled frequencies, as factors
+            _rope_freqs(f, info, config)
             continue
+        if name.startswith("rope_factors_"):
+            raise f.error(f"{name} holds LongRoPE's factors (Phi-3's 128k checkpoints, rope_scaling 'longrope'): "
+                          "its short and long factors, switched by the sequence length, are not written in "
+                          "phi3.alg", at=None)
         hf_name = _hf_name(arch, name)
         shift = arch.norm_shift if hf_name.endswith("norm.weight") else 0.0
-        tensors[hf_name] = _ref(f, info, _heads(arch, hf_name, config), shift)
+        tensors[hf_name] = _ref(f, info, row_order(arch, hf_name, config), shift)
         infos[hf_name] = info
-    if "lm_head.weight" not in tensors:  # llama.cpp drops output.weight when it is the embedding
+    if "output.weight" not in f.tensors:  # llama.cpp drops output.weight when it is the embedding
         config["tie_word_embeddings"] = True
     return GGUFCheckpoint(f, arch, config, tensors, infos)
 
@@ -133,12 +138,12 @@ def _codes(ckpt: GGUFCheckpoint, planned: Planned, info: TensorInfo) -> Codes | 
         picked, transposed = np.array(rows[0, :]), True
     else:
         return None
-    heads = _heads(ckpt.arch, planned.origin, ckpt.config)
+    order = row_order(ckpt.arch, planned.origin, ckpt.config)
     f = ckpt.file
 
     def read() -> np.ndarray:
         raw = f.raw(info).reshape(n, -1)
-        return np.ascontiguousarray(_unpermute(raw, heads)[picked])
+        return np.ascontiguousarray((order(raw) if order else raw)[picked])
 
     return Codes(info.qtype.name, read, transposed)
 
@@ -155,16 +160,22 @@ def _arch(f: GGUFFile) -> Arch:
     if v.value not in ARCHES:
         raise f.error(f"architecture {v.value!r} is not supported; supported: {', '.join(sorted(ARCHES))}", at=None)
     name = f.metadata.get("general.name")
+    if v.value == "llama" and (_number(f, "llama.expert_count", int) or 0) > 0:
+        return ARCHES["mixtral"]  # llama.cpp writes Mixtral as "llama" with experts
     if v.value == "llama" and name is not None and "mistral" in str(name.value).lower():
         # llama.cpp writes Mistral as "llama"; its name tells them apart, as transformers' GGUF reader does.
         return ARCHES["mistral"]
     return ARCHES[v.value]
 
 
-def _number(f: GGUFFile, key: str, kind: type) -> int | float | None:
+def _number(f: GGUFFile, key: str, kind: type) -> int | float | bool | None:
     v = f.metadata.get(key)
     if v is None:
         return None
+    if kind is bool:
+        if v.type != GGUFValueType.BOOL:
+            raise f.error(f"metadata {key} is {v.describe()}, not a BOOL", at=None)
+        return bool(v.value)
     ok = v.type in INT_TYPES if kind is int else v.type in INT_TYPES | FLOAT_TYPES
     if not ok:
         want = "an integer" if kind is int else "a number"
@@ -180,10 +191,13 @@ def _config(f: GGUFFile, arch: Arch) -> dict[str, Any]:
     config: dict[str, Any] = {"model_type": arch.model_type, "hidden_act": "silu", **arch.fixed}
     for key, hf_key, kind in arch.keys:
         value = _number(f, f"{p}.{key}", kind)
-        if value is not None:
+        if value is not None and not (hf_key == "sliding_window" and value == 0):  # 0: none (llama.cpp's n_swa)
             config[hf_key] = value
     heads = config["num_attention_heads"]
     head_dim = config.get("head_dim") or (config["hidden_size"] // heads if heads else 0)
+    if arch.scale_27b_layers is not None and heads:
+        big = config["num_hidden_layers"] == arch.scale_27b_layers
+        config["query_pre_attn_scalar"] = config["hidden_size"] // heads if big else head_dim
     rotary = _number(f, f"{p}.rope.dimension_count", int)
     if rotary is not None and head_dim and rotary != head_dim:
         config["partial_rotary_factor"] = rotary / head_dim  # refused by the family table, naming the setting
@@ -205,10 +219,20 @@ def _config(f: GGUFFile, arch: Arch) -> dict[str, Any]:
     return config
 
 
-def _check_rope_freqs(f: GGUFFile, info: TensorInfo) -> None:
-    if info.qtype != Q.F32 or not np.all(f.raw(info).view(np.float32) == 1):
-        raise f.error("rope_freqs.weight scales RoPE's frequencies (Llama 3.1's rope scaling); llama.alg's RoPE "
-                      "here is read from the metadata only, so this file is refused", at=None)
+def _rope_freqs(f: GGUFFile, info: TensorInfo, config: dict[str, Any]) -> None:
+    """rope_freqs.weight, the factor each RoPE frequency is divided by, as HF's Llama 3 rope_scaling."""
+    if info.qtype != Q.F32 or len(info.shape) != 1:
+        raise f.error(f"rope_freqs.weight is {info.qtype.name} of shape {list(info.shape)}, not F32 factors", at=None)
+    heads = config["num_attention_heads"]
+    dim = config.get("head_dim") or (config["hidden_size"] // heads if heads else 0)
+    rotary = _number(f, f"{f.metadata['general.architecture'].value}.rope.dimension_count", int)
+    scaling = llama3_scaling(f.raw(info).view(np.float32), float(config.get("rope_theta", 10000.0)), rotary or dim)
+    if isinstance(scaling, str):
+        raise f.error(f"rope_freqs.weight scales RoPE's frequencies, but {scaling}", at=None)
+    if scaling and "rope_scaling" in config:
+        raise f.error("rope_freqs.weight and rope.scaling.type both scale RoPE's frequencies", at=None)
+    if scaling:
+        config["rope_scaling"] = scaling
 
 
 # ---- tensors -----------------------------------------------------------------------------------------
@@ -220,28 +244,6 @@ def _hf_name(arch: Arch, name: str) -> str:
         if m:
             return hf.format(**m.groupdict())
     return name  # no HF name: hf_engine reports it as a tensor the model does not use
-
-
-def _heads(arch: Arch, hf_name: str, config: Mapping[str, Any]) -> int | None:
-    """The head count llama.cpp permuted this tensor's rows by, or None."""
-    if not arch.permuted_qk:
-        return None
-    if hf_name.endswith("q_proj.weight"):
-        return int(config["num_attention_heads"])
-    if hf_name.endswith("k_proj.weight"):
-        return int(config.get("num_key_value_heads") or config["num_attention_heads"])
-    return None
-
-
-def _unpermute(rows: np.ndarray, heads: int | None) -> np.ndarray:
-    """Undo LlamaModel.permute: w.reshape(h, 2, r/h/2, …).swapaxes(1, 2) put the halves of each head's
-    rows side by side; this puts them back (a row permutation, so it applies to block rows too)."""
-    if heads is None:
-        return rows
-    n = rows.shape[0]
-    if heads <= 0 or n % (2 * heads):
-        raise WeightsError(f"{n} rows do not split into {heads} heads of pairs, as llama.cpp's permutation needs")
-    return rows.reshape(heads, n // heads // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
 # Rows dequantized at a time: gguf's code makes a few float32 temporaries the size of its input's values, which
@@ -259,7 +261,8 @@ def _dequantize(raw: np.ndarray, info: TensorInfo) -> np.ndarray:
     return out.reshape(info.shape)
 
 
-def _ref(f: GGUFFile, info: TensorInfo, heads: int | None, shift: float = 0.0) -> TensorRef:
+def _ref(f: GGUFFile, info: TensorInfo, order: Callable[[np.ndarray], np.ndarray] | None, shift: float = 0.0
+         ) -> TensorRef:
     fmt = info.qtype
     if fmt not in PLAIN and fmt not in DEQUANTIZED:
         raise f.error(f"tensor {info.name!r} is {fmt.name}, a format not read here (supported: "
@@ -272,8 +275,8 @@ def _ref(f: GGUFFile, info: TensorInfo, heads: int | None, shift: float = 0.0) -
             values = raw.view(dtype).reshape(info.shape).copy()
         else:
             values = _dequantize(raw, info)
-        if heads is not None:
-            values = _unpermute(values, heads)
+        if order is not None:  # llama.cpp's row permutation undone
+            values = order(values)
         if shift:  # Gemma's norms: llama.cpp stored 1 + γ for HF's γ
             values = values.astype(np.float32) - np.float32(shift)
         return values

@@ -62,7 +62,7 @@ def test_an_unknown_architecture(tmp_path: Path, base: bytes, capfd: pytest.Capt
     data = bytearray(base)
     at = _after(base, b"general.architecture") + 4 + 8  # past the type and the string's length
     data[at:at + 5] = b"gptzz"
-    judge(_run(tmp_path, bytes(data), capfd), "architecture 'gptzz' is not supported; supported: gemma3, llama, mistral, qwen2")
+    judge(_run(tmp_path, bytes(data), capfd), "architecture 'gptzz' is not supported; supported: gemma2, gemma3, gptneox, llama, mistral, mixtral, phi3, qwen2, qwen3")
 
 
 def test_metadata_of_the_wrong_type(tmp_path: Path, base: bytes, capfd: pytest.CaptureFixture[str]) -> None:

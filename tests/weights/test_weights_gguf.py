@@ -125,17 +125,22 @@ def test_q_and_k_rows_are_unpermuted_and_the_blocks_follow_them(tmp_path: Path) 
         np.testing.assert_array_equal(dequantize(packed, scales, None, k=64, bits=4, block_size=32), want)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_greedy_generation_equals_transformers(tmp_path: Path, kind: str) -> None:
-    path, ref = make(tmp_path, kind, Q.Q8_0, seed=3)
+def greedy_equals_hf(ref: torch.nn.Module, alg: Path, path: Path) -> None:
+    """16 greedy tokens of `alg` with the file's weights equal HF's generate: on the interpreter (with the
+    dequantized blocks) and on onnxruntime at accuracy level 0 (with the blocks)."""
     prompt = [5, 17, 3, 44, 9, 12, 30]
     x = torch.tensor([prompt])
     with torch.no_grad():
         want = ref.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=16,
                             min_new_tokens=16, eos_token_id=None, pad_token_id=0)[:, len(prompt):].tolist()
-    model = load(MODELS / f"{kind}.alg", weights=path)
+    model = load(alg, weights=path)
     greedy = Sampling(temperature=0)
-    # numpy: the interpreter computes with the dequantized blocks; onnx at accuracy level 0, with the blocks
     for gen in (Generator(model, backend="numpy"),
                 Generator(model, backend="onnx", quantize=options("int8", accuracy_level=0))):
         assert gen.generate(prompt, max_new_tokens=16, sampling=greedy).tokens == want
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_greedy_generation_equals_transformers(tmp_path: Path, kind: str) -> None:
+    path, ref = make(tmp_path, kind, Q.Q8_0, seed=3)
+    greedy_equals_hf(ref, MODELS / f"{kind}.alg", path)
