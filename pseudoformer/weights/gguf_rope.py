@@ -49,19 +49,20 @@ def llama3_scaling(factors: np.ndarray, base: float, dim: int) -> dict[str, obje
     u_bottom = float(u[full].max())  # highest 1/λ divided by κ
     if band.sum() >= 2:  # s = (u - u_lo)/(u_hi - u_lo): a line through the band's points
         a, c = np.polyfit(u[band], s[band], 1)
-        u_lo, u_hi = -c / a if a else 0.0, (1 - c) / a if a else 0.0
-    elif band.sum() == 1:  # one point: u_hi halfway to the unscaled ones, u_lo where the line through it meets 0
+        u_lo, u_hi = (-c / a, (1 - c) / a) if a > 0 else (0.0, 0.0)
+    elif band.sum() == 1:  # one point (u1, s1): a line through it meeting 0 above u_bottom and 1 below u_top
         (u1,), (s1,) = u[band], s[band]
-        u_hi = (u1 + u_top) / 2
-        u_lo = (u1 - s1 * u_hi) / (1 - s1)
+        gap = min((u1 - u_bottom) / 2, (u_top - u1) * s1 / (1 - s1) / 2)
+        u_lo, u_hi = u1 - gap, u1 - gap + gap / s1
     else:  # a step from κ to 1: both thresholds in the gap
         u_lo, u_hi = u_bottom + (u_top - u_bottom) / 3, u_bottom + 2 * (u_top - u_bottom) / 3
+    bands = ("its factors are not Llama 3's bands (1 for short wavelengths, κ for long ones, a smooth blend "
+             "between), the one per-frequency scaling RoPE in variants.alg computes")
     if not 0 < u_lo < u_hi:
-        return "its factors do not rise from 1 to κ as the wavelength grows"
+        return bands
     scaling = {"rope_type": "llama3", "factor": kappa, "low_freq_factor": 1.0,
                "high_freq_factor": float(u_hi / u_lo), "original_max_position_embeddings": float(1 / u_lo)}
     again = llama3_factors(kappa, 1 / u_lo, 1.0, u_hi / u_lo, base, dim)
     if not np.allclose(again, f, rtol=_RTOL, atol=0):
-        return ("its factors are not Llama 3's bands (1 for short wavelengths, κ for long ones, a smooth blend "
-                "between), the one per-frequency scaling RoPE in variants.alg computes")
+        return bands
     return scaling

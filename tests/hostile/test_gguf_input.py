@@ -62,7 +62,8 @@ def test_an_unknown_architecture(tmp_path: Path, base: bytes, capfd: pytest.Capt
     data = bytearray(base)
     at = _after(base, b"general.architecture") + 4 + 8  # past the type and the string's length
     data[at:at + 5] = b"gptzz"
-    judge(_run(tmp_path, bytes(data), capfd), "architecture 'gptzz' is not supported; supported: gemma2, gemma3, gptneox, llama, mistral, mixtral, phi3, qwen2, qwen3")
+    judge(_run(tmp_path, bytes(data), capfd), "architecture 'gptzz' is not supported; supported: gemma2, gemma3, "
+          "gptneox, llama, mistral, mixtral, phi3, qwen2, qwen3")
 
 
 def test_metadata_of_the_wrong_type(tmp_path: Path, base: bytes, capfd: pytest.CaptureFixture[str]) -> None:
@@ -95,3 +96,19 @@ def test_a_fifo_is_refused_unread(tmp_path: Path, capfd: pytest.CaptureFixture[s
     r = run_cli(["run", LLAMA, "--weights", tmp_path / "m.gguf", "--input", "x=[[1, 2]]", "-o", tmp_path / "y.npz"],
                 capfd)
     judge(r, "is a FIFO (named pipe), not a regular file")
+
+
+@pytest.mark.parametrize(("freqs", "why"), [
+    ([1, 1, 2, 3, 1, 1], "it has 6 factors for RoPE's 4 frequencies"),  # head_dim 8
+    ([1, 3, 2, 3], "its factors are not Llama 3's bands"),  # not rising with the wavelength
+    ([1, float("nan"), 8, 8], "its factors are not all finite numbers"),
+])
+def test_rope_freqs_that_are_not_llama3s_scaling(tmp_path: Path, capfd: pytest.CaptureFixture[str], freqs: list,
+                                                 why: str) -> None:
+    import numpy as np
+
+    path = tmp_path / "m.gguf"
+    model = hf_model("llama", hidden_size=32, intermediate_size=64, head_dim=8, num_hidden_layers=1)
+    write_gguf(path, model, "llama", lambda name, shape: Q.F32, rope_freqs=np.array(freqs, np.float32))
+    r = run_cli(["run", LLAMA, "--weights", path, "--input", "x=[[1, 2]]", "-o", tmp_path / "y.npz"], capfd)
+    judge(r, "rope_freqs.weight scales RoPE's frequencies, but " + why)

@@ -139,10 +139,11 @@ def llama3_rope_freqs(rope: dict[str, Any], dim: int) -> np.ndarray:
 
 def write_gguf(path: Path, model: torch.nn.Module, kind: str, formats: Callable[[str, tuple[int, ...]], Q],
                vocab: tuple[Sequence[str], Sequence[float], Sequence[int]] | None = None,
-               merges: Sequence[str] | None = None, tokenizer_model: str = "llama", pre: str | None = None) -> None:
+               merges: Sequence[str] | None = None, tokenizer_model: str = "llama", pre: str | None = None,
+               rope_freqs: np.ndarray | None = None, extra: dict[str, np.ndarray] | None = None) -> None:
     """``model`` (a HF model of family ``kind``) written as llama.cpp's converter writes it, tensors named by
     gguf's TensorNameMap; ``formats(gguf_name, shape)`` picks each tensor's ggml type (1-d tensors are always
-    F32, as llama.cpp keeps them)."""
+    F32, as llama.cpp keeps them). ``rope_freqs``: that tensor instead of the converter's; ``extra``: more."""
     c = model.config
     arch = FILE_ARCH.get(kind, kind)
     w = gguf.GGUFWriter(str(path), arch)
@@ -164,9 +165,12 @@ def write_gguf(path: Path, model: torch.nn.Module, kind: str, formats: Callable[
         w.add_pad_token_id(c.pad_token_id)
     names = gguf.get_tensor_name_map(GGUF_ARCH[arch], c.num_hidden_layers)
     rope = getattr(c, "rope_parameters", None) or {}
-    if rope.get("rope_type") == "llama3":
-        w.add_tensor("rope_freqs.weight", llama3_rope_freqs(rope, getattr(c, "head_dim", None)
-                                                            or c.hidden_size // c.num_attention_heads))
+    if rope.get("rope_type") == "llama3" and rope_freqs is None:
+        rope_freqs = llama3_rope_freqs(rope, getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads)
+    if rope_freqs is not None:
+        w.add_tensor("rope_freqs.weight", rope_freqs)
+    for name, t in (extra or {}).items():
+        w.add_tensor(name, t)
     for hf_name, a in _converted(kind, model):
         name = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
         if name is None and hf_name == "lm_head.weight":

@@ -22,6 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, MixtralConfig, Mixtra
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
 from pseudoformer.deploy import lower, run_onnx
+from pseudoformer.errors import UsageError
 from pseudoformer.model import load
 from pseudoformer.quantization import options
 from pseudoformer.weights.gguf_checkpoint import gguf_config
@@ -158,3 +159,12 @@ def test_the_tolerance_sees_a_misread_tensor(tmp_path: Path) -> None:
     w["layers.0.W.heads.0.W_k"], w["layers.0.W.heads.1.W_q"] = w["layers.0.W.heads.1.W_q"], w["layers.0.W.heads.0.W_k"]
     with pytest.raises(AssertionError):
         close(replace(model, weights=w).run(x=X)["Y"], want, TOL)
+
+
+def test_phi3_longrope_factors_are_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "phi3-128k.gguf"
+    factors = np.ones(8, np.float32)
+    write_gguf(path, hf_model("phi3"), "phi3", formats(Q.F32),
+               extra={"rope_factors_long.weight": factors, "rope_factors_short.weight": factors})
+    with pytest.raises(UsageError, match="rope_factors_long.weight holds LongRoPE's factors"):
+        load(MODELS / "phi3.alg", weights=path)
