@@ -168,3 +168,10 @@ def test_phi3_longrope_factors_are_refused_by_name(tmp_path: Path) -> None:
                extra={"rope_factors_long.weight": factors, "rope_factors_short.weight": factors})
     with pytest.raises(UsageError, match="rope_factors_long.weight holds LongRoPE's factors"):
         load(MODELS / "phi3.alg", weights=path)
+
+
+def test_neox_sequential_block_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "neox-sequential.gguf"
+    write_gguf(path, neox_phi3_cases.hf_model("gpt_neox", 0, use_parallel_residual=False), "gpt_neox", formats(Q.F32))
+    with pytest.raises(UsageError, match="use_parallel_residual"):
+        load(MODELS / "gpt_neox.alg", weights=path)
