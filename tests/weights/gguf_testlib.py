@@ -68,9 +68,13 @@ def _metadata(w: gguf.GGUFWriter, kind: str, c: Any) -> None:
         return
     w.add_head_count_kv(c.num_key_value_heads)
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    rope = rope.get("full_attention", rope)  # Gemma 3: the global layers' (llama.cpp's local base is 10000)
     theta = rope.get("rope_theta") if "rope_theta" in rope else getattr(c, "rope_theta", None)
     if theta is not None and kind != "gemma2":  # Gemma2Model writes no base (llama.cpp's 10000, HF's default)
         w.add_rope_freq_base(float(theta))
+    if rope.get("rope_type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rope["factor"])
     w.add_rope_dimension_count(head_dim)
     if head_dim != c.hidden_size // c.num_attention_heads or kind.startswith("gemma"):
         w.add_key_length(head_dim)

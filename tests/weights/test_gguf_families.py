@@ -1,4 +1,4 @@
-"""GGUF files of issue 28's families (Qwen3, Phi-3, GPT-NeoX, Mixtral, Gemma 2), written as llama.cpp's converter
+"""GGUF files of issue 28's families (Qwen3, Phi-3, GPT-NeoX, Mixtral, Gemma 2 and a tiny Gemma 3), written as llama.cpp's converter
 writes them (tests/weights/gguf_testlib.py: its keys, gguf's tensor names, NeoX's regrouped query_key_value,
 Mixtral's stacked experts and permuted q/k, Gemma's 1 + γ norms), read with --weights.
 
@@ -31,7 +31,7 @@ from tests.weights.gguf_testlib import write_gguf
 from tests.weights.test_weights_gguf import TOL, close, greedy_equals_hf, hf_logits
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
-FAMILIES = ("qwen3", "phi3", "gpt_neox", "mixtral", "gemma2")
+FAMILIES = ("qwen3", "phi3", "gpt_neox", "mixtral", "gemma2", "gemma3")
 # Widths that are multiples of 32 (a Q8_0/Q4_0 block), head_dim = d_e/H (transformers' Qwen3 reader assumes it)
 WIDE = dict(hidden_size=64, intermediate_size=96, head_dim=16)
 MIXTRAL = dict(vocab_size=61, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -53,10 +53,16 @@ def hf_model(kind: str, seed: int = 0) -> torch.nn.Module:
         return neox_phi3_cases.hf_model(kind, seed, rotary_emb_base=10000.0)
     if kind == "phi3":
         return neox_phi3_cases.hf_model(kind, seed)
-    # Gemma 2: the converter drops lm_head (tied) and writes no RoPE base (llama.cpp's 10000), and llama.cpp
-    # scales the scores by 1/√head_dim
-    extra = dict(tie_word_embeddings=True, query_pre_attn_scalar=16, rope_parameters={
-        "rope_type": "default", "rope_theta": 10000.0}) if kind == "gemma2" else {}
+    # Gemma 2: the converter drops lm_head (tied) and writes no RoPE base (llama.cpp's 10000). Gemma 3: llama.cpp
+    # has a global layer every 6th and a local base of 10000, neither in the file. Both: llama.cpp scales the
+    # scores by 1/√head_dim.
+    extra: dict[str, object] = {
+        "gemma2": dict(tie_word_embeddings=True, query_pre_attn_scalar=16, rope_parameters={
+            "rope_type": "default", "rope_theta": 10000.0}),
+        "gemma3": dict(query_pre_attn_scalar=16, sliding_window_pattern=6, rope_parameters={
+            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 2000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    }.get(kind, {})
     return gemma_qwen3_cases.hf_model(kind, seed, **{**WIDE, **extra})
 
 
@@ -102,6 +108,9 @@ def test_the_config_is_the_checkpoints(tmp_path: Path, kind: str) -> None:
     assert ours["model_type"] == c.model_type
     for key in ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads", "vocab_size"):
         assert ours[key] == getattr(c, key), key
+    if kind == "gemma3":
+        assert (ours["rope_theta"], ours["rope_scaling"], ours["query_pre_attn_scalar"]) == (
+            2000.0, {"rope_type": "linear", "factor": 2.0}, 16)
     if kind == "gemma2":
         assert (ours["attn_logit_softcapping"], ours["final_logit_softcapping"], ours["sliding_window"],
                 ours["query_pre_attn_scalar"], ours["tie_word_embeddings"]) == (1.5, 4.0, 5, 16, True)
