@@ -153,7 +153,7 @@ def test_q4_0_blocks_follow_the_packed_and_regrouped_rows(tmp_path: Path, kind: 
     close(run_onnx(onnx, {"x": X})["Y"], hf_logits(ref, X))
 
 
-@pytest.mark.parametrize("kind", ["gpt_neox", "qwen3"])
+@pytest.mark.parametrize("kind", ["gpt_neox", "qwen3", "mixtral", "gemma2"])
 def test_greedy_generation_equals_hf(tmp_path: Path, kind: str) -> None:
     path, ref = written(tmp_path, kind, Q.Q8_0, seed=3)
     greedy_equals_hf(ref, MODELS / f"{kind}.alg", path)
