@@ -1,7 +1,8 @@
 """Writing a HF model (Llama, Mistral, Qwen2/3, Phi-3, GPT-NeoX, Mixtral, Gemma 2/3) as llama.cpp would
 (convert_hf_to_gguf.py): gguf's writer, the converter's keys, gguf's tensor names, its row permutations (q/k,
 NeoX's query_key_value), Gemma's 1 + γ norms, Mixtral's stacked experts, each matrix in a chosen ggml format
-(gguf.quants), and a small vocabulary. HF reads the file back with from_pretrained(dir, gguf_file=…), which is the reference."""
+(gguf.quants), and a small vocabulary. HF reads the file back with from_pretrained(dir, gguf_file=…) where it
+can, which is the reference."""
 
 from __future__ import annotations
 

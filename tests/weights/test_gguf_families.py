@@ -1,5 +1,5 @@
-"""GGUF files of issue 28's families (Qwen3, Phi-3, GPT-NeoX, Mixtral, Gemma 2 and a tiny Gemma 3), written as llama.cpp's converter
-writes them (tests/weights/gguf_testlib.py: its keys, gguf's tensor names, NeoX's regrouped query_key_value,
+"""GGUF files of issue 28's families (Qwen3, Phi-3, GPT-NeoX, Mixtral, Gemma 2 and a tiny Gemma 3), written as
+llama.cpp's converter writes them (tests/weights/gguf_testlib.py: its keys, gguf's tensor names, NeoX's regrouped query_key_value,
 Mixtral's stacked experts and permuted q/k, Gemma's 1 + γ norms), read with --weights.
 
 The reference is HF's model of the original config with its weights passed through the file's format (gguf's
@@ -117,7 +117,8 @@ def test_the_config_is_the_checkpoints(tmp_path: Path, kind: str) -> None:
     if kind == "mixtral":
         assert (ours["num_local_experts"], ours["num_experts_per_tok"]) == (4, 2)
     if kind == "gpt_neox":
-        assert (ours["partial_rotary_factor"], ours["use_parallel_residual"], ours["hidden_act"]) == (0.25, True, "gelu")
+        assert (ours["partial_rotary_factor"], ours["use_parallel_residual"], ours["hidden_act"]) == (
+            0.25, True, "gelu")
     if kind == "phi3":
         assert ours["sliding_window"] == 5
 
