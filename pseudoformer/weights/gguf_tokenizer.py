@@ -1,8 +1,9 @@
 """The tokenizer a GGUF file describes (tokenizer.ggml.*), built with `tokenizers` and written as tokenizer.json.
 
 A GGUF holds no tokenizer.json: it lists the vocabulary, its scores or merges, the token types and the
-special ids. Two kinds cover llama, mistral and qwen2 files, built as transformers builds them from the
-same metadata (integrations/gguf/gguf_tokenizer_mapping.py), so that the ids agree with
+special ids. Two kinds cover the files of every architecture read (Gemma's and Phi-3's sentencepiece with
+their own space rules), built as transformers builds them from the same metadata
+(integrations/gguf/gguf_tokenizer_mapping.py), so that the ids agree with
 AutoTokenizer.from_pretrained(dir, gguf_file=…):
 
   "llama"  sentencepiece as BPE: merges recovered from the scores (each pair of pieces whose join is a
@@ -84,6 +85,10 @@ def gguf_tokenizer(path: str | Path):  # -> tokenizers.Tokenizer
         if arch.startswith("gemma"):  # GemmaTokenizer: every space a "▁", nothing put before the text
             tok.normalizer = normalizers.Replace(" ", "▁")
             tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
+        elif arch == "phi3":  # Phi-3's tokenizer.json: a "▁" before each stretch of text, by a normalizer, so
+            # also after a special token (transformers' phi3_tokenizer rebuilds it so from a GGUF)
+            tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+            decode += [decoders.Strip(content=" ", left=1)]
         else:
             prefix = _meta(f, "tokenizer.ggml.add_space_prefix", GGUFValueType.BOOL)
             prefix = True if prefix is None else prefix

@@ -40,19 +40,19 @@ MIXTRAL = dict(vocab_size=61, num_hidden_layers=2, num_attention_heads=4, num_ke
 X = np.array([[1, 5, 9, 20, 33, 7, 60, 2, 14, 3, 8], [3, 3, 41, 17, 8, 0, 12, 59, 22, 40, 6]])  # past the windows
 
 
-def hf_model(kind: str, seed: int = 0) -> torch.nn.Module:
+def hf_model(kind: str, seed: int = 0, **changes: object) -> torch.nn.Module:
     if kind == "mixtral":
         torch.manual_seed(seed)
-        m = MixtralForCausalLM(MixtralConfig(**MIXTRAL)).eval()
+        m = MixtralForCausalLM(MixtralConfig(**{**MIXTRAL, **changes})).eval()
         with torch.no_grad():
             for name, p in m.named_parameters():
                 if "norm" in name:
                     p.add_(torch.randn_like(p) * 0.2)
         return m
     if kind == "gpt_neox":  # llama.cpp's converter writes no RoPE base for NeoX: llama.cpp's 10000
-        return neox_phi3_cases.hf_model(kind, seed, rotary_emb_base=10000.0)
+        return neox_phi3_cases.hf_model(kind, seed, rotary_emb_base=10000.0, **changes)
     if kind == "phi3":
-        return neox_phi3_cases.hf_model(kind, seed)
+        return neox_phi3_cases.hf_model(kind, seed, **changes)
     # Gemma 2: the converter drops lm_head (tied) and writes no RoPE base (llama.cpp's 10000). Gemma 3: llama.cpp
     # has a global layer every 6th and a local base of 10000, neither in the file. Both: llama.cpp scales the
     # scores by 1/√head_dim.
@@ -63,7 +63,7 @@ def hf_model(kind: str, seed: int = 0) -> torch.nn.Module:
             "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 2000.0},
             "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
     }.get(kind, {})
-    return gemma_qwen3_cases.hf_model(kind, seed, **{**WIDE, **extra})
+    return gemma_qwen3_cases.hf_model(kind, seed, **{**WIDE, **extra, **changes})
 
 
 def formats(fmt: Q):

@@ -17,6 +17,7 @@ from pseudoformer.cli import main
 from pseudoformer.terminal import escape
 from pseudoformer.weights.gguf_tokenizer import gguf_tokenizer, write_gguf_tokenizer
 from tests.models.llama_cases import MODELS, hf_model
+from tests.weights import test_gguf_families as families
 from tests.weights.gguf_testlib import trained_vocab, write_gguf
 
 TEXTS = ["The lazy fox's box: 12345 quartz jugs!  Héllo\nwörld <s> end ☃",
@@ -48,6 +49,25 @@ def test_ids_equal_transformers(tmp_path: Path, kind: str, tokenizer_model: str,
         want = ref(text)["input_ids"]
         assert ours.encode(text).ids == want
         assert written.encode(text).ids == want
+        assert ours.decode(want) == ref.decode(want, skip_special_tokens=True)
+
+
+@pytest.mark.parametrize(("kind", "tokenizer_model", "pre"), [
+    ("qwen3", "gpt2", "qwen2"), ("phi3", "llama", None), ("gemma2", "llama", None), ("mixtral", "llama", None)])
+def test_ids_equal_transformers_for_issue_28s_families(tmp_path: Path, kind: str, tokenizer_model: str,
+                                                       pre: str | None) -> None:
+    """The same vocabularies in files of the families llama.cpp writes with them (Gemma's: its own rules)."""
+    vocab, merges = trained_vocab(tokenizer_model)
+    bos, eos = (1, 2) if tokenizer_model == "llama" else (0, 0)
+    path = tmp_path / f"{kind}.gguf"
+    model = families.hf_model(kind, vocab_size=len(vocab[0]), bos_token_id=bos, eos_token_id=eos, pad_token_id=0)
+    write_gguf(path, model, kind, lambda name, shape: Q.F16, vocab=vocab, merges=merges,
+               tokenizer_model=tokenizer_model, pre=pre)
+    ref = AutoTokenizer.from_pretrained(tmp_path, gguf_file=path.name)
+    ours = gguf_tokenizer(path)
+    for text in TEXTS:
+        want = ref(text)["input_ids"]
+        assert ours.encode(text).ids == want, text
         assert ours.decode(want) == ref.decode(want, skip_special_tokens=True)
 
 
