@@ -54,7 +54,8 @@ def _registry() -> dict[str, Pass]:
         Pass("log_softmax", with_refusals(stable_log_softmax),
              "log ∘ softmax (through slices, gathers and one-hot picks) → a stable log-softmax (training)"),
         Pass("batched_weight_gradient", with_refusals(fold_batched_gradients),
-             "Σ_b a_bᵀ c_b (a weight's gradient over a batch) → one product over the B·ℓ rows (training step)"),
+             "Σ_b a_bᵀ c_b (a weight's gradient over a batch) → one product over the B·ℓ rows; (xᵀ y)ᵀ → yᵀ x "
+             "(training step)"),
         Pass("head_batching", with_refusals(batch_heads),
              "Algorithm 5's H heads → one projection per Q/K/V (packed), one 4-D attention op"),
         Pass("layout", plain(to_row_major),
