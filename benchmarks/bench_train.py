@@ -11,8 +11,9 @@ Workloads:
 Reported per workload and variant: the median time per step, tokens/s, the achieved GFLOP/s (the step's
 matrix-product FLOPs: 2·N·T forward, 2·N·T for the input gradients, 2·N_trained·T for the weight gradients,
 and attention's) against onnxruntime's MatMul ceiling measured here, and the peak RSS (VmHWM) of a child
-process that builds only that variant and runs a few steps. --plain adds our step lowered without the short
-ONNX forms of backends/onnx/lowerings/cotangents.py (the same step graph): a before/after in one run.
+process that builds only that variant and runs a few steps. --plain adds our step compiled without the
+rewrite rules of the training step (passes/rules/batched_weight_gradient.py: each weight's gradient over the
+batch left as B products summed): a before/after in one run.
 --quick shrinks everything, for the smoke test.
 
     python benchmarks/bench_train.py [--workloads gpt2,smollm2] [--steps 10] [--threads 2] [--compile] [--plain]
@@ -61,7 +62,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--layers", type=int, help="override the workload's layer count (say so when reporting)")
     ap.add_argument("--compile", action="store_true", help="also torch.compile (slow to compile on a loaded CPU)")
-    ap.add_argument("--plain", action="store_true", help="also ours without the short ONNX forms (before/after)")
+    ap.add_argument("--plain", action="store_true", help="also ours without the training step's rewrite rules (before/after)")
     ap.add_argument("--ort", action="append", default=[], metavar="KEY=VALUE",
                     help="an onnxruntime.SessionOptions attribute for our sessions (enable_cpu_mem_arena=0)")
     ap.add_argument("--ort-b", action="append", default=[], metavar="KEY=VALUE",
@@ -95,11 +96,10 @@ def hf_model(workload: str, args: argparse.Namespace):  # type: ignore[no-untype
 
 def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: ignore[no-untyped-def]
          profile: bool = False, plain: bool = False):
-    """Our step on onnxruntime (and, with `plain`, a second session of the same step graph lowered
-    without the short forms), and the step graph's node count."""
+    """Our step on onnxruntime (and, with `plain`, a second session of the step compiled without the
+    training step's rewrite rules), and the step graph's node count."""
     from onnxruntime import SessionOptions
 
-    from pseudoformer.backends.onnx.lowerings import cotangents
     from pseudoformer.passes.training_step import Optimizer
     from pseudoformer.training.compile import compile_step
     from pseudoformer.training.loop import _load
@@ -113,6 +113,7 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
         model = lora_model(directory)
         train = [k for k in model.weights if is_adapter(k)]
     step = compile_step(model.graph, model.weights, train=train, optimizer=Optimizer("adamw"))
+    plain_step = without_step_rules(compile_step, model, train) if plain else None
     del model
     def options(pairs: list[str]) -> dict[str, object]:
         return {k: type(getattr(SessionOptions(), k))(int(v) if v.isdigit() else v)
@@ -122,13 +123,23 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
     runtimes = [OrtStep(step.graph, step.frozen, step.state, threads=args.threads, profile=profile, session=session)]
     if args.ort_b:
         runtimes.append(OrtStep(step.graph, step.frozen, step.state, threads=args.threads, session=options(args.ort_b)))
-    if plain:
-        cotangents.SHORT_FORMS = False
-        try:
-            runtimes.append(OrtStep(step.graph, step.frozen, step.state, threads=args.threads, session=session))
-        finally:
-            cotangents.SHORT_FORMS = True
+    if plain_step is not None:
+        runtimes.append(OrtStep(plain_step.graph, plain_step.frozen, plain_step.state, threads=args.threads,
+                                session=session))
     return runtimes, len(step.graph.nodes())
+
+
+def without_step_rules(compile_step, model, train):  # type: ignore[no-untyped-def]
+    """The step compiled with the "training-step" pipeline cut to its clean-ups (no rewrite rules)."""
+    from pseudoformer.passes import manager
+    from pseudoformer.passes.training_step import Optimizer
+
+    saved = manager.PIPELINES["training-step"]
+    manager.PIPELINES["training-step"] = manager.LEVELS[1]
+    try:
+        return compile_step(model.graph, model.weights, train=train, optimizer=Optimizer("adamw"))
+    finally:
+        manager.PIPELINES["training-step"] = saved
 
 
 def torch_step(hf, workload: str, compiled: bool, args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -218,11 +229,12 @@ def child(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     workload, variant = args.child.split(":")
     if variant in ("ours", "plain", "session-b"):
-        from pseudoformer.backends.onnx.lowerings import cotangents
-
-        cotangents.SHORT_FORMS = variant != "plain"
         if variant == "session-b":
             args.ort, args.ort_b = args.ort_b, []
+        from pseudoformer.passes import manager
+
+        if variant == "plain":  # only the step without the rules, so that the peak is its own
+            manager.PIPELINES["training-step"] = manager.LEVELS[1]
         (rt,), _ = ours(workload, Path(args.dir), args)
         step = lambda x: rt.step({"x": x}, 1e-4)  # noqa: E731
     else:

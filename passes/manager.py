@@ -35,6 +35,7 @@ def _registry() -> dict[str, Pass]:
     from pseudoformer.passes.head_batching import batch_heads
     from pseudoformer.passes.layout import to_row_major
     from pseudoformer.passes.simplify import simplify
+    from pseudoformer.passes.training_step import fold_batched_gradients
 
     passes = [
         Pass("cse", plain(cse), "common subexpression elimination: one node per distinct computation"),
@@ -52,6 +53,9 @@ def _registry() -> dict[str, Pass]:
              "SwiGLU experts' gate and up products packed into one"),
         Pass("log_softmax", with_refusals(stable_log_softmax),
              "log ∘ softmax (through slices, gathers and one-hot picks) → a stable log-softmax (training)"),
+        Pass("batched_weight_gradient", with_refusals(fold_batched_gradients),
+             "Σ_b a_bᵀ c_b (a weight's gradient over a batch) → one product over the B·ℓ rows; (xᵀ y)ᵀ → yᵀ x "
+             "(training step)"),
         Pass("head_batching", with_refusals(batch_heads),
              "Algorithm 5's H heads → one projection per Q/K/V (packed), one 4-D attention op"),
         Pass("layout", plain(to_row_major),
@@ -84,6 +88,8 @@ PIPELINES: dict[str, list[str]] = {
     "padding": ["padding_mask"],
     # before the autodiff of a loss graph (passes/autodiff.py): the loss's log ∘ softmax made stable
     "training": ["log_softmax", "cse"],
+    # on the training step graph (passes/training_step.py), after the autodiff wrote its backward part
+    "training-step": [*LEVELS[1], "batched_weight_gradient", "cse"],
     # weight quantization (--quantize), on the -O2 graph before generation derives its decoder from it
     "quantize": ["quantize"],
     # the incremental decoder of a -O2 graph: prefill, decode step, and the encoder's share

@@ -17,6 +17,11 @@ say it; the step size schedule (warm-up, cosine) is the runtime's, since η is a
 Names: a trainable parameter is the input of its own name (`theta.W_e`) and the output `new.theta.W_e`;
 AdamW's state is `m.<name>`, `v.<name>` and the step count `t` (float32[]), each with its `new.` output;
 η is the input `lr`. Frozen parameters stay PARAMs (weights the backend embeds).
+
+After the step is built, the rules of TRAINING_STEP_RULES rewrite what the VJPs wrote where a shorter
+form exists (the "training-step" pipeline of passes/manager.py): a weight's gradient summed over the
+batch becomes one product over the batch's rows (rules/batched_weight_gradient.py), and that product,
+transposed for a weight read transposed, is turned round (rules/transposed_product.py).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from typing import Any
 from pseudoformer.ir import DType, Graph, Node, Op, TensorType
 from pseudoformer.passes.autodiff import GRAD, AutodiffError, gradients, trainable_params
 from pseudoformer.passes.rebuild import rebuild
+from pseudoformer.passes.rule import apply_rules
+from pseudoformer.passes.rules import batched_weight_gradient, transposed_product
 
 NEW = "new."
 LR = "lr"
@@ -72,6 +79,14 @@ def tie(graph: Graph, ties: Mapping[str, str]) -> Graph:
         same = all(a is b for a, b in zip(src, n.src, strict=True))
         memo[id(n)] = n if same else Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
     return Graph(list(graph.inputs), [(k, memo[id(v)]) for k, v in graph.outputs], dict(graph.meta))
+
+
+TRAINING_STEP_RULES = [batched_weight_gradient.RULE, transposed_product.RULE]
+
+
+def fold_batched_gradients(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Every weight gradient Σ_b a_bᵀ c_b over a batch → one product over the B·ℓ rows; (xᵀ y)ᵀ → yᵀ x."""
+    return apply_rules(graph, TRAINING_STEP_RULES, refusals)
 
 
 class _Make:

@@ -238,7 +238,6 @@ def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | N
         if e.value(n) != name:  # already computed under its output name, or a copy is needed
             e.emit("Identity", [e.value(n)], out=name)
         outputs.append(value_info(name, ELEM[n.dtype], n.type))
-    _prune(e, {o.name for o in outputs})
     flat = helper.make_graph(e.nodes, str(graph.meta.get("entry", "pseudoformer")), inputs, outputs,
                              value_info=e.value_info)
     if plan is None or weights is None:
@@ -253,21 +252,6 @@ def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | N
         if n.op not in (Op.INPUT, Op.PARAM) and isinstance(name, str) and isinstance(n.type, TensorType):
             known.setdefault(name, value_info(name, ELEM[n.dtype], n.type))
     return to_functions(flat, e.owner, plan, types, list(known.values()), _imports(flat.node, opset))
-
-
-def _prune(e: Emitter, outputs: set[str]) -> None:
-    """Drop the nodes no output depends on: the operands a shorter form stopped reading
-    (lowerings/cotangents.py). onnxruntime would run them all the same. The lowerings emit no subgraphs."""
-    live, keep = set(outputs), []
-    for node, owner in zip(reversed(e.nodes), reversed(e.owner), strict=True):
-        if any(o in live for o in node.output):
-            live.update(node.input)
-            keep.append((node, owner))
-    if len(keep) == len(e.nodes):
-        return
-    e.nodes[:] = [node for node, _ in reversed(keep)]
-    e.owner[:] = [owner for _, owner in reversed(keep)]
-    e.value_info[:] = [v for v in e.value_info if v.name in live]
 
 
 def _imports(nodes: Sequence[onnx.NodeProto], opset: int) -> list[onnx.OperatorSetIdProto]:

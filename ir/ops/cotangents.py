@@ -1,6 +1,6 @@
 """What the VJP rules of the ops (the `vjp` of each OpDef) share: cotangents summed down to an operand's
 shape where the op broadcast it (jax: a broadcast transposes to a sum), spread back up where the op
-reduced, and zeros shaped like a value.
+reduced (EXPAND), and zeros shaped like a value (EXPAND of a 0).
 
 A rule is `vjp(n, ct, make) → one cotangent per operand` (None where the operand gets none: indices,
 masks, sizes), each of exactly its operand's type; `make` is the NodeMaker of passes/autodiff.py.
@@ -18,15 +18,15 @@ from pseudoformer.ir.types import DType
 
 
 def zeros_like(make: NodeMaker, x: Any) -> Any:
-    """0 of x's shape and dtype, for any x: x < x is false even where x is ±∞ or NaN (x − x would not be 0)."""
-    return make(Op.CAST, make(Op.LT, x, x), dtype=x.dtype)
+    """0 of x's shape and dtype: x is read for its shape only (ir/ops/shaped_like.py)."""
+    return make(Op.EXPAND, make.const(0.0, x.dtype), x)
 
 
 def expand(make: NodeMaker, ct: Any, like: Any) -> Any:
-    """ct broadcast up to like's shape (the IR has no Expand; a where against a false mask broadcasts)."""
+    """ct broadcast up to like's shape."""
     if ct.shape == like.shape:
         return ct
-    return make(Op.WHERE, make(Op.LT, like, like), make.const(0.0, ct.dtype), ct)
+    return make(Op.EXPAND, ct, like)
 
 
 def unbroadcast(make: NodeMaker, ct: Any, operand: Any) -> Any:

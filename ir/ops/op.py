@@ -64,6 +64,12 @@ class Op(enum.Enum):
     GATHER_ELEMENTS = "gather_elements"  # gather_elements.py
     SCATTER = "scatter"
     SCATTER_ADD = "scatter_add"
+    # shaped like an operand read for its shape only, and a matrix's view of a tensor (shaped_like.py,
+    # flatten.py): what the VJP rules write for zeros, broadcasts, a slice's transpose, batched products
+    EXPAND = "expand"
+    PAD = "pad"
+    FLATTEN = "flatten"
+    RESHAPE_LIKE = "reshape_like"
     # sizes and index sets known only at run time (sizes.py)
     DIM = "dim"
     ARANGE = "arange"

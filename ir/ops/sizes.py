@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer.ir.ops.cotangents import zeros_like
 from pseudoformer.ir.ops.elementwise import COMPARE_FNS, RELATIONS
 from pseudoformer.ir.ops.movement import first_operand
 from pseudoformer.ir.ops.op import Op
@@ -43,14 +42,15 @@ def _slice_impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
 
 
 def _slice_vjp(n: Any, ct: Any, make: Any) -> tuple[Any, None, None]:
-    """A slice transposes to its cotangent put back at positions start … stop − 1 of zeros."""
+    """A slice transposes to a pad: its cotangent put back at positions start … stop − 1 of zeros."""
     x, start = n.src[:2]
     axis = n.attrs["axis"] % x.type.rank
-    size = x.shape[axis]
-    count = make.const(size, DType.int64) if isinstance(size, int) else make(Op.DIM, x, axis=axis)
-    first = make(Op.WHERE, make(Op.LT, start, make.const(0, DType.int64)), make(Op.ADD, start, count), start)
-    at = make(Op.ADD, make(Op.ARANGE, make(Op.DIM, ct, axis=axis), dim=n.attrs["dim"]), first)
-    return make(Op.SCATTER, zeros_like(make, x), at, ct, axis=axis), None, None
+    first = start
+    if start.op is not Op.CONST or int(start.attrs["value"]) < 0:  # a start counted from the end
+        size = x.shape[axis]
+        count = make.const(size, DType.int64) if isinstance(size, int) else make(Op.DIM, x, axis=axis)
+        first = make(Op.WHERE, make(Op.LT, start, make.const(0, DType.int64)), make(Op.ADD, start, count), start)
+    return make(Op.PAD, ct, x, first, axis=axis), None, None
 
 
 def _index_mask(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pseudoformer.ir import Graph
-from pseudoformer.passes.manager import LEVELS, named_pipeline, passes, pipeline, run_passes
+from pseudoformer.passes.manager import named_pipeline, pipeline, run_passes
 from pseudoformer.passes.training_step import Optimizer, step_graph, tie
 from pseudoformer.training.runtimes import initial_state
 
@@ -46,8 +46,7 @@ def compile_step(graph: Graph, weights: Mapping[str, np.ndarray], *,
     graph = run_passes(graph, pipeline(level))
     graph = run_passes(graph, named_pipeline("training"))
     step = step_graph(graph, train, opt)
-    reg = passes()
-    step = run_passes(step, [reg[n] for n in LEVELS[1]])
+    step = run_passes(step, named_pipeline("training-step"))
     trainable = list(step.meta["training"]["trainable"])
     used = {p.attrs["name"] for p in step.params()}
     frozen = {k: np.asarray(v, np.float32) for k, v in weights.items() if k in used}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pseudoformer.backends.onnx.emitter import ELEM, Emitter
-from pseudoformer.backends.onnx.lowerings import cotangents
 from pseudoformer.backends.onnx.lowerings.registry import lowers
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
@@ -23,8 +22,6 @@ _BINARY = {
 
 @lowers(*_UNARY, *_BINARY)
 def _plain(e: Emitter, n: Node) -> str:
-    if n.op is Op.WHERE and (short := cotangents.expanded(e, n)) is not None:
-        return short
     op_type = _UNARY.get(n.op) or _BINARY[n.op]
     return e.emit(op_type, [e.value(s) for s in n.src], out=e.out)
 
@@ -43,8 +40,6 @@ def _mod(e: Emitter, n: Node) -> str:
 
 @lowers(Op.CAST)
 def _cast(e: Emitter, n: Node) -> str:
-    if n.src[0].op is Op.LT and (short := cotangents.zeros(e, n)) is not None:
-        return short
     return e.emit("Cast", [e.value(n.src[0])], out=e.out, to=ELEM[n.dtype])
 
 

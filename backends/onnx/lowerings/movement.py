@@ -4,7 +4,6 @@ Concat, Gather, ScatterElements, ScatterND (a scatter-add), Slice, and the eleme
 from __future__ import annotations
 
 from pseudoformer.backends.onnx.emitter import Emitter
-from pseudoformer.backends.onnx.lowerings import cotangents
 from pseudoformer.backends.onnx.lowerings.registry import lowers
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.node import Node
@@ -34,8 +33,6 @@ def _gather(e: Emitter, n: Node) -> str:
 
 @lowers(Op.SCATTER)
 def _scatter(e: Emitter, n: Node) -> str:
-    if (short := cotangents.padded(e, n)) is not None:
-        return short
     # ScatterElements wants one index per updated element: the positions, spread over the other axes
     data, idx, upd = n.src
     axis = n.attrs["axis"] % data.type.rank

@@ -6,7 +6,6 @@ import numpy as np
 from onnx import TensorProto
 
 from pseudoformer.backends.onnx.emitter import Emitter
-from pseudoformer.backends.onnx.lowerings import cotangents
 from pseudoformer.backends.onnx.lowerings.registry import lowers
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
@@ -16,8 +15,6 @@ _REDUCE = {Op.REDUCE_SUM: "ReduceSum", Op.REDUCE_MAX: "ReduceMax", Op.REDUCE_MEA
 
 @lowers(*_REDUCE)
 def _reduce(e: Emitter, n: Node) -> str:
-    if n.op is Op.REDUCE_SUM and (short := cotangents.batched_weight_gradient(e, n)) is not None:
-        return short
     x = e.value(n.src[0])
     axes = sorted(ax % n.src[0].type.rank for ax in n.attrs["axes"])
     keep = int(bool(n.attrs.get("keepdims", False)))

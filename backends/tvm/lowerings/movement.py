@@ -53,7 +53,19 @@ def _concat(lw: RelaxLowering, n: Node) -> Any:
 @lowers(Op.SLICE)
 def _slice(lw: RelaxLowering, n: Node) -> Any:
     axis = n.attrs["axis"] % n.src[0].type.rank
-    return R.strided_slice(lw.tensor(n.src[0]), [axis], [lw.size(n.src[1])], [lw.size(n.src[2])])
+    x = lw.tensor(n.src[0])
+    size = lw.shape(x)[axis]
+
+    def bound(i: Any, low: Any) -> Any:  # Python's slice bounds: from the end if negative, then clamped
+        zero = tirx.IntImm("int64", 0)
+        return tirx.max(tirx.min(tirx.Select(i < zero, i + size, i), size), low)
+
+    # Our own bounds with Select, not strided_slice's: its shape for bounds it cannot prove in range holds
+    # an if_then_else call, and FuseOps in TVM 0.27 fails on a fused function whose shapes carry one
+    # (no FInferType for prim.if_then_else), as a training step's pad of a slice's cotangent made it do.
+    begin = lw.analyzer.simplify(bound(lw.size(n.src[1]), tirx.IntImm("int64", 0)))
+    end = lw.analyzer.simplify(bound(lw.size(n.src[2]), begin))
+    return R.strided_slice(x, [axis], [begin], [end], assume_inbound=True)
 
 
 @lowers(Op.GATHER)
