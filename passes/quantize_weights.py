@@ -105,10 +105,10 @@ def _blocks(b: np.ndarray, bits: int, symmetric: bool, method: str) -> tuple[np.
         # the later rounds, where most blocks have settled, cost a fraction of the first.
         part, rows = best, np.arange(len(b))
         for round_ in range(_REFITS):
-            improved = part.offer(part.refit(part.z), part.z)
+            improved = part.offer(part.refit(part.centred(part.s, part.z)), part.z)
             for dz in ((-1.0, 1.0) if not symmetric else ()):  # the zero point one step either way
                 z = np.clip(part.z + dz, 0, qmax)
-                improved |= part.offer(part.refit(z, part.codes(part.s, z)), z)
+                improved |= part.offer(part.refit(part.centred(part.s, z)), z)
             if part is not best:
                 best.put(rows, part)
             if not improved.any() or round_ + 1 == _REFITS:
@@ -150,15 +150,22 @@ class _Best:
         q += z[:, None]
         return np.clip(q, 0, self.qmax, out=q)
 
+    def centred(self, s: np.ndarray, z: np.ndarray) -> np.ndarray:
+        """The codes less their zero points, c = q − z (exact: small integers), in place. (Clipping
+        rint(b / s) to [−z, qmax − z] instead is the same and two passes fewer, but numpy's clip with
+        per-block bounds runs a 32-wide inner loop per block: 6× a scalar clip, slower overall.)"""
+        c = self.codes(s, z)
+        c -= z[:, None]
+        return c
+
     def offer(self, s: np.ndarray, z: np.ndarray) -> np.ndarray:
         """Keep (s, z) for the blocks where it has less error than their best; which blocks those are."""
-        q = self.codes(s, z)
-        r = q - z[:, None]
+        r = self.centred(s, z)
         r *= _safe(s)[:, None]
         np.subtract(self.b, r, out=r)
         err = np.einsum("ij,ij->i", r, r)
         if self.err is None:
-            self.q, self.s, self.z, self.err = q, s.copy(), z.copy(), err
+            self._q, self.s, self.z, self.err = None, s.copy(), z.copy(), err
             return np.ones(len(err), bool)
         better = err < self.err
         if not better.any():
@@ -169,15 +176,16 @@ class _Best:
         return better
 
     def take(self, rows: np.ndarray) -> _Best:
-        """These blocks alone, their best so far with them."""
+        """These blocks alone, their best so far with them (the codes are remade from s, z when needed)."""
         part = _Best(self.b[rows], self.qmax)
-        part.q, part.s, part.z = self.q[rows], self.s[rows], self.z[rows]
+        part.s, part.z = self.s[rows], self.z[rows]
         part.err = None if self.err is None else self.err[rows]
         return part
 
     def put(self, rows: np.ndarray, part: _Best) -> None:
         """Write back the best of blocks `rows`, taken with take and offered more since."""
-        self.q[rows], self.s[rows], self.z[rows] = part.q, part.s, part.z
+        self._q = None
+        self.s[rows], self.z[rows] = part.s, part.z
         if self.err is not None and part.err is not None:
             self.err[rows] = part.err
 
@@ -203,9 +211,8 @@ class _Best:
         move[block, order[block, place]] = True
         self.q = np.where(move & np.isfinite(cost), moved, self.q)
 
-    def refit(self, z: np.ndarray, q: np.ndarray | None = None) -> np.ndarray:
-        """The least-squares scale of codes q (default: the best's) at zero points z: Σ w·c / Σ c², c = q − z."""
-        c = (self.q if q is None else q) - z[:, None]
+    def refit(self, c: np.ndarray) -> np.ndarray:
+        """The least-squares scale of centred codes c = q − z: Σ w·c / Σ c² (the best's scale where c is 0)."""
         # Σ c² sums small integers (|c| ≤ 2^b − 1), exact in float32 in any order: einsum's order, faster
         # than a reduction along the short last axis, gives the same value. Σ w·c is rounded: its order stays.
         denom = np.einsum("ij,ij->i", c, c)
