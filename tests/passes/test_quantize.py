@@ -155,6 +155,27 @@ def test_an_all_zero_block_stays_zero() -> None:
     np.testing.assert_array_equal(dequantize(q.packed, q.scales, q.zero_points, k=32, bits=4, block_size=16), w)
 
 
+
+@pytest.mark.parametrize("method", ["rtn", "balanced"])
+def test_quantizing_holds_the_outputs_and_a_few_chunks_not_a_code_per_weight(method, monkeypatch) -> None:
+    # A tied embedding is the largest matrix a model has (1.6 GB of float32 for Llama-3.2-3B's), and it is
+    # quantized while `generate` loads: a byte of codes per weight and pack's temporaries besides (0.6× the
+    # float32 matrix, 27 MB here) were held on top of it before each chunk went into the outputs directly.
+    import tracemalloc
+
+    import pseudoformer.passes.quantize_weights as quantize_weights
+
+    monkeypatch.setattr(quantize_weights, "_WORKERS", 2)  # chunks in flight at once, each with its temporaries
+    w = np.random.default_rng(0).standard_normal((16384, 512)).astype(np.float32)  # 33.5 MB
+    tracemalloc.start()
+    try:
+        q = quantize(w, bits=4, block_size=32, symmetric=False, method=method)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    outputs = q.packed.nbytes + q.scales.nbytes + q.zero_points.nbytes  # 5.4 MB
+    assert peak < outputs + 0.25 * w.nbytes, (peak, outputs)  # measured: outputs + 1.5 (rtn) to 5 MB
+
 @pytest.mark.parametrize("backend", ["onnx", "numpy"])
 def test_cached_decode_equals_the_quantized_model_uncached(gpt2, backend) -> None:
     opts = QuantizeOptions(bits=4, embeddings=True)
