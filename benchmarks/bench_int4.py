@@ -15,8 +15,9 @@ both from the same quantized graph, against the weight-bandwidth floor measured 
              warm-up round. Reported: prefill and the median time per token (medians over rounds), and the
              floor: the bytes of weights a step reads (all of them but the tables only gathered from) over
              the bandwidth of a large streaming read (bench_llama.read_bandwidth). Greedy tokens must agree.
-  products   each distinct matrix of Qwen2.5-1.5B at one token: our kernels (float32 and int8 activations) and
-             one MatMulNBits (levels 0 and 4), as GB/s of int4 weights (codes and scales) against that bandwidth.
+  products   each distinct matrix of Qwen2.5-1.5B at one token, and a tall one of small K (2048 × 256): our
+             kernels (float32 and int8 activations) and one MatMulNBits (levels 0 and 4), as GB/s of int4 weights
+             (codes and scales) against that bandwidth.
 
 Shapes: smollm2 (SmolLM2-135M), qwen0.5b (Qwen2.5-0.5B: 24 layers, d 896, 14/2 heads, d_mlp 4864,
 vocabulary 151936), qwen1.5b (Qwen2.5-1.5B: 28 layers, d 1536, 12/2 heads, d_mlp 8960; 6 GB of random
@@ -59,7 +60,8 @@ SHAPES: dict[str, tuple[str, list[str]]] = {
 }
 # (N, K) of each distinct product of Qwen2.5-1.5B: q, k and v, o, gate and up, down, the unembedding
 PRODUCTS = {"q, o": (1536, 1536), "k, v": (256, 1536), "gate, up": (8960, 1536), "down": (1536, 8960),
-            "unembedding": (151936, 1536)}
+            "unembedding": (151936, 1536),
+            "tall, small K": (2048, 256)}  # not the 1.5B's: a 256 KB product that runs on one thread (parallel_gate)
 QUICK_PRODUCTS = {"small": (256, 512), "tall": (2048, 256)}
 
 

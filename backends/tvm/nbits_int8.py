@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.backends.tvm.guard import require_tvm
+from pseudoformer.backends.tvm.nbits_schedule import MIN_PARALLEL_BYTES
+from pseudoformer.backends.tvm.parallel_gate import MIN_WORK_ATTR
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
@@ -192,6 +194,10 @@ def matmul_int8_func(n16: int, kb: int, block_size: int, kind: str) -> Any:
     mt = 4 if lanes == 16 else 2  # tokens per tile
     k_ext = kb * bs
     nb = 4 * lanes  # bytes per vector
+    # Decoding a small matrix runs on one thread: below the float kernel's threshold of bytes a parallel
+    # launch costs more than it saves (parallel_gate.py). Prefill (4 tokens or more) always splits.
+    serial_decode = n16 * ROWS * kb * bs // 2 < MIN_PARALLEL_BYTES
+    gate = {MIN_WORK_ATTR: 0}  # decided here, not by parallel_gate's count
 
     def block_dot(xq: Any, w16: Any, row: Any, j: Any, h: Any, m: Any) -> Any:
         """Σ over block j of codes × xq for 16 rows (lanes h·lanes …): an int32 vector, as one expression.
@@ -240,11 +246,15 @@ def matmul_int8_func(n16: int, kb: int, block_size: int, kind: str) -> Any:
         xsum = T.match_buffer(xsum_h, (m_ext, kb), "int32")
         y = T.match_buffer(y_h, (m_ext, n16 * ROWS), "float32")
         if m_ext < mt:
-            for task in T.parallel(n16 // rr):
-                for m in range(m_ext):
+            if serial_decode:
+                for task, m in T.grid(n16 // rr, m_ext):
                     tile(xq, xs, xsum, w16, s16, z16, y, task, m, rr, 1)
+            else:
+                for task in T.parallel(n16 // rr, annotations=gate):
+                    for m in range(m_ext):
+                        tile(xq, xs, xsum, w16, s16, z16, y, task, m, rr, 1)
         else:
-            for task in T.parallel(n16 // rr_tile):
+            for task in T.parallel(n16 // rr_tile, annotations=gate):
                 for mo in range(m_ext // mt):
                     tile(xq, xs, xsum, w16, s16, z16, y, task, mo * mt, rr_tile, mt)
                 for m in range(m_ext - m_ext % mt, m_ext):

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from pseudoformer.backends.tvm.guard import require_tvm
+from pseudoformer.backends.tvm.parallel_gate import MIN_WORK_ATTR
 
 tvm = require_tvm()
 from tvm import s_tir, tirx  # noqa: E402
@@ -31,6 +32,10 @@ from tvm import s_tir, tirx  # noqa: E402
 LANES = 16
 X_TERMS = ("x_lo", "x_hi16", "x_sum")
 ROWS = 4  # rows of W per step: four independent accumulator chains, one load of x for all four
+# Bytes of codes (M · N · K / 2 for 4 bits) a call must read to split its rows between the cores; below it
+# the call runs on one thread (parallel_gate.py). 2048 × 256 at one token (256 KB) ran as fast on one
+# thread as on two on a quiet machine, and 16× slower on two with one other process busy.
+MIN_PARALLEL_BYTES = 1 << 19
 
 
 def schedule_nbits(func: Any, target: Any, _tunable: bool = False) -> Any:
@@ -58,6 +63,7 @@ def schedule_nbits(func: Any, target: Any, _tunable: bool = False) -> Any:
     for loop in sch.get_loops(blk)[2:]:  # the lanes, and the rows where there are several
         sch.unroll(loop)
     sch.parallel(no_rf)
+    sch.annotate(no_rf, MIN_WORK_ATTR, MIN_PARALLEL_BYTES)
     *_, ni_rf, bi_rf = sch.get_loops(rf)
     sch.vectorize(bi_rf)
     sch.unroll(ni_rf)

@@ -15,6 +15,8 @@ and meta_schedule crashes in this wheel, so every PrimFunc gets one of these han
   left for LLVM to vectorise (dlight's CPU rule, which splits them, is the fallback).
 * The block-quantized product: nbits_schedule.py.
 * Everything else: parallel over the outer loops, vectorised innermost where its extent is known.
+
+Each parallel loop then gets a serial twin that runs when its work is small (parallel_gate.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.nbits_schedule import schedule_nbits
 from pseudoformer.backends.tvm.packing import PANEL
+from pseudoformer.backends.tvm.parallel_gate import serial_when_small
 
 tvm = require_tvm()
 from tvm import s_tir, tirx  # noqa: E402
@@ -207,4 +210,6 @@ def schedule_passes(target: Any) -> list[Any]:
     rows = dl.ScheduleRule.from_callable("Rows")(_rows)
     fallback = dl.ScheduleRule.from_callable("Fallback")(_fallback)
     nbits = dl.ScheduleRule.from_callable("NBits")(schedule_nbits)
-    return [dl.ApplyDefaultSchedule(nbits, matmul, rows, dl.cpu.Reduction(), fallback)]
+    # then each parallel loop runs serially where its work is small (a decode step's: parallel_gate.py)
+    return [dl.ApplyDefaultSchedule(nbits, matmul, rows, dl.cpu.Reduction(), fallback), serial_when_small,
+            tirx.transform.ConvertSSA()]  # the twins' loop and block variables made distinct
