@@ -231,7 +231,7 @@ def _json_array(name: str, text: str) -> np.ndarray:
 
 def _compile(args: argparse.Namespace) -> int:
     from pseudoformer.deploy import compile
-    from pseudoformer.quantization import from_arguments
+    from pseudoformer.quantization import from_arguments, int8_activations
 
     if args.genai_folder is not None:
         from pseudoformer.cli_genai import compile_folder
@@ -244,7 +244,8 @@ def _compile(args: argparse.Namespace) -> int:
                        opt_level=args.opt, target=args.target, padding_mask=args.padding_mask,
                        tvm_params=args.tvm_params, include=args.include, max_nodes=args.max_nodes,
                        allow_nonfinite=args.allow_nonfinite, functions=args.functions,
-                       quantize=from_arguments(args), contrib_ops=args.contrib_ops)
+                       quantize=from_arguments(args), contrib_ops=args.contrib_ops,
+                       int8_activations=int8_activations(args, args.backend))
     compiled.save(out)
     n = sum(w.size for w in compiled.model.weights.values())
     inputs = [str(i.attrs['name']) + str(list(i.type.shape)) for i in compiled.model.graph.inputs]

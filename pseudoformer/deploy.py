@@ -100,7 +100,7 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
             allow_nonfinite: bool = False, functions: bool = False, quantize: str | QuantizeOptions | None = None,
             block_size: int | None = None, symmetric: bool = False, accuracy_level: int | None = None,
             quantize_embeddings: bool = False, contrib_ops: bool = False,
-            quantize_output: bool = True) -> CompiledModel | TVMCompiledModel:
+            quantize_output: bool = True, int8_activations: bool = False) -> CompiledModel | TVMCompiledModel:
     """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
 
     backend="onnx" gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so for
@@ -113,7 +113,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     does); the output projection (unembedding) and an embedding tied to it are quantized too unless
     not `quantize_output`; `quantize_embeddings` also quantizes every embedding table. A QuantizeOptions
     sets all of these (and the method). On the tvm backend every accuracy level computes in float32, as
-    level 0 does (backends/tvm/nbits.py); see docs/quantization.md.
+    level 0 does (backends/tvm/nbits.py), unless `int8_activations`: then the 4-bit products round their
+    activations to int8 per block as level 4 does (backends/tvm/nbits_int8.py); see docs/quantization.md.
     padding_mask=True adds an `attention_mask` input per token input (ONNX only; see
     passes/padding_mask.py) so that right-padded batches of different lengths run together.
     include, max_nodes, allow_nonfinite: as for `load`.
@@ -136,6 +137,9 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
         raise UsageError("--functions is for the onnx backend")
     if contrib_ops and backend != "onnx":
         raise UsageError("--contrib-ops is for the onnx backend (onnxruntime's com.microsoft kernels)")
+    if int8_activations and (backend != "tvm" or quantize is None):
+        raise UsageError("int8 activations are the tvm backend's int4 products: use them with --backend tvm "
+                         "--quantize int4")
     from pseudoformer.quantization import options
 
     quant = options(quantize, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level,
@@ -148,7 +152,7 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
         from pseudoformer.deploy_tvm import compile_model
 
         return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args",
-                             quantize=quant)
+                             quantize=quant, int8_activations=int8_activations)
     lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False,
                     functions=functions, quantize=quant, contrib_ops=contrib_ops)
     return CompiledModel(lowered, model, dtype, padding_mask, opt_level, quant)

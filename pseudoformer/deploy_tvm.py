@@ -63,9 +63,10 @@ class TVMCompiledModel:
 
 
 def compile_model(model: Model, *, target: str = "llvm", opt_level: int = 2, dtype: str = "float32",
-                  params: str = "args", quantize: QuantizeOptions | None = None) -> TVMCompiledModel:
+                  params: str = "args", quantize: QuantizeOptions | None = None,
+                  int8_activations: bool = False) -> TVMCompiledModel:
     """Optimise `model`'s graph at `opt_level` (and quantize its weights) and compile it with TVM for
-    `target` ("llvm" or "cuda")."""
+    `target` ("llvm" or "cuda"); int8_activations: build.compile_graph's (4-bit products, CPU)."""
     from pseudoformer.optimize import check_level, debugging
 
     build = _build()
@@ -75,7 +76,8 @@ def compile_model(model: Model, *, target: str = "llvm", opt_level: int = 2, dty
         metadata["quantization"] = quantize.describe()
     try:  # one run of the compile's passes (backends/pipeline.py), then TVM
         compiled = build.compile_graph(model.graph, model.weights, target=target, params=params, dtype=dtype,
-                                       metadata=metadata, opt_level=opt_level, verify=debugging(), quantize=quantize)
+                                       metadata=metadata, opt_level=opt_level, verify=debugging(), quantize=quantize,
+                                       int8_activations=int8_activations)
     except BackendError as e:
         raise UsageError(str(e)) from None
     return TVMCompiledModel(compiled, model, dtype, opt_level=opt_level)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # the command line reads its arguments without importing the 
 
     from pseudoformer.passes.quantize import QuantizeOptions
 
-__all__ = ["add_arguments", "from_arguments", "options"]
+__all__ = ["add_arguments", "from_arguments", "int8_activations", "options"]
 
 KINDS = {"int4": 4, "int8": 8}
 
@@ -64,7 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--symmetric", action="store_true", help="no zero points: each block is centred on 0")
     p.add_argument("--accuracy-level", type=int, metavar="L", help="MatMulNBits' accuracy_level: 4 (default) "
                    "quantizes the activations to int8 inside the op, the fast one on a CPU; 0 computes as the "
-                   "reference does (int8 weights then run far slower than fp32)")
+                   "reference does (int8 weights then run far slower than fp32). --backend tvm computes as 0 "
+                   "does unless 4 is given: then its int4 products take int8 activations too")
     p.add_argument("--quantize-embeddings", action="store_true",
                    help="also every embedding table (the output projection and an embedding tied to it are "
                    "quantized by default; a tied pair is stored once)")
@@ -74,6 +75,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantize-method", choices=["balanced", "mse", "rtn"],
                    help="balanced (default): mse with each block's errors summing to about zero; mse: per block, "
                    "the clipping with the least squared error; rtn: round to nearest")
+
+
+def int8_activations(args: Any, backend: str | None) -> bool:
+    """Whether the tvm backend's 4-bit products take int8 activations: `--accuracy-level 4` given on the
+    command line. Not by default, where TVM stays exact to the reference (level 0's arithmetic), as it was
+    before the option; onnxruntime's default, 4, is the file's attribute, not a choice of kernel."""
+    return backend == "tvm" and args.accuracy_level == 4 and args.quantize == "int4"
 
 
 def from_arguments(args: Any) -> QuantizeOptions | None:

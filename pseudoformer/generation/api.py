@@ -38,11 +38,12 @@ def prepare(path: str | Path, *, inference: str | None = None, config: str | Pat
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
             backend: str = "onnx", cache: bool = True, threads: int | None = None,
             include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False,
-            quantize: str | QuantizeOptions | None = None, contrib_ops: bool = False) -> Prepared:
+            quantize: str | QuantizeOptions | None = None, contrib_ops: bool = False,
+            int8_activations: bool = False) -> Prepared:
     """Check `path`'s inference algorithm and build the generator for the model it calls.
 
     include, max_nodes, allow_nonfinite: as for `pseudoformer.load`; quantize ("int4", "int8" or a
-    QuantizeOptions) and contrib_ops: as for `generate`.
+    QuantizeOptions) and contrib_ops: as for `generate`; int8_activations: as for `Generator` (tvm).
     """
     from pseudoformer.frontend.inference import plan_inference
     from pseudoformer.frontend.modules import load_program
@@ -60,7 +61,7 @@ def prepare(path: str | Path, *, inference: str | None = None, config: str | Pat
     output = model.output_names[0]
     generator = Generator(model, decoder_input=inputs[0], encoder_input=plan.encoder_input, output=output,
                           model_output=plan.model_output, backend=backend, cache=cache, threads=threads,
-                          quantize=quantize, contrib_ops=contrib_ops,
+                          quantize=quantize, contrib_ops=contrib_ops, int8_activations=int8_activations,
                           # the model was loaded here to generate: onnxruntime's copy of the weights is the only one
                           keep_weights=backend != "onnx")
     return Prepared(plan, generator, dict(model.config.hyperparameters))

@@ -14,7 +14,7 @@ from pseudoformer.errors import UsageError
 from pseudoformer.file_access import regular_file
 from pseudoformer.limits import FILE_CAPS
 from pseudoformer.quantization import add_arguments as add_quantize_arguments
-from pseudoformer.quantization import from_arguments
+from pseudoformer.quantization import from_arguments, int8_activations
 from pseudoformer.run_settings import GENERATION_BACKENDS, check_seed
 from pseudoformer.terminal import escape, quiet_native_stderr
 
@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
     prepared = prepare(args.file, inference=args.inference, config=args.config, defines=args.defines,
                        weights=args.weights, backend=args.backend, cache=not args.no_cache, threads=args.threads,
                        include=args.include, max_nodes=args.max_nodes, allow_nonfinite=args.allow_nonfinite,
-                       quantize=from_arguments(args), contrib_ops=args.contrib_ops)
+                       quantize=from_arguments(args), contrib_ops=args.contrib_ops,
+                       int8_activations=int8_activations(args, args.backend))
     n = args.max_new_tokens if args.max_new_tokens is not None else prepared.setting(prepared.plan.max_new_tokens)
     progress = _Progress(int(n)) if n else None
     result, _ = run_plan(prepared, prompt_ids=prompt, encoder_ids=encoder, max_new_tokens=args.max_new_tokens,

@@ -96,6 +96,34 @@ def test_compile_int4_for_tvm_writes_packed_weights_and_runs(cli: Cli, out_dir: 
     assert np.abs(tvm_y - ort_y).max() <= 1e-4 * np.abs(ort_y).max()
 
 
+def test_accuracy_level_4_on_tvm_takes_int8_activations(cli: Cli, out_dir: Path) -> None:
+    """`--backend tvm --quantize int4 --accuracy-level 4`: the int8-activation kernels (nbits_int8.py) in
+    the .so, their re-laid weights beside it; the outputs near onnxruntime's level 4 (the same rounding of
+    the activations) and not level 0's exact ones, which TVM gives without the flag. `generate` takes it too."""
+    pytest.importorskip("tvm.relax", reason="the TVM backend needs apache-tvm: pip install pseudoformer[tvm]")
+    from safetensors.numpy import load_file
+
+    quant = ["--quantize", "int4", "--quantize-embeddings"]
+    outs = {}
+    tokens = out_dir / "x.npy"
+    np.save(tokens, np.array([[1, 2, 3, 4, 5]]))
+    for name, extra in (("int8.so", ["--accuracy-level", "4"]), ("exact.so", []), ("level4.onnx", [])):
+        backend = ["--backend", "tvm"] if name.endswith(".so") else []
+        code, _, err = cli("compile", GPT2, *WIDER, "-o", out_dir / name, *backend, *quant, *extra)
+        assert code == 0, err
+        assert cli("run", out_dir / name, "--input", f"x={tokens}", "-o", out_dir / f"{name}.npz")[0] == 0
+        outs[name] = np.load(out_dir / f"{name}.npz")["Y"]
+    assert any(k.endswith("#rows16") for k in load_file(str(out_dir / "int8.weights.safetensors")))
+    assert not any(k.endswith("#rows16") for k in load_file(str(out_dir / "exact.weights.safetensors")))
+    scale = np.abs(outs["level4.onnx"]).max()
+    assert np.abs(outs["int8.so"] - outs["level4.onnx"]).max() <= 1e-2 * scale
+    assert np.abs(outs["int8.so"] - outs["exact.so"]).max() > 1e-6 * scale  # it did round the activations
+    base = ["generate", GPT2, *WIDER, "--prompt-ids", "4 5 6", "--max-new-tokens", "4", "--temperature", "0"]
+    code, out, err = cli(*base, "--backend", "tvm", *quant, "--accuracy-level", "4")
+    assert code == 0, err
+    assert len(out.split()) == 4, out
+
+
 def test_python_api(tmp_path: Path) -> None:
     defines = [d for d in WIDER if d != "-D"][2:]
     compiled = pseudoformer.compile(GPT2, config=WIDER[1], defines=defines, quantize="int8", accuracy_level=0)
