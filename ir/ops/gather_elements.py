@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.ir.ops.cotangents import zeros_like
 from pseudoformer.ir.ops.one_hot_vjp import scatter_back
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.registry import Attr, ExampleMaker, IRTypeError, OpDef, axis_of, integers, register
@@ -51,7 +52,14 @@ def _positions(n: Any, dim: str) -> tuple[int, ...] | str:
 
 
 def _vjp(n: Any, ct: Any, make: Any) -> tuple[Any, None]:
-    return scatter_back(make, ct, n.src[1], n.src[0], n.attrs["axis"] % n.src[0].type.rank), None
+    """A scatter-add of the cotangent into zeros where the indices have the output's shape and the data its sizes
+    off the axis (the loss's pick, a ViT's patches); a one-hot sum where either was broadcast (a routing table
+    shared by the batch), which only short axes take."""
+    data, idx = n.src
+    axis = n.attrs["axis"] % data.type.rank
+    if idx.shape == n.shape and all(data.shape[k] == n.shape[k] for k in range(data.type.rank) if k != axis):
+        return make(Op.SCATTER_ADD_ELEMENTS, zeros_like(make, data), idx, ct, axis=axis), None
+    return scatter_back(make, ct, idx, data, axis), None
 
 
 def _example(make: ExampleMaker) -> list[Any]:

@@ -64,6 +64,7 @@ class Op(enum.Enum):
     GATHER_ELEMENTS = "gather_elements"  # gather_elements.py
     SCATTER = "scatter"
     SCATTER_ADD = "scatter_add"
+    SCATTER_ADD_ELEMENTS = "scatter_add_elements"  # scatter_elements.py: GATHER_ELEMENTS' transpose
     # shaped like an operand read for its shape only, and a matrix's view of a tensor (shaped_like.py,
     # flatten.py): what the VJP rules write for zeros, broadcasts, a slice's transpose, batched products
     EXPAND = "expand"

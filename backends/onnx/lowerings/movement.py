@@ -64,6 +64,14 @@ def _scatter_add(e: Emitter, n: Node) -> str:
     return e.emit("Transpose", [summed], perm=back, out=e.out)
 
 
+@lowers(Op.SCATTER_ADD_ELEMENTS)
+def _scatter_add_elements(e: Emitter, n: Node) -> str:
+    # ScatterElements adds each update at its index along the axis (repeats accumulate, opset ≥ 16).
+    data, idx, upd = (e.value(s) for s in n.src)
+    return e.emit("ScatterElements", [data, idx, upd], out=e.out, axis=n.attrs["axis"] % n.type.rank,
+                  reduction="add")
+
+
 @lowers(Op.SLICE)
 def _slice(e: Emitter, n: Node) -> str:
     start, stop = (_bound(e, b) for b in n.src[1:3])

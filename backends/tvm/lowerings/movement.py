@@ -110,6 +110,15 @@ def _scatter_add(lw: RelaxLowering, n: Node) -> Any:
     return R.permute_dims(lw.emit(summed), [to_front.index(i) for i in range(rank)]) if axis else summed
 
 
+@lowers(Op.SCATTER_ADD_ELEMENTS)
+def _scatter_add_elements(lw: RelaxLowering, n: Node) -> Any:
+    # As in ONNX: scatter_elements adding each update at its index (repeats accumulate), indices checked first.
+    axis = n.attrs["axis"] % n.type.rank
+    _check_indices(lw, n, axis)
+    data, idx, upd = (lw.tensor(s) for s in n.src)
+    return R.scatter_elements(data, idx, upd, axis=axis, reduction="add")
+
+
 def _check_indices(lw: RelaxLowering, n: Node, axis: int) -> None:
     """Gather (or scatter) indices computed in the graph: an error at run time unless all are in [-size, size).
 
