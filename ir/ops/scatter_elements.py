@@ -17,7 +17,16 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.ir.ops.op import Op
-from pseudoformer.ir.ops.registry import Attr, EvalError, ExampleMaker, IRTypeError, OpDef, axis_of, integers, register
+from pseudoformer.ir.ops.registry import (
+    Attr,
+    EvalError,
+    ExampleMaker,
+    IRTypeError,
+    OpDef,
+    axis_of,
+    integers,
+    register,
+)
 from pseudoformer.ir.types import DType, TensorType
 
 
