@@ -14,6 +14,8 @@ and, for layer norm, more accurate than the sum-of-quotients form.
   attention_fusion    rules/attention.py   →  ATTENTION(q, k, v[, mask]; scale, causal)
   expert_matmul       rules/expert_matmul.py → EXPERT_MATMUL(W, r, x) for Σ_j W[r, i, j] x[j] (mixtures of experts)
                       rules/expert_swiglu.py → SWIGLU(EXPERT_MATMUL([W₁ W₃], r, x)) for SwiGLU experts
+  one_hot_pick        rules/one_hot_pick.py → GATHER_ELEMENTS(p, w; a) for Σ_a [[range = w]] ⊙ p (training)
+                      rules/pick_before_slice.py → SLICE(GATHER_ELEMENTS(X, w')) for a pick from a slice of X
   log_softmax         rules/log_softmax.py →  z − max z − log Σ exp(z − max z) for log ∘ softmax (training)
 
 They expect `cse` and `simplify` to have run (they also work on the raw graph, just with more to
@@ -34,7 +36,9 @@ from pseudoformer.passes.rules import (
     gelu_tanh,
     layer_norm,
     log_softmax,
+    one_hot_pick,
     partial_rotary,
+    pick_before_slice,
     rms_norm,
     rotary,
     swiglu,
@@ -47,6 +51,8 @@ SWIGLU_RULES = [swiglu.RULE]
 ROTARY_RULES = [rotary.RULE]
 PARTIAL_ROTARY_RULES = [partial_rotary.RULE]
 LOG_SOFTMAX_RULES = [log_softmax.RULE]
+PICK_RULES = [one_hot_pick.RULE]
+SLICED_PICK_RULES = [pick_before_slice.RULE]
 EXPERT_RULES = [expert_matmul.RULE, expert_swiglu.RULE]
 
 
@@ -82,6 +88,17 @@ def fuse_rotary(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool
 def stable_log_softmax(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
     """Replace log ∘ softmax (through the moves and one-hot picks between them) with a stable log-softmax."""
     return apply_rules(graph, LOG_SOFTMAX_RULES, refusals)
+
+
+def pick_one_hot(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Replace every checked one-hot pick Σ_a [[range = w]] ⊙ p with one gather_elements."""
+    return apply_rules(graph, PICK_RULES, refusals)
+
+
+def pick_before_slice(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Replace every one-entry pick from a slice with the pick from the whole, sliced (after log_softmax, so that
+    the whole is the log-softmax, not the softmax it replaced)."""
+    return apply_rules(graph, SLICED_PICK_RULES, refusals)
 
 
 def fuse_experts(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:

@@ -30,6 +30,8 @@ def _registry() -> dict[str, Pass]:
         fuse_norms,
         fuse_rotary,
         fuse_swiglu,
+        pick_before_slice,
+        pick_one_hot,
         stable_log_softmax,
     )
     from pseudoformer.passes.head_batching import batch_heads
@@ -51,8 +53,12 @@ def _registry() -> dict[str, Pass]:
         Pass("expert_matmul_fusion", with_refusals(fuse_experts),
              "Σ_j W[r, i, j] x[j] over per-row gathered expert matrices → one expert_matmul (no per-row copies); "
              "SwiGLU experts' gate and up products packed into one"),
+        Pass("one_hot_pick", with_refusals(pick_one_hot),
+             "Σ_a [[range = w]] ⊙ p, a checked per-example index's one-hot pick → one gather_elements (training)"),
         Pass("log_softmax", with_refusals(stable_log_softmax),
              "log ∘ softmax (through slices, gathers and one-hot picks) → a stable log-softmax (training)"),
+        Pass("pick_before_slice", with_refusals(pick_before_slice),
+             "a pick from a slice → the pick from the whole, sliced: no copy of the sliced data (training)"),
         Pass("batched_weight_gradient", with_refusals(fold_batched_gradients),
              "Σ_b a_bᵀ c_b (a weight's gradient over a batch) → one product over the B·ℓ rows; (xᵀ y)ᵀ → yᵀ x "
              "(training step)"),
@@ -87,7 +93,7 @@ PIPELINES: dict[str, list[str]] = {
     "tvm": ["decompose", "float16", "fold_constants"],
     "padding": ["padding_mask"],
     # before the autodiff of a loss graph (passes/autodiff.py): the loss's log ∘ softmax made stable
-    "training": ["log_softmax", "cse"],
+    "training": ["one_hot_pick", "log_softmax", "pick_before_slice", "cse"],
     # on the training step graph (passes/training_step.py), after the autodiff wrote its backward part
     "training-step": [*LEVELS[1], "batched_weight_gradient", "cse"],
     # weight quantization (--quantize), on the -O2 graph before generation derives its decoder from it

@@ -3,10 +3,11 @@
     log(moves(softmax(z; a)))                          → moves(z − m − log Σ_a exp(z − m)),  m = max_a z
     log(Σ_{a'} onehot ⊙ moves(softmax(z; a)))          → Σ_{a'} onehot ⊙ moves(log-softmax(z; a))
 
-`moves` is any chain of ops that only move values (slice, gather, transpose, reshape, (un)squeeze);
-`onehot` is cast(u == w) where u is a range along a' and w is constant along a', so each sum picks
-one entry and log commutes with it. The loss `−Σ_t log P[x[t+1], t]` of the training algorithms is
-the second form. The probability of a token far below the largest underflows to 0 in float32, and
+`moves` is any chain of ops that only move values (slice, gather, gather_elements, transpose, reshape,
+(un)squeeze); `onehot` is cast(u == w) where u is a range along a' and w is constant along a', so each sum
+picks one entry and log commutes with it. The loss `−Σ_t log P[x[t+1], t]` of the training algorithms is
+the second form as the frontend writes it, and the first after rules/one_hot_pick.py made its pick one
+gather_elements (the training pipeline runs that rule first). The probability of a token far below the largest underflows to 0 in float32, and
 log 0 = −∞ with an infinite gradient; the log-softmax keeps both finite. (A token id outside the
 range, which the onehot picks nothing for, gives 0 instead of −∞: training checks ids beforehand.)
 """
@@ -18,7 +19,7 @@ from typing import Any
 from pseudoformer.ir import Node, Op
 from pseudoformer.passes.rule import Context, Rule
 
-MOVES = (Op.SLICE, Op.GATHER, Op.TRANSPOSE, Op.RESHAPE, Op.UNSQUEEZE, Op.SQUEEZE)
+MOVES = (Op.SLICE, Op.GATHER, Op.GATHER_ELEMENTS, Op.TRANSPOSE, Op.RESHAPE, Op.UNSQUEEZE, Op.SQUEEZE)
 
 
 def _moved_softmax(n: Node) -> list[Node] | None:
