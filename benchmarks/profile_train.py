@@ -58,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--ort", action="append", default=[], help="KEY=VALUE: a SessionOptions attribute")
+    ap.set_defaults(ort_b=[])  # bench_train.ours reads it: a second session's options, none here
     ap.add_argument("--workdir", help="where the HF checkpoint is written (default: the system's temp dir)")
     args = ap.parse_args(argv)
     import torch
