@@ -57,6 +57,7 @@ class Op(enum.Enum):
     REDUCE_MAX = "reduce_max"
     REDUCE_MEAN = "reduce_mean"
     SOFTMAX = "softmax"
+    LOG_SOFTMAX = "log_softmax"  # log_softmax.py: made by the training pipeline
     CUMSUM = "cumsum"
     TOPK = "topk"  # selection.py
     EXPERT_MATMUL = "expert_matmul"  # experts.py: made by a pass

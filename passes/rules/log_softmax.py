@@ -1,14 +1,18 @@
 """log ∘ softmax → a stable log-softmax, through the picking between them.
 
-    log(moves(softmax(z; a)))                          → moves(z − m − log Σ_a exp(z − m)),  m = max_a z
-    log(Σ_{a'} onehot ⊙ moves(softmax(z; a)))          → Σ_{a'} onehot ⊙ moves(log-softmax(z; a))
+    log(moves(softmax(z; a)))                          → moves(log_softmax(z; a))
+    log(Σ_{a'} onehot ⊙ moves(softmax(z; a)))          → Σ_{a'} onehot ⊙ moves(log_softmax(z; a))
+
+log_softmax(z; a) = z − m − log Σ_a exp(z − m), m = max_a z, is one op (ir/ops/log_softmax.py), whose VJP
+ct − softmax(z) Σ ct does not run through the max as the formula's would.
 
 `moves` is any chain of ops that only move values (slice, gather, gather_elements, transpose, reshape,
 (un)squeeze); `onehot` is cast(u == w) where u is a range along a' and w is constant along a', so each sum
 picks one entry and log commutes with it. The loss `−Σ_t log P[x[t+1], t]` of the training algorithms is
 the second form as the frontend writes it, and the first after rules/one_hot_pick.py made its pick one
-gather_elements (the training pipeline runs that rule first). The probability of a token far below the largest underflows to 0 in float32, and
-log 0 = −∞ with an infinite gradient; the log-softmax keeps both finite. (A token id outside the
+gather_elements (the training pipeline runs that rule first). The probability of a token far below the
+largest underflows to 0 in float32, and log 0 = −∞ with an infinite gradient; the log-softmax keeps both
+finite. (A token id outside the
 range, which the onehot picks nothing for, gives 0 instead of −∞: training checks ids beforehand.)
 """
 
@@ -72,9 +76,7 @@ def log_softmax(z: Node, axis: int, like: Node) -> Node:
     def make(op: Op, *src: Node, **attrs: Any) -> Node:
         return Node(op, src, attrs, span=like.span, scope=like.scope)
 
-    shifted = make(Op.SUB, z, make(Op.REDUCE_MAX, z, axes=[axis], keepdims=True))
-    total = make(Op.REDUCE_SUM, make(Op.EXP, shifted), axes=[axis], keepdims=True)
-    return make(Op.SUB, shifted, make(Op.LOG, total))
+    return make(Op.LOG_SOFTMAX, z, axis=axis)
 
 
 def _rewrite(m: Any, n: Node) -> Node:

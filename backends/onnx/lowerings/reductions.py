@@ -31,6 +31,11 @@ def _softmax(e: Emitter, n: Node) -> str:
     return e.emit("Softmax", [e.value(n.src[0])], out=e.out, axis=n.attrs["axis"])
 
 
+@lowers(Op.LOG_SOFTMAX)
+def _log_softmax(e: Emitter, n: Node) -> str:
+    return e.emit("LogSoftmax", [e.value(n.src[0])], out=e.out, axis=n.attrs["axis"])
+
+
 @lowers(Op.CUMSUM)
 def _cumsum(e: Emitter, n: Node) -> str:
     axis = e.const(np.asarray(n.attrs["axis"] % n.src[0].type.rank, dtype=np.int64), TensorProto.INT64)  # 0-D

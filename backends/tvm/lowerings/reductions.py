@@ -25,3 +25,8 @@ def _reduce(lw: RelaxLowering, n: Node) -> Any:
 @lowers(Op.SOFTMAX)
 def _softmax(lw: RelaxLowering, n: Node) -> Any:
     return R.nn.softmax(lw.tensor(n.src[0]), axis=n.attrs["axis"])
+
+
+@lowers(Op.LOG_SOFTMAX)
+def _log_softmax(lw: RelaxLowering, n: Node) -> Any:
+    return R.nn.log_softmax(lw.tensor(n.src[0]), axis=n.attrs["axis"])
