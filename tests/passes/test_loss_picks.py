@@ -73,7 +73,7 @@ def test_the_pick_gradient_is_a_scatter_add_and_agrees_with_the_one_hot() -> Non
 
 
 def test_a_pick_from_a_slice_picks_from_the_whole() -> None:
-    """The loss's P[x[t+1], t] for t < ℓ: the picks slice, not the log-softmax (index padded with 0)."""
+    """The loss's P[x[t+1], t] for t < ℓ: the picks slice, not the log-softmax (the index padded with 0)."""
     check_rewrite(pick_before_slice, """
         graph sliced(P: float32[batch, seq, 5], x: int64[batch, seq]) -> (picked: float32[batch, -1 + seq, 1])
           %1 = const 0 : int64[]
@@ -87,22 +87,17 @@ def test_a_pick_from_a_slice_picks_from_the_whole() -> None:
           return picked = %8
     """, """
         graph sliced(P: float32[batch, seq, 5], x: int64[batch, seq]) -> (picked: float32[batch, -1 + seq, 1])
-          %1 = const 0 : int64[]
-          %2 = const 1 : int64[]
-          %3 = slice %P, %1, %2 {axis=2, dim=1} : float32[batch, seq, 1]
-          %4 = lt %3, %3 : bool[batch, seq, 1]
-          %5 = cast %4 {dtype=int64} : int64[batch, seq, 1]
+          %1 = const 1 : int64[]
+          %2 = dim %P {axis=1} : int64[]
+          %3 = slice %x, %1, %2 {axis=1, dim="-1 + seq"} : int64[batch, -1 + seq]
+          %4 = unsqueeze %3 {axes=[2]} : int64[batch, -1 + seq, 1]
+          %5 = const 0 : int64[]
           %6 = const 1 : int64[]
-          %7 = dim %P {axis=1} : int64[]
-          %8 = slice %x, %6, %7 {axis=1, dim="-1 + seq"} : int64[batch, -1 + seq]
-          %9 = unsqueeze %8 {axes=[2]} : int64[batch, -1 + seq, 1]
-          %10 = dim %9 {axis=1} : int64[]
-          %11 = arange %10 {dim="-1 + seq"} : int64[-1 + seq]
-          %12 = const 0 : int64[]
-          %13 = add %11, %12 : int64[-1 + seq]
-          %14 = scatter %5, %13, %9 {axis=1} : int64[batch, seq, 1]
-          %15 = gather_elements %P, %14 {axis=2} : float32[batch, seq, 1]
-          %16 = sub %7, %6 : int64[]
-          %17 = slice %15, %12, %16 {axis=1, dim="-1 + seq"} : float32[batch, -1 + seq, 1]
-          return picked = %17
+          %7 = slice %P, %5, %6 {axis=2, dim=1} : float32[batch, seq, 1]
+          %8 = const 0 : int64[]
+          %9 = pad %4, %7, %8 {axis=1} : int64[batch, seq, 1]
+          %10 = gather_elements %P, %9 {axis=2} : float32[batch, seq, 1]
+          %11 = sub %2, %1 : int64[]
+          %12 = slice %10, %8, %11 {axis=1, dim="-1 + seq"} : float32[batch, -1 + seq, 1]
+          return picked = %12
     """)

@@ -90,5 +90,9 @@ def test_the_step_is_written_in_its_short_forms_before_any_backend_sees_it() -> 
     _, changed = fold_batched_gradients(step.graph, refusals := [])  # nothing left to fold, nothing refused
     assert not changed and not refusals
     assert {Op.EXPAND, Op.PAD, Op.FLATTEN} <= {n.op for n in nodes}
-    ops = [n.op_type for n in to_onnx(step.graph, step.frozen).graph.node]
-    assert "ScatterElements" not in ops and {"ConstantOfShape", "Expand", "Pad", "Flatten"} <= set(ops)
+    nodes_onnx = to_onnx(step.graph, step.frozen).graph.node
+    ops = [n.op_type for n in nodes_onnx]
+    # the one ScatterElements is the loss pick's cotangent, a scatter-add (scatter_add_elements)
+    scatters = [n for n in nodes_onnx if n.op_type == "ScatterElements"]
+    assert [[a.s for a in n.attribute if a.name == "reduction"] for n in scatters] == [[b"add"]]
+    assert {"ConstantOfShape", "Expand", "Pad", "Flatten"} <= set(ops)
