@@ -6,7 +6,7 @@
     the backend's preparation     onnx: cache_fusion, packed_heads (opset ≥ 23), decompose,
                                         float16 (--dtype float16)
                                   tvm:  decompose, float16 (--dtype float16), fold_constants
-    onnxruntime's kernels         onnx-contrib: group_query_attention_fusion, skip_norm_fusion
+    onnxruntime's kernels         onnx-contrib: group_query_attention_fusion, kv_lengths, skip_norm_fusion
                                                                                  (--contrib-ops)
 
 The first three make the model (`model_passes`): generation derives its decoder from their graph and

@@ -1,6 +1,8 @@
 """The onnx-contrib pipeline: onnxruntime's com.microsoft kernels where they compute what the graph does.
 
   group_query_attention_fusion  rules/group_query_attention.py → GROUP_QUERY_ATTENTION
+  kv_lengths                    rules/group_query_attention_lengths.py: its lengths from the attention
+                                mask, for a step whose meta asks for it (onnxruntime-genai's)
   skip_norm_fusion              rules/skip_norm.py             → SKIP_RMS_NORM, SKIP_LAYER_NORM
 
 They run last in an ONNX compile with contrib ops (after the "onnx" pipeline: cache fusion, packed
@@ -15,11 +17,40 @@ from pseudoformer.ir import Graph, Op
 from pseudoformer.ir.ops.fused_kernels import gqa_operands
 from pseudoformer.passes.pass_base import Pass, with_refusals
 from pseudoformer.passes.rule import apply_rules
-from pseudoformer.passes.rules import group_query_attention, skip_norm
+from pseudoformer.passes.rules import group_query_attention, group_query_attention_lengths, skip_norm
 
 
 def fuse_group_query_attention(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
     return apply_rules(graph, [group_query_attention.RULE], refusals)
+
+
+class KvLengthsError(ValueError):
+    """Why a step's attentions cannot all read their lengths from the attention mask."""
+
+
+def kv_lengths(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Every GroupQueryAttention over the cache driven by the attention mask, for a step whose meta asks
+    (rules/group_query_attention_lengths.py). All or none: an attention left over the cache, or the
+    positions past + arange(s) still read, would assume the padded layout the others leave; then a
+    KvLengthsError says why, for the caller to keep the masked step."""
+    asked = graph.meta.get(group_query_attention_lengths.META)
+    if not asked:
+        return graph, False
+    refused: list = []
+    out, changed = apply_rules(graph, [group_query_attention_lengths.rule(graph.input(asked["mask"]),
+                                                                          int(asked["positions"]))], refused)
+    if refusals is not None:
+        refusals.extend(refused)
+    for n in out.nodes():
+        if n.op is Op.CACHED_ATTENTION or (n.op is Op.ATTENTION and n.src[1].op is Op.CONCAT):
+            raise KvLengthsError(f"the attention at {n.span or n.scope} is not one GroupQueryAttention takes")
+        if n.op is Op.GROUP_QUERY_ATTENTION and n.attrs.get("cached") and not n.attrs.get("lengths"):
+            why = next((r[1] for r in refused if r[3] == n.scope), "refused")
+            raise KvLengthsError(f"the attention at {n.span or n.scope} cannot read its lengths from the mask: {why}")
+    for n in out.nodes():
+        if group_query_attention_lengths.is_positions(n):
+            raise KvLengthsError(f"the positions at {n.span or n.scope} are read by more than the rotation")
+    return out, changed
 
 
 def fuse_skip_norms(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
@@ -60,6 +91,9 @@ PASSES = [
     Pass("group_query_attention_fusion", with_refusals(fuse_group_query_attention),
          "causal packed-head attention (rotation, packed q/k/v, last-position cut) → onnxruntime's "
          "GroupQueryAttention"),
+    Pass("kv_lengths", with_refusals(kv_lengths),
+         "onnxruntime-genai's step: GroupQueryAttention's lengths from attention_mask over a compact cache "
+         "(only where the step's meta asks)"),
     Pass("skip_norm_fusion", with_refusals(fuse_skip_norms),
          "a residual sum and the norm that reads it → onnxruntime's Skip(Simplified)LayerNormalization"),
 ]

@@ -19,6 +19,11 @@ and what computes from them gains the batch axis in front (elementwise ops, unsq
 it meets a value that has the batch axis already, where it is aligned to it ([batch, 1, …, *shape]).
 The attention_mask is ANDed into the mask of every cached attention, as passes/padding_mask.py does for
 a whole sequence. An op the positions pass through that is none of these is refused, naming it.
+
+With `lengths` (the number of positions), for `--contrib-ops`: the step is left as it is but for the names,
+with attention_mask and no position_ids, and asks the onnx-contrib pipeline (its meta) to drive each
+GroupQueryAttention by attention_mask as genai's own builder does (passes/rules/group_query_attention_lengths.py):
+the kernel keeps the cache compact per row and finds each row's positions from the mask's counts.
 """
 
 from __future__ import annotations
@@ -29,15 +34,18 @@ from pseudoformer.ir.ops import op_def
 from pseudoformer.ir.types import DType
 from pseudoformer.passes.kv_cache import IncrementalDecoder, NotCacheableError
 from pseudoformer.passes.padding_mask import mask_keys
+from pseudoformer.passes.rules.group_query_attention_lengths import META as LENGTHS_META
 
 INPUT_IDS, ATTENTION_MASK, POSITION_IDS, LOGITS = "input_ids", "attention_mask", "position_ids", "logits"
 PAST_KEY, PAST_VALUE = "past_key_values.%d.key", "past_key_values.%d.value"
 PRESENT_KEY, PRESENT_VALUE = "present.%d.key", "present.%d.value"
 
 
-def genai_step(dec: IncrementalDecoder, decoder_input: str, output: str, *, log: bool = False) -> Graph:
+def genai_step(dec: IncrementalDecoder, decoder_input: str, output: str, *, log: bool = False,
+               lengths: int | None = None) -> Graph:
     """The step graph of `dec` with genai's interface; `log` takes the log of an output of probabilities
-    (genai samples from the softmax of what it is given)."""
+    (genai samples from the softmax of what it is given); `lengths`: the GroupQueryAttention form over
+    that many positions (the module's docstring), for the onnx-contrib pipeline to make."""
     if dec.encoder is not None:
         raise CompileError([NotCacheableError("onnxruntime-genai's decoder folder takes a decoder only; "
                                               "this model has an encoder input")])
@@ -56,12 +64,23 @@ def genai_step(dec: IncrementalDecoder, decoder_input: str, output: str, *, log:
     keys_dim = _keys_dim(step, seq)
     mask = Node(Op.INPUT, (), {"name": ATTENTION_MASK, "type": TensorType(DType.int64, ("batch", keys_dim))})
     keep = Node(Op.NE, (mask, Node(Op.CONST, (), {"value": 0, "dtype": DType.int64})))
-    rewrite = _Rewrite(replace, positions, keep, seq, {id(n) for n in step.inputs if n.attrs["name"] in past})
+    rewrite = _Rewrite(replace, positions, keep, seq, {id(n) for n in step.inputs if n.attrs["name"] in past},
+                       plain=lengths is not None)
     for n in step.nodes():
         rewrite.node(n)
+    if lengths is not None:
+        meta = {**step.meta, LENGTHS_META: {"mask": ATTENTION_MASK, "positions": int(lengths)}}
+        inputs = [replace[id(x)], mask, *(replace[id(n)] for n in step.inputs if n.attrs["name"] in past)]
+        return Graph(inputs=inputs, outputs=_outputs(step, rewrite, output, present, log), meta=meta)
     if not rewrite.used_positions:
         raise CompileError([NotCacheableError(f"{step.meta.get('entry', 'the model')}'s step computes no positions "
                                               "from the cache's length: there is nothing for position_ids to give")])
+    inputs = [replace[id(x)], mask, positions]
+    inputs += [replace[id(n)] for n in step.inputs if n.attrs["name"] in past]
+    return Graph(inputs=inputs, outputs=_outputs(step, rewrite, output, present, log), meta=dict(step.meta))
+
+
+def _outputs(step: Graph, rewrite: _Rewrite, output: str, present: dict[str, str], log: bool) -> list:
     outputs = []
     for name, n in step.outputs:
         value = rewrite.get(n)
@@ -69,9 +88,7 @@ def genai_step(dec: IncrementalDecoder, decoder_input: str, output: str, *, log:
             outputs.append((LOGITS, Node(Op.LOG, (value,)) if log else value))
         elif name in present:
             outputs.append((present[name], value))
-    inputs = [replace[id(x)], mask, positions]
-    inputs += [replace[id(n)] for n in step.inputs if n.attrs["name"] in past]
-    return Graph(inputs=inputs, outputs=sorted(outputs, key=lambda o: _output_order(o[0])), meta=dict(step.meta))
+    return sorted(outputs, key=lambda o: _output_order(o[0]))
 
 
 def _output_order(name: str) -> tuple[int, int, str]:
@@ -91,7 +108,9 @@ def _keys_dim(step: Graph, seq: str) -> object:
 class _Rewrite:
     """The step, node by node: `batched` values have the batch axis in front of their original shape."""
 
-    def __init__(self, replace: dict[int, Node], positions: Node, keep: Node, seq: str, past_inputs: set[int]) -> None:
+    def __init__(self, replace: dict[int, Node], positions: Node, keep: Node, seq: str, past_inputs: set[int],
+                 plain: bool = False) -> None:
+        self.plain = plain  # rename the inputs only: positions and attention as they are (the lengths form)
         self.memo: dict[int, Node] = dict(replace)
         self.batched: set[int] = set()  # ids of new nodes that carry the extra batch axis
         self.positions, self.keep, self.seq, self.past_inputs = positions, keep, seq, past_inputs
@@ -110,6 +129,9 @@ class _Rewrite:
         self.memo[id(n)] = self._rewrite(n)
 
     def _rewrite(self, n: Node) -> Node:
+        if self.plain:
+            src = tuple(self.get(s) for s in n.src)
+            return n if all(a is b for a, b in zip(src, n.src, strict=True)) else self._node(n, src)
         if n.op is Op.ADD and any(a.op is Op.ARANGE and a.attrs["dim"] == self.seq and self._is_past_length(b)
                                   for a, b in (n.src, n.src[::-1])):
             self.used_positions = True

@@ -89,7 +89,7 @@ PIPELINES: dict[str, list[str]] = {
     # ONNX opset ≥ 23 (the Attention op); before, only the decompositions and precision apply
     "onnx": ["cache_fusion", "packed_heads", "decompose", "float16"],
     # onnxruntime's com.microsoft kernels (--contrib-ops), after "onnx": each fused op is one ONNX node
-    "onnx-contrib": ["group_query_attention_fusion", "skip_norm_fusion"],
+    "onnx-contrib": ["group_query_attention_fusion", "kv_lengths", "skip_norm_fusion"],
     "tvm": ["decompose", "float16", "fold_constants"],
     "padding": ["padding_mask"],
     # before the autodiff of a loss graph (passes/autodiff.py): the loss's log ∘ softmax made stable

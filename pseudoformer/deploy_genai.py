@@ -57,8 +57,10 @@ def export(model: Model, out: str | Path, *, weights: str | Path | None = None, 
     from pseudoformer.backends.onnx.save import save_model
     from pseudoformer.backends.options import CompileOptions
     from pseudoformer.backends.pipeline import model_passes, run
+    from pseudoformer.inputs import size_limit
     from pseudoformer.model import model_metadata
     from pseudoformer.optimize import debugging
+    from pseudoformer.passes.contrib_ops import KvLengthsError
     from pseudoformer.passes.genai_interface import INPUT_IDS, LOGITS, genai_step
     from pseudoformer.passes.generation_passes import incremental
     from pseudoformer.passes.pass_base import PassContext
@@ -75,16 +77,28 @@ def export(model: Model, out: str | Path, *, weights: str | Path | None = None, 
                         check=debugging())
     seq = graph.input(tokens[0]).shape[1]
     dec = incremental(graph, PassContext(decoder_input=tokens[0], output=output, positions=seq))
-    step = genai_step(dec, tokens[0], output, log=log)
     metadata = model_metadata(model, 2)
-    vocab = dict(step.outputs)[LOGITS].shape[-1]
-    metadata["token_bounds"] = json.dumps({INPUT_IDS: vocab})
     if quantize is not None:
         metadata["quantization"] = quantize.describe()
-    try:
-        lowered = lower_model(step, params, metadata=metadata, contrib_ops=contrib_ops, fold_weights=True)
-    except BackendError as e:
-        raise UsageError(str(e)) from None
+    context = size_limit(model.graph, seq)[0]
+    step = lowered = None
+    if contrib_ops:  # GroupQueryAttention driven by attention_mask, as genai's builder writes it, where it takes all
+        step = genai_step(dec, tokens[0], output, log=log, lengths=context)
+        metadata["token_bounds"] = json.dumps({INPUT_IDS: dict(step.outputs)[LOGITS].shape[-1]})
+        try:
+            lowered = lower_model(step, params, metadata=metadata, contrib_ops=True, fold_weights=True)
+        except KvLengthsError as e:
+            say_lengths_fallback(str(e))
+            step = None
+        except BackendError as e:
+            raise UsageError(str(e)) from None
+    if step is None:
+        step = genai_step(dec, tokens[0], output, log=log)
+        metadata["token_bounds"] = json.dumps({INPUT_IDS: dict(step.outputs)[LOGITS].shape[-1]})
+        try:
+            lowered = lower_model(step, params, metadata=metadata, contrib_ops=contrib_ops, fold_weights=True)
+        except BackendError as e:
+            raise UsageError(str(e)) from None
     hf = _read_json(checkpoint, "config.json") if checkpoint else {}
     config = genai_config(step, dec, model, hf, _read_json(checkpoint, "generation_config.json") if checkpoint else {})
     extra = {name: _read_file(checkpoint / name) for name in TOKENIZER_FILES
@@ -113,6 +127,7 @@ def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], gener
         PRESENT_VALUE,
     )
 
+    names = {n.attrs["name"] for n in step.inputs}
     slot = dec.slots[0]
     kv_heads, head_size = int(slot.key_type.shape[1]), int(slot.key_type.shape[-1])
     heads = next(int(n.src[0].shape[1]) for n in step.nodes() if n.op is Op.ATTENTION)
@@ -136,7 +151,9 @@ def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], gener
                 "filename": MODEL_FILE,
                 "head_size": head_size,
                 "hidden_size": int(hidden),
-                "inputs": {"input_ids": INPUT_IDS, "attention_mask": ATTENTION_MASK, "position_ids": POSITION_IDS,
+                # the GroupQueryAttention form finds its positions from attention_mask: no position_ids
+                "inputs": {"input_ids": INPUT_IDS, "attention_mask": ATTENTION_MASK,
+                           **({"position_ids": POSITION_IDS} if POSITION_IDS in names else {}),
                            "past_key_names": PAST_KEY, "past_value_names": PAST_VALUE},
                 "outputs": {"logits": LOGITS, "present_key_names": PRESENT_KEY,
                             "present_value_names": PRESENT_VALUE},
@@ -160,7 +177,8 @@ def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], gener
             "no_repeat_ngram_size": 0,
             "num_beams": 1,
             "num_return_sequences": 1,
-            # the step concatenates the cache (passes/kv_cache.py): a new buffer each step, not one shared
+            # the step concatenates the cache (passes/kv_cache.py), or GroupQueryAttention writes a new present
+            # (the lengths form): a new buffer each step, not one shared
             "past_present_share_buffer": False,
             "repetition_penalty": float(generation.get("repetition_penalty", 1.0)),
             "temperature": float(generation.get("temperature", 1.0)),
@@ -168,6 +186,16 @@ def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], gener
             "top_p": float(generation.get("top_p", 1.0)),
         },
     }
+
+
+def say_lengths_fallback(why: str) -> None:
+    """Once, on stderr: the folder keeps the masked step (ONNX Attention over a Concat-grown cache)."""
+    import sys
+
+    from pseudoformer.terminal import escape
+
+    print(escape(f"note: --contrib-ops: the folder's attention stays ONNX Attention with the padding mask: "
+                 f"{why}"), file=sys.stderr)
 
 
 def _folder(out: str | Path) -> Path:

@@ -7,8 +7,8 @@
 the residual sum and the norm that reads it (SkipSimplifiedLayerNormalization, SkipLayerNormalization);
 x and y have one shape, rank 2 or 3, and γ, β, b are vectors over the last axis.
 
-    GROUP_QUERY_ATTENTION(q, k, v | qkv, [past_k, past_v], [cos, sin];
-                          q_heads, kv_heads, scale, window, packed, cached, rotary, last)
+    GROUP_QUERY_ATTENTION(q, k, v | qkv, [past_k, past_v], [cos, sin], [mask];
+                          q_heads, kv_heads, scale, window, packed, cached, rotary, last, lengths)
       = attention(rot(q), rot(k), v [, past]; causal, packed heads)        then row −1 only if `last`
 
 causal attention in the packed form (ATTENTION's q_heads/kv_heads, see attention.py): with `packed`,
@@ -16,7 +16,20 @@ one operand [b, s, (H_q + 2·H_kv)·d] holds q, k and v side by side; with `cach
 values [b, H_kv, p, d] come next and the result is (Y, present_k, present_v) as CACHED_ATTENTION's;
 with `rotary`, q and k are first rotated per head by tables cos, sin [s, d/2] of the new positions
 (ROTARY's rotate-half); with `last`, only the last query position of Y is kept. q has s rows, or one
-(the last position alone, bottom-right aligned as in ATTENTION). Each decomposes into the ops it fuses.
+(the last position alone, bottom-right aligned as in ATTENTION). Each decomposes into the ops it fuses,
+but for `lengths`.
+
+With `lengths` (and `cached`: onnxruntime-genai's step, passes/rules/group_query_attention_lengths.py)
+the last operand is an attention mask [b, T] (T = past + s) of which only each row's count n_b = Σ mask_b
+is read, as the kernel reads seqlens_k = n_b − 1 and T: the cache is *compact*, row b's keys are its first
+n_b − s past rows then its s new ones. A first prompt (s = T) has no past: row b attends causally over
+its new positions 0 … s−1 (rows past n_b are padding, their result unspecified: the kernel leaves them
+undefined), and present holds all s. Otherwise row b's query j attends to keys 0 … n_b − s + j, and
+present row b is those n_b keys then zeros up to T. The rotation's tables are [N, d/2], one row per
+position (N ≥ every position), and the positions are j (a first prompt) or n_b − s + j. With a mask of
+ones (no padding), this is `cached` attention rotated at positions past … past + s − 1; with padding it
+is the kernel's own layout, which genai feeds back as the next step's past: it has no decomposition into
+standard ops (the kernel's undefined rows and its run-time choice of a first prompt have none).
 """
 
 from __future__ import annotations
@@ -82,18 +95,26 @@ def _skip_example(op: Op, weights: int) -> Any:
 
 GQA_ATTRS = (Attr("scale", "float"), Attr("q_heads", "int"), Attr("kv_heads", "int"), Attr("window", "int", 0),
              Attr("packed", "bool", False), Attr("cached", "bool", False), Attr("rotary", "bool", False),
-             Attr("last", "bool", False), Attr("softcap", "float", 0.0))
+             Attr("last", "bool", False), Attr("softcap", "float", 0.0), Attr("lengths", "bool", False))
 
 
 def gqa_operands(src: Sequence[Any], attrs: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
-    """A GROUP_QUERY_ATTENTION's operands as ([q, k, v] or [qkv], past keys and values, cos and sin tables)."""
+    """A GROUP_QUERY_ATTENTION's operands as ([q, k, v] or [qkv], past keys and values, cos and sin tables);
+    with `lengths`, the mask is the last operand (gqa_mask)."""
     n_qkv = 1 if attrs.get("packed") else 3
     n_past = 2 if attrs.get("cached") else 0
     n_tables = 2 if attrs.get("rotary") else 0
-    if len(src) != n_qkv + n_past + n_tables:
-        raise IRTypeError(f"group_query_attention with these flags takes {n_qkv + n_past + n_tables} operands, "
-                          f"got {len(src)}")
-    return list(src[:n_qkv]), list(src[n_qkv:n_qkv + n_past]), list(src[n_qkv + n_past:])
+    n_mask = 1 if attrs.get("lengths") else 0
+    if len(src) != n_qkv + n_past + n_tables + n_mask:
+        raise IRTypeError(f"group_query_attention with these flags takes {n_qkv + n_past + n_tables + n_mask} "
+                          f"operands, got {len(src)}")
+    end = n_qkv + n_past + n_tables
+    return list(src[:n_qkv]), list(src[n_qkv:n_qkv + n_past]), list(src[n_qkv + n_past:end])
+
+
+def gqa_mask(src: Sequence[Any], attrs: Mapping[str, Any]) -> Any | None:
+    """The attention mask of a GROUP_QUERY_ATTENTION with `lengths`, else None."""
+    return src[-1] if attrs.get("lengths") else None
 
 
 def _head_size(attrs: Mapping[str, Any], width: Any) -> int:
@@ -121,14 +142,23 @@ def _gqa_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType
     q, k, _ = qkv
     if q.shape[1] not in (k.shape[1], 1) or (attrs.get("last") and q.shape[1] != k.shape[1]):
         raise IRTypeError(f"group_query_attention's queries {q} are neither every new position of {k} nor the last")
+    lengths = bool(attrs.get("lengths"))
+    if lengths and not past:
+        raise IRTypeError("group_query_attention with lengths attends over a cache: it needs `cached`")
     if tables:
         half = q.shape[2] // hq // 2 if isinstance(q.shape[2], int) else None
-        if q.shape[1] != k.shape[1] or any(c != TensorType(q.dtype, (k.shape[1], half)) for c in tables):
-            raise IRTypeError(f"rotary tables of group_query_attention must be [{k.shape[1]}, {half}], "
+        rows = tables[0].shape[0] if lengths else k.shape[1]  # with lengths: a table of every position
+        if q.shape[1] != k.shape[1] or any(c != TensorType(q.dtype, (rows, half)) for c in tables):
+            raise IRTypeError(f"rotary tables of group_query_attention must be [{rows}, {half}], "
                               f"got {', '.join(str(c) for c in tables)}")
     inner = _inner(attrs)
     if past:
         out: Any = attention._cached_type([*qkv, *past], inner)
+        mask = src[-1]
+        if lengths and (mask.rank != 2 or mask.dtype is not DType.int64
+                        or mask.shape != (k.shape[0], out.types[1].shape[2])):
+            raise IRTypeError(f"group_query_attention with lengths takes an int64 mask "
+                              f"[{k.shape[0]}, {out.types[1].shape[2]}], got {mask}")
     else:
         out = attention._attention_type(qkv, inner)
     if attrs.get("last"):
@@ -147,6 +177,8 @@ def _split_packed(qkv: np.ndarray, attrs: Mapping[str, Any]) -> list[np.ndarray]
 def _gqa_impl(n: Any, a: list[np.ndarray]) -> Any:
     qkv, past, tables = gqa_operands(a, n.attrs)
     q, k, v = _split_packed(qkv[0], n.attrs) if len(qkv) == 1 else qkv
+    if n.attrs.get("lengths"):
+        return _gqa_lengths_impl(n, q, k, v, past, tables, a[-1])
     if tables:
         q = rotate(q, *tables, -1, int(n.attrs["q_heads"]))
         k = rotate(k, *tables, -1, int(n.attrs["kv_heads"]))
@@ -160,7 +192,42 @@ def _gqa_impl(n: Any, a: list[np.ndarray]) -> Any:
     return (y, keys, values) if past else y
 
 
+def _gqa_lengths_impl(n: Any, q: np.ndarray, k: np.ndarray, v: np.ndarray, past: list[np.ndarray],
+                      tables: list[np.ndarray], mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row by row over a compact cache, as the kernel computes it (see the module's docstring)."""
+    s, total = k.shape[1], mask.shape[1]
+    first = s == total
+    counts = (mask != 0).sum(axis=1)
+    inner = SimpleNamespace(attrs=_inner(n.attrs))
+    ys, keys, values = [], [], []
+    for b, count in enumerate(counts):
+        start = 0 if first else int(count) - s  # the row's past length, and its first new position
+        if not first and not 0 <= start <= past[0].shape[2]:
+            raise ValueError(f"row {b} of the attention mask counts {count} positions, which a past of "
+                             f"{past[0].shape[2]} and {s} new positions cannot hold")
+        rows = [x[b:b + 1] for x in (q, k, v)]
+        if tables:
+            at = np.arange(start, start + s)
+            c, si = tables[0][at], tables[1][at]
+            rows[0] = rotate(rows[0], c, si, -1, int(n.attrs["q_heads"]))
+            rows[1] = rotate(rows[1], c, si, -1, int(n.attrs["kv_heads"]))
+        y, key, value = attention._cached_impl(inner, [*rows, past[0][b:b + 1, :, :start],
+                                                        past[1][b:b + 1, :, :start]])
+        pad = [(0, 0), (0, 0), (0, total - key.shape[2]), (0, 0)]
+        ys.append(y)
+        keys.append(np.pad(key, pad))
+        values.append(np.pad(value, pad))
+    y = np.concatenate(ys)
+    if n.attrs.get("last"):
+        y = y[:, -1:]
+    return y, np.concatenate(keys), np.concatenate(values)
+
+
 def _gqa_formula(n: Any, make: NodeMaker) -> Any:
+    if n.attrs.get("lengths"):
+        raise IRTypeError("group_query_attention with lengths reads a compact cache row by row and has no "
+                          "decomposition into standard ops (ir/ops/fused_kernels.py); it is made for the "
+                          "onnx backend with contrib ops only")
     qkv, past, tables = gqa_operands(n.src, n.attrs)
     hq, hkv = int(n.attrs["q_heads"]), int(n.attrs["kv_heads"])
     if len(qkv) == 1:
@@ -215,7 +282,7 @@ register(
     OpDef(Op.SKIP_LAYER_NORM, "(layer_norm(x + y [+ b]) ⊙ γ + β, x + y [+ b]) over the last axis", (4, 5),
           _skip_type(), _skip_impl(norms._layer_norm, 2), attrs=(Attr("eps", "float"),),
           decompose=_skip_formula(Op.LAYER_NORM, 2), example=_skip_example(Op.SKIP_LAYER_NORM, 2)),
-    OpDef(Op.GROUP_QUERY_ATTENTION, "causal packed-head attention of (rotated) q, k, v [over a cache]", (1, 7),
+    OpDef(Op.GROUP_QUERY_ATTENTION, "causal packed-head attention of (rotated) q, k, v [over a cache]", (1, 8),
           _gqa_type, _gqa_impl, attrs=GQA_ATTRS, decompose=_gqa_formula, check=attention._check,
           example=_gqa_example),
 )

@@ -12,6 +12,10 @@ rows, which attend and are dropped; with `last` (and for a padded query) the las
 kernel looks rows of its cos/sin cache up by position id and wants one row per position up to past + s:
 so the ids are 0 … s−1, rows of our table of the new positions, and the table is padded with `past`
 unused rows.
+
+With `lengths` (onnxruntime-genai's step) seqlens_k and the total length are read off the attention mask,
+as genai's own builder makes them: ReduceSum(mask) − 1 per row and the mask's width; the tables are
+already one row per position, and the kernel finds each row's positions from seqlens_k itself.
 """
 
 from __future__ import annotations
@@ -20,11 +24,11 @@ from collections.abc import Callable
 
 from onnx import TensorProto
 
-from pseudoformer.backends.onnx.emitter import Emitter
+from pseudoformer.backends.onnx.emitter import ELEM, Emitter
 from pseudoformer.backends.onnx.lowerings.registry import lowers
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
-from pseudoformer.ir.ops.fused_kernels import gqa_operands
+from pseudoformer.ir.ops.fused_kernels import gqa_mask, gqa_operands
 
 
 def _int32_scalar(e: Emitter, value: str) -> str:
@@ -55,12 +59,21 @@ def _group_query_attention(e: Emitter, n: Node) -> str | tuple[str, ...]:
     batch = e.size_of(dims[0], (qkv[1] or qkv[0], 0))
     new = e.size_of(dims[1], (qkv[1] or qkv[0], 1))  # [1] int64: the new positions
     past_len = e.size_of(dims[2], (past[0], 2)) if cached else None
-    total = _shared(e, ("total", dims), lambda: e.emit("Add", [new, past_len]) if past_len else new)
-    total32 = _shared(e, ("total32", dims), lambda: _int32_scalar(e, total))
-    seqlens = _shared(e, ("seqlens", dims), lambda: e.emit(
-        "Expand", [e.emit("Sub", [total32, e.const(1, TensorProto.INT32)]), batch]))
     extra: list[str] = []
-    if tables_nodes:
+    mask_node = gqa_mask(n.src, n.attrs)
+    if mask_node is not None:  # each row's length from the mask, its positions found by the kernel
+        mask = e.value(mask_node)
+        seqlens = _shared(e, ("mask seqlens", mask), lambda: e.emit("Cast", [e.emit("Sub", [
+            e.emit("ReduceSum", [mask, e.ints([1])], keepdims=0), e.const(1, ELEM[mask_node.dtype])])],
+            to=TensorProto.INT32))
+        total32 = _shared(e, ("mask total", mask), lambda: _int32_scalar(e, e.shape_dim(mask, 1)))
+        extra = [e.value(t) for t in tables_nodes]
+    else:
+        total = _shared(e, ("total", dims), lambda: e.emit("Add", [new, past_len]) if past_len else new)
+        total32 = _shared(e, ("total32", dims), lambda: _int32_scalar(e, total))
+        seqlens = _shared(e, ("seqlens", dims), lambda: e.emit(
+            "Expand", [e.emit("Sub", [total32, e.const(1, TensorProto.INT32)]), batch]))
+    if mask_node is None and tables_nodes:
         tables = [e.value(t) for t in tables_nodes]
         if past_len is not None:  # one row per position up to past + s: the past's rows are never read
             pads = _shared(e, ("pads", dims), lambda: e.emit("Concat", [e.ints([0, 0]), past_len, e.ints([0])],
