@@ -120,11 +120,39 @@ def test_genai_generates_our_tokens(checkpoints: dict, tmp_path_factory: pytest.
 
 def test_genai_runs_the_folder_with_contrib_ops(checkpoints: dict, tmp_path_factory: pytest.TempPathFactory,
                                                 tmp_path: Path) -> None:
+    """Heads of 8, which GroupQueryAttention does not rotate: the masked ONNX Attention step."""
     genai_python()
     weights = _get(checkpoints, tmp_path_factory, "llama", "tiny")
     folder = _folder(SOURCES["llama"], weights, tmp_path / "genai", "--contrib-ops")
+    assert "position_ids" in json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]["inputs"]
     want = _ours(SOURCES["llama"], weights, [PROMPT, SHORT])
     assert genai_greedy(folder, [PROMPT, SHORT], NEW) == want
+
+
+# Heads of 16 (the kernel's rotation takes multiples of 16) at the tiny size; Mistral with its window of 5, which
+# the compact cache keeps padding out of, so that a padded row is exact while the window hides keys.
+HEADS16 = {"hidden_size": 64, "head_dim": 16}
+GQA_CASES = [("llama", "tiny", None), ("qwen2", "tiny", None), ("mistral", "tiny", None), ("llama", "tiny", "int4"),
+             ("llama", "smollm2", None), ("qwen2", "smollm2", None), ("llama", "smollm2", "int4")]
+
+
+@pytest.mark.parametrize(("kind", "size", "quantize"), GQA_CASES, ids=lambda v: str(v))
+def test_genai_runs_the_group_query_attention_folder(tmp_path: Path, kind: str, size: str,
+                                                     quantize: str | None) -> None:
+    """--contrib-ops on the Llama family: GroupQueryAttention whose lengths come from attention_mask (as
+    genai's builder writes it, no position_ids); genai's tokens are ours, alone and in a padded batch."""
+    genai_python()
+    weights = tmp_path / "checkpoint"
+    hf_model(kind, seed=7, **(HEADS16 if size == "tiny" else SMOL)).save_pretrained(weights)
+    flags = ["--contrib-ops", *(["--quantize", quantize] if quantize else [])]
+    folder = _folder(SOURCES[kind], weights, tmp_path / "genai", *flags)
+    decoder = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
+    assert "position_ids" not in decoder["inputs"]
+    eos = _eos(folder)
+    want = [_until_eos(t, eos) for t in _ours(SOURCES[kind], weights, [PROMPT, SHORT], quantize)]
+    assert [_until_eos(t, eos) for t in genai_greedy(folder, [PROMPT], NEW)] == want[:1]
+    assert [_until_eos(t, eos) for t in genai_greedy(folder, [PROMPT, SHORT], NEW)] == want
+    assert [_until_eos(t, eos) for t in genai_greedy(folder, [SHORT, PROMPT], NEW)] == want[::-1]
 
 
 CHAT = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} {% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
