@@ -101,12 +101,13 @@ def test_the_lengths_folder_gives_each_padded_row_its_own_logits(tmp_path: Path,
         ids = np.array([p + [0] * (width - len(p)) for p in prompts], dtype=np.int64)
         mask = np.array([[1] * len(p) + [0] * (width - len(p)) for p in prompts], dtype=np.int64)
         past = [np.zeros((len(prompts), kv, 0, head), np.float32)] * (2 * layers)
-        logits, *past = session.run(None, {"input_ids": ids, "attention_mask": mask, **dict(zip(past_names, past))})
+        feed = {"input_ids": ids, "attention_mask": mask, **dict(zip(past_names, past, strict=True))}
+        logits, *past = session.run(None, feed)
         scores = [logits[np.arange(len(prompts)), [len(p) - 1 for p in prompts]]]
         for _ in range(2):
             mask = np.concatenate([mask, np.ones((len(prompts), 1), np.int64)], axis=1)
             logits, *past = session.run(None, {"input_ids": nxt, "attention_mask": mask,
-                                               **dict(zip(past_names, past))})
+                                               **dict(zip(past_names, past, strict=True))})
             scores.append(logits[:, -1])
         return scores
 
