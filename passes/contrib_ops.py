@@ -47,9 +47,13 @@ def kv_lengths(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]
         if n.op is Op.GROUP_QUERY_ATTENTION and n.attrs.get("cached") and not n.attrs.get("lengths"):
             why = next((r[1] for r in refused if r[3] == n.scope), "refused")
             raise KvLengthsError(f"the attention at {n.span or n.scope} cannot read its lengths from the mask: {why}")
+    pasts = {id(p) for n in out.nodes() if n.op is Op.GROUP_QUERY_ATTENTION for p in gqa_operands(n.src, n.attrs)[1]}
     for n in out.nodes():
         if group_query_attention_lengths.is_positions(n):
             raise KvLengthsError(f"the positions at {n.span or n.scope} are read by more than the rotation")
+        # genai then binds past and present to one buffer of max_length: nothing may read the past's length
+        if n.op is Op.DIM and id(n.src[0]) in pasts:
+            raise KvLengthsError(f"the cache's length is read at {n.span or n.scope}")
     return out, changed
 
 

@@ -119,6 +119,7 @@ def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], gener
     from pseudoformer.passes.genai_interface import (
         ATTENTION_MASK,
         INPUT_IDS,
+        LENGTHS_META,
         LOGITS,
         PAST_KEY,
         PAST_VALUE,
@@ -128,6 +129,7 @@ def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], gener
     )
 
     names = {n.attrs["name"] for n in step.inputs}
+    lengths = LENGTHS_META in step.meta  # the GroupQueryAttention form (passes/genai_interface.py, `lengths`)
     slot = dec.slots[0]
     kv_heads, head_size = int(slot.key_type.shape[1]), int(slot.key_type.shape[-1])
     heads = next(int(n.src[0].shape[1]) for n in step.nodes() if n.op is Op.ATTENTION)
@@ -177,9 +179,11 @@ def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], gener
             "no_repeat_ngram_size": 0,
             "num_beams": 1,
             "num_return_sequences": 1,
-            # the step concatenates the cache (passes/kv_cache.py), or GroupQueryAttention writes a new present
-            # (the lengths form): a new buffer each step, not one shared
-            "past_present_share_buffer": False,
+            # The step concatenates the cache (passes/kv_cache.py): a new buffer each step. The lengths form
+            # (GroupQueryAttention reading its lengths off attention_mask alone) appends in place to one
+            # buffer of max_length that genai binds as both past and present, as the builder's folders do:
+            # nothing else in that graph reads the past's length (benchmarks/README.md measured it).
+            "past_present_share_buffer": lengths,
             "repetition_penalty": float(generation.get("repetition_penalty", 1.0)),
             "temperature": float(generation.get("temperature", 1.0)),
             "top_k": int(generation.get("top_k", 50) or 50),

@@ -78,8 +78,9 @@ def _checkpoint(directory: Path, kind: str, **sizes: object) -> Path:
 def test_the_lengths_folder_gives_each_padded_row_its_own_logits(tmp_path: Path, kind: str) -> None:
     """The folder's graph on our onnxruntime, fed as genai feeds a GroupQueryAttention folder: a right-padded
     prompt with its attention_mask, then steps whose mask grows by a column and whose past is the present
-    the kernel returned. Each row's logits are those of the row alone (Mistral's window of 5 included:
-    the compact cache keeps padding out of it)."""
+    the kernel returned (a new one each step, or one buffer bound as both, as genai does with the folder's
+    past_present_share_buffer). Each row's logits are those of the row alone (Mistral's window of 5
+    included: the compact cache keeps padding out of it)."""
     import onnxruntime as ort
 
     weights = _checkpoint(tmp_path / "checkpoint", kind, hidden_size=64, head_dim=16)
@@ -88,7 +89,7 @@ def test_the_lengths_folder_gives_each_padded_row_its_own_logits(tmp_path: Path,
                  "--contrib-ops"]) == 0
     config = json.loads((folder / "genai_config.json").read_text())
     dec = config["model"]["decoder"]
-    assert "position_ids" not in dec["inputs"] and config["search"]["past_present_share_buffer"] is False
+    assert "position_ids" not in dec["inputs"] and config["search"]["past_present_share_buffer"] is True
     ops = [n.op_type for n in onnx.load(str(folder / "model.onnx"), load_external_data=False).graph.node]
     assert ops.count("GroupQueryAttention") == dec["num_hidden_layers"] and "Attention" not in ops
     session = ort.InferenceSession(str(folder / "model.onnx"), providers=["CPUExecutionProvider"])
@@ -96,27 +97,46 @@ def test_the_lengths_folder_gives_each_padded_row_its_own_logits(tmp_path: Path,
     past_names = [dec["inputs"][f"past_{w}_names"] % i for i in range(layers) for w in ("key", "value")]
     assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask", *past_names]
 
-    def generate(prompts: list[list[int]], nxt: np.ndarray) -> list[np.ndarray]:
+    present_names = [dec["outputs"][f"present_{w}_names"] % i for i in range(layers) for w in ("key", "value")]
+
+    def step(ids: np.ndarray, mask: np.ndarray, past: list) -> tuple[np.ndarray, list]:
+        """One run; `past` of OrtValues (one shared buffer each, bound as past and present) or of arrays."""
+        if isinstance(past[0], np.ndarray):
+            logits, *present = session.run(None, {"input_ids": ids, "attention_mask": mask,
+                                                  **dict(zip(past_names, past, strict=True))})
+            return logits, present
+        binding = session.io_binding()
+        binding.bind_cpu_input("input_ids", ids)
+        binding.bind_cpu_input("attention_mask", mask)
+        binding.bind_output("logits")  # the first output, as copy_outputs_to_cpu gives them in binding order
+        for past_name, present_name, buffer in zip(past_names, present_names, past, strict=True):
+            binding.bind_ortvalue_input(past_name, buffer)
+            binding.bind_ortvalue_output(present_name, buffer)
+        session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()[0], past
+
+    def generate(prompts: list[list[int]], nxt: np.ndarray, shared: bool) -> list[np.ndarray]:
         width = max(map(len, prompts))
         ids = np.array([p + [0] * (width - len(p)) for p in prompts], dtype=np.int64)
         mask = np.array([[1] * len(p) + [0] * (width - len(p)) for p in prompts], dtype=np.int64)
-        past = [np.zeros((len(prompts), kv, 0, head), np.float32)] * (2 * layers)
-        feed = {"input_ids": ids, "attention_mask": mask, **dict(zip(past_names, past, strict=True))}
-        logits, *past = session.run(None, feed)
+        size = (len(prompts), kv, width + 4 if shared else 0, head)  # genai's shared buffer: max_length rows
+        past = [ort.OrtValue.ortvalue_from_numpy(np.zeros(size, np.float32)) if shared else np.zeros(size, np.float32)
+                for _ in range(2 * layers)]
+        logits, past = step(ids, mask, past)
         scores = [logits[np.arange(len(prompts)), [len(p) - 1 for p in prompts]]]
         for _ in range(2):
             mask = np.concatenate([mask, np.ones((len(prompts), 1), np.int64)], axis=1)
-            logits, *past = session.run(None, {"input_ids": nxt, "attention_mask": mask,
-                                               **dict(zip(past_names, past, strict=True))})
+            logits, past = step(nxt, mask, past)
             scores.append(logits[:, -1])
         return scores
 
     prompts, step_tokens = [[5, 17, 3, 44, 9, 12, 30], [7, 8, 9]], np.array([[11], [13]])
-    both = generate(prompts, step_tokens)
-    for row, prompt in enumerate(prompts):
-        alone = generate([prompt], step_tokens[row:row + 1])
-        for a, b in zip(both, alone, strict=True):
-            np.testing.assert_allclose(a[row], b[0], atol=1e-4, rtol=1e-4)
+    for shared in (False, True):  # a new present each step, or genai's one buffer per layer (the folder's)
+        both = generate(prompts, step_tokens, shared)
+        for row, prompt in enumerate(prompts):
+            alone = generate([prompt], step_tokens[row:row + 1], shared=False)
+            for a, b in zip(both, alone, strict=True):
+                np.testing.assert_allclose(a[row], b[0], atol=1e-4, rtol=1e-4)
 
 
 def test_a_step_the_kernel_cannot_take_keeps_the_masked_attention(tmp_path: Path,
