@@ -23,7 +23,8 @@ a whole sequence. An op the positions pass through that is none of these is refu
 With `lengths` (the number of positions), for `--contrib-ops`: the step is left as it is but for the names,
 with attention_mask and no position_ids, and asks the onnx-contrib pipeline (its meta) to drive each
 GroupQueryAttention by attention_mask as genai's own builder does (passes/rules/group_query_attention_lengths.py):
-the kernel keeps the cache compact per row and finds each row's positions from the mask's counts.
+the kernel keeps the cache compact per row and finds each row's positions from the mask's counts. Nothing
+then reads the past's length, so genai may bind one buffer as past and present (past_present_share_buffer).
 """
 
 from __future__ import annotations
