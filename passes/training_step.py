@@ -101,8 +101,11 @@ class _Make:
 
 
 def step_graph(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None = None,
-               optimizer: Optimizer | None = None, *, output: str | None = None) -> Graph:
-    """The training step of a loss graph (see the module's docstring for its inputs and outputs)."""
+               optimizer: Optimizer | None = None, *, output: str | None = None,
+               gradient_outputs: bool = False) -> Graph:
+    """The training step of a loss graph (see the module's docstring for its inputs and outputs).
+    `gradient_outputs` adds each gradient the update reads (clipped, if clipping is on) as the output
+    `grad.<name>`, after the others: the marks by which training/split_step.py cuts the step in two."""
     opt = optimizer or Optimizer()
     names = list(trainable_params(graph, train))
     if not names:
@@ -138,6 +141,8 @@ def step_graph(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None
             outputs.append((NEW + k, theta))
             states += [(NEW + m.attrs["name"], m2), (NEW + v.attrs["name"], v2)]
         outputs += [*states, (NEW + STEP, new_t)]
+    if gradient_outputs:
+        outputs += [(GRAD + k, g[k]) for k in names]
     meta = {**graph.meta, "training": {"trainable": names, "optimizer": opt.kind}}
     return Graph(inputs, outputs, meta)
 

@@ -12,6 +12,7 @@ from pseudoformer.ir import Graph
 from pseudoformer.passes.manager import named_pipeline, pipeline, run_passes
 from pseudoformer.passes.training_step import Optimizer, step_graph, tie
 from pseudoformer.training.runtimes import initial_state
+from pseudoformer.training.split_step import SplitStep, split_step, without_gradients
 
 
 @dataclass
@@ -21,6 +22,9 @@ class CompiledStep:
     state: dict[str, np.ndarray]  # the trainable parameters and optimizer state of its first step
     trainable: list[str]
     ties: dict[str, str]
+    # the same step as a gradient graph and an in-place update graph (split_step.py), for onnxruntime;
+    # None where the update would read more than θ, the gradients and the optimizer state
+    split: SplitStep | None = None
 
 
 def tied_unembedding(graph: Graph, tied: bool) -> dict[str, str]:
@@ -45,10 +49,11 @@ def compile_step(graph: Graph, weights: Mapping[str, np.ndarray], *,
     graph = tie(graph, ties)
     graph = run_passes(graph, pipeline(level))
     graph = run_passes(graph, named_pipeline("training"))
-    step = step_graph(graph, train, opt)
-    step = run_passes(step, named_pipeline("training-step"))
+    marked = step_graph(graph, train, opt, gradient_outputs=True)
+    marked = run_passes(marked, named_pipeline("training-step"))
+    step = without_gradients(marked)
     trainable = list(step.meta["training"]["trainable"])
     used = {p.attrs["name"] for p in step.params()}
     frozen = {k: np.asarray(v, np.float32) for k, v in weights.items() if k in used}
     state = initial_state(step, weights, opt)
-    return CompiledStep(step, frozen, state, trainable, ties)
+    return CompiledStep(step, frozen, state, trainable, ties, split_step(marked))

@@ -142,7 +142,7 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
     if loss_name is not None and step.graph.outputs[0][0] != "loss":
         raise UsageError(f"the loss output {loss_name!r} was not found")
     options = {"threads": threads} if backend == "onnxruntime" else {}
-    runtime = make_runtime(backend, step.graph, step.frozen, step.state, **options)
+    runtime = make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **options)
     outdir = Path(out) if out is not None else None
     sched = schedule or ("cosine" if opt.kind == "adamw" and warmup else "constant")
     return _loop(model, step, runtime, rows, batch_size, total, lr, warmup, sched, seed, save_every, outdir,

@@ -2,8 +2,10 @@
 and optimizer state kept by the runtime between steps.
 
     interpreter   numpy arrays (the reference)
-    onnxruntime   OrtValues bound with IOBinding: each step reads one set of buffers and writes the
-                  other, and the two swap, so parameters and state never pass through numpy
+    onnxruntime   OrtValues bound with IOBinding, so parameters and state never pass through numpy: the
+                  step as a gradient graph and an update graph that writes θ and the state over their own
+                  buffers (OrtSplitStep, training/split_step.py), or as one graph that reads one set of
+                  buffers and writes the other, the two swapping (OrtStep)
     tvm           the Relax VM's tensors, each step's outputs handed back as the next step's arguments
 """
 
@@ -16,8 +18,10 @@ import numpy as np
 
 from pseudoformer.errors import UsageError
 from pseudoformer.ir import Graph
+from pseudoformer.passes.autodiff import GRAD
 from pseudoformer.passes.training_step import LR, NEW, STEP, Optimizer
 from pseudoformer.run_settings import TRAINING_BACKENDS
+from pseudoformer.training.split_step import SplitStep, in_place_problems
 
 BACKENDS = TRAINING_BACKENDS
 
@@ -79,31 +83,9 @@ class OrtStep(StepRuntime):
                  session: Mapping[str, Any] | None = None) -> None:
         import onnxruntime as ort
 
-        from pseudoformer.backends.onnx.compile import lower_model
-
         self.ort = ort
-        lowered = lower_model(graph, frozen, **({"opset": opset} if opset is not None else {}))
-        self.proto = lowered.skeleton  # the step without its weights (a few hundred KB)
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        options.log_severity_level = 3
-        options.enable_profiling = profile
-        # A training step's memory pattern (one block planned for every intermediate) held GPT-2's step at
-        # batch 8 above 3.9 GB where the arena alone peaks at 2.9 GB (benchmarks/README.md, training).
-        options.enable_mem_pattern = False
-        # The frozen weights are handed to onnxruntime as OrtValues over our own arrays, so they exist once:
-        # inline initializers were held by the proto, its serialised bytes and onnxruntime's own copy, and
-        # prepacking a MatMul's constant B keeps a packed copy next to an initializer it may not free.
-        options.add_session_config_entry("session.disable_prepacking", "1")
-        self._frozen = {name: ort.OrtValue.ortvalue_from_numpy(np.asarray(arr))
-                        for name, arr in lowered.weights.items() if arr.nbytes > _INLINE_BYTES}
-        for name, value in self._frozen.items():
-            options.add_initializer(name, value)
-        for key, value in (session or {}).items():  # onnxruntime.SessionOptions attributes
-            setattr(options, key, value)
-        self.session = _session_without_weights(ort, lowered, options, self._frozen)
-        del lowered
+        self.session, self._frozen, self.proto = _ort_session(ort, graph, frozen, threads=threads, opset=opset,
+                                                              profile=profile, session=session)
         super().__init__(graph, {}, state)  # onnxruntime reads the frozen weights from self._frozen
 
     def _load(self, state: dict[str, np.ndarray]) -> None:
@@ -131,6 +113,103 @@ class OrtStep(StepRuntime):
 
     def values(self) -> dict[str, np.ndarray]:
         return {k: v.numpy().copy() for k, v in self.buffers[0].items()}
+
+
+class OrtSplitStep(StepRuntime):
+    """The step as two onnxruntime sessions (training/split_step.py): the gradient graph writes the loss and
+    the gradients into buffers kept between steps, then the update graph writes θ and the optimizer state
+    over their own buffers (each output bound to its input's OrtValue): θ, g, m, v held once, not θ, m, v
+    twice. The update graph is checked safe to run so before it is used (split_step.in_place_problems)."""
+
+    def __init__(self, graph: Graph, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray],
+                 split: SplitStep, *, threads: int | None = None, opset: int | None = None, profile: bool = False,
+                 session: Mapping[str, Any] | None = None) -> None:
+        import onnxruntime as ort
+
+        self.ort = ort
+        carried = [name[len(NEW):] for name, _ in graph.outputs if name.startswith(NEW)]
+        self.update, _, update_proto = _ort_session(ort, split.update, {}, threads=threads, opset=opset,
+                                                    optimize=False)
+        problems = in_place_problems(update_proto, {NEW + k: k for k in carried})
+        if problems:
+            raise InPlaceError("; ".join(problems))
+        self.session, self._frozen, self.proto = _ort_session(ort, split.gradient, frozen, threads=threads,
+                                                              opset=opset, profile=profile, session=session)
+        self.theta = [n.attrs["name"] for n in split.gradient.inputs if n.attrs["name"] in carried]
+        self.update_inputs = [i.name for i in self.update.get_inputs()]
+        super().__init__(graph, {}, state)
+
+    def _load(self, state: dict[str, np.ndarray]) -> None:
+        value = self.ort.OrtValue.ortvalue_from_numpy
+        self.buffers = [{k: value(np.array(v)) for k, v in state.items()}]  # one set, updated in place
+        self.grads = {GRAD + k: value(np.empty_like(state[k])) for k in self.theta}
+        self.loss = value(np.zeros((), np.float32))
+        self.binding = self.session.io_binding()
+        self.update_binding = self.update.io_binding()
+
+    def step(self, batch: Mapping[str, np.ndarray], lr: float) -> float:
+        values = self.buffers[0]
+        b = self.binding
+        b.clear_binding_inputs()
+        b.clear_binding_outputs()
+        for k in self.batch_names:
+            b.bind_cpu_input(k, np.ascontiguousarray(batch[k]))
+        for k in self.theta:
+            b.bind_ortvalue_input(k, values[k])
+        for k, g in self.grads.items():
+            b.bind_ortvalue_output(k, g)
+        b.bind_ortvalue_output("loss", self.loss)
+        self.session.run_with_iobinding(b)
+        u = self.update_binding
+        u.clear_binding_inputs()
+        u.clear_binding_outputs()
+        for k in self.update_inputs:
+            if k == LR:
+                u.bind_cpu_input(LR, np.asarray(lr, np.float32))
+            else:
+                u.bind_ortvalue_input(k, self.grads[k] if k in self.grads else values[k])
+        for k in self.carried:
+            u.bind_ortvalue_output(NEW + k, values[k])
+        self.update.run_with_iobinding(u)
+        return float(self.loss.numpy())
+
+    def values(self) -> dict[str, np.ndarray]:
+        return {k: v.numpy().copy() for k, v in self.buffers[0].items()}
+
+
+class InPlaceError(Exception):
+    """An update graph that cannot safely write its outputs over its inputs."""
+
+
+def _ort_session(ort: Any, graph: Graph, frozen: Mapping[str, np.ndarray], *, threads: int | None = None,
+                 opset: int | None = None, profile: bool = False, session: Mapping[str, Any] | None = None,
+                 optimize: bool = True) -> tuple[Any, dict[str, Any], Any]:
+    """An onnxruntime session of `graph`, the OrtValues of the frozen weights it reads, and its proto
+    without weights (a few hundred KB). `optimize=False` runs the ONNX nodes as lowered (the in-place update)."""
+    from pseudoformer.backends.onnx.compile import lower_model
+
+    lowered = lower_model(graph, frozen, **({"opset": opset} if opset is not None else {}))
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    options.enable_profiling = profile
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # A training step's memory pattern (one block planned for every intermediate) held GPT-2's step at
+    # batch 8 above 3.9 GB where the arena alone peaks at 2.9 GB (benchmarks/README.md, training).
+    options.enable_mem_pattern = False
+    # The frozen weights are handed to onnxruntime as OrtValues over our own arrays, so they exist once:
+    # inline initializers were held by the proto, its serialised bytes and onnxruntime's own copy, and
+    # prepacking a MatMul's constant B keeps a packed copy next to an initializer it may not free.
+    options.add_session_config_entry("session.disable_prepacking", "1")
+    values = {name: ort.OrtValue.ortvalue_from_numpy(np.asarray(arr))
+              for name, arr in lowered.weights.items() if arr.nbytes > _INLINE_BYTES}
+    for name, value in values.items():
+        options.add_initializer(name, value)
+    for key, value in (session or {}).items():  # onnxruntime.SessionOptions attributes
+        setattr(options, key, value)
+    return _session_without_weights(ort, lowered, options, values), values, lowered.skeleton
 
 
 # Weights up to this size stay inline: onnxruntime's graph optimizers read an initializer's own bytes (constant
@@ -207,10 +286,17 @@ class TvmStep(StepRuntime):
 
 
 def make_runtime(backend: str, graph: Graph, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray],
-                 **options: Any) -> StepRuntime:
+                 *, split: SplitStep | None = None, **options: Any) -> StepRuntime:
+    """`split` (CompiledStep.split): onnxruntime runs the step as its two graphs, updating in place, unless
+    the update graph fails the in-place check; the other backends run the one graph."""
     if backend == "interpreter":
         return InterpreterStep(graph, frozen, state)
     if backend == "onnxruntime":
+        if split is not None:
+            try:
+                return OrtSplitStep(graph, frozen, state, split, **options)
+            except InPlaceError:
+                pass  # the one graph, double-buffered
         return OrtStep(graph, frozen, state, **options)
     if backend == "tvm":
         return TvmStep(graph, frozen, state)

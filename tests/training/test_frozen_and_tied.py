@@ -18,7 +18,7 @@ from pseudoformer.passes.manager import PassContext, named_pipeline, pipeline, r
 from pseudoformer.passes.quantize import QuantizeOptions
 from pseudoformer.passes.training_step import Optimizer
 from pseudoformer.training.compile import compile_step, tied_unembedding
-from pseudoformer.training.runtimes import make_runtime
+from pseudoformer.training.runtimes import OrtSplitStep, make_runtime
 from tests.training import torch_cases
 from tests.training.torch_cases import compare
 
@@ -38,7 +38,7 @@ def test_lora_trains_only_a_and_b_and_its_loss_falls() -> None:
     adapters = [k for k in model.weights if _is_update(k)]
     step = compile_step(model.graph, model.weights, train=adapters, optimizer=Optimizer("adamw"))
     assert sorted(step.trainable) == sorted(adapters)
-    rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state)
+    rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split)
     text = np.tile(np.arange(8, dtype=np.int64), 2)[None].repeat(2, axis=0)  # a small repeated text
     losses = [rt.step({"x": text}, 5e-2) for _ in range(30)]
     assert losses[-1] < 0.95 * losses[0] and max(losses[-5:]) < min(losses[:5])  # rank 2 on q, v only: slowly
@@ -102,7 +102,8 @@ def test_a_tied_llama_trains_one_tensor_as_torch_does(tmp_path: Path) -> None:
     train = [k for k in case.model.weights if k not in ties]
     step = compile_step(case.model.graph, case.model.weights, train=train, optimizer=Optimizer("sgd"), ties=ties)
     assert "theta.W_u" not in step.trainable and "theta.W_u" not in step.frozen
-    rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state)
+    rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split)
+    assert isinstance(rt, OrtSplitStep)  # the gradient graph, then θ and the state updated in place
     opt = torch.optim.SGD(case.hf.parameters(), lr=0.01)
     for i in range(5):
         x = case.tokens(2, 9, seed=i)
@@ -128,7 +129,7 @@ def test_frozen_weights_handed_to_onnxruntime_as_ortvalues_give_the_interpreters
     model = _lora()
     adapters = [k for k in model.weights if _is_update(k)]
     step = compile_step(model.graph, model.weights, train=adapters, optimizer=Optimizer("adamw"))
-    ort_rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state)
+    ort_rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split)
     ref = make_runtime("interpreter", step.graph, step.frozen, step.state)
     assert len(ort_rt.proto.graph.initializer) == 0
     assert ort_rt.frozen == {} and (inline_bytes or set(ort_rt._frozen) == set(step.frozen))

@@ -11,7 +11,7 @@ import torch
 
 from pseudoformer.passes.training_step import Optimizer
 from pseudoformer.training.compile import compile_step
-from pseudoformer.training.runtimes import make_runtime
+from pseudoformer.training.runtimes import OrtSplitStep, make_runtime
 from tests.training.lora_cases import is_adapter, lora_llama, torch_lora
 
 LR = 2e-3
@@ -23,7 +23,8 @@ def test_lora_on_a_smollm2_shaped_llama_trains_only_a_and_b_as_torch_does(tmp_pa
     assert len(adapters) == 2 * 2 * (9 + 3)  # A and B, on the 9 query heads and the 3 value heads, 2 layers
     step = compile_step(model.graph, model.weights, train=adapters, optimizer=Optimizer("adamw", weight_decay=0.0))
     assert sorted(step.trainable) == sorted(adapters)
-    rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state)
+    rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split)
+    assert isinstance(rt, OrtSplitStep)  # the gradient graph, then θ and the state updated in place
     tuned = torch_lora(hf, model.weights)
     opt = torch.optim.AdamW([p for p in tuned.parameters() if p.requires_grad], lr=LR, weight_decay=0.0)
     text = np.tile(np.array([17, 4093, 311, 28, 902, 12000, 5, 77], np.int64), 4)[None].repeat(2, axis=0)

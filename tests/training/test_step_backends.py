@@ -15,7 +15,8 @@ from pseudoformer.backends.onnx import to_onnx
 from pseudoformer.model import load
 from pseudoformer.passes.training_step import LR, NEW, Optimizer
 from pseudoformer.training.compile import compile_step
-from pseudoformer.training.runtimes import OrtStep, make_runtime
+from pseudoformer.training.runtimes import OrtSplitStep, OrtStep, make_runtime
+from pseudoformer.training.split_step import in_place_problems
 
 HERE = Path(__file__).parent
 OPTIMIZERS = {"sgd": Optimizer("sgd"), "adamw": Optimizer("adamw", clip=0.5)}
@@ -35,18 +36,76 @@ def _reference(step, steps: int = 3):  # type: ignore[no-untyped-def]
     return [rt.step({"x": X}, 0.05) for _ in range(steps)], rt.values()
 
 
+@pytest.mark.parametrize("split", [True, False], ids=["split", "one-graph"])
 @pytest.mark.parametrize("opt", OPTIMIZERS)
-def test_onnxruntime_keeps_buffers_between_steps_and_agrees(opt: str) -> None:
+def test_onnxruntime_keeps_buffers_between_steps_and_agrees(opt: str, split: bool) -> None:
     step = _step(opt)
     losses, want = _reference(step)
-    rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state)
-    assert isinstance(rt, OrtStep)
+    rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split if split else None)
+    assert isinstance(rt, OrtSplitStep if split else OrtStep)
     got = [rt.step({"x": X}, 0.05) for _ in range(3)]
     np.testing.assert_allclose(got, losses, rtol=1e-5)
     values = rt.values()
     assert all(np.allclose(values[k], want[k], rtol=1e-4, atol=1e-6) for k in want)
-    # the carried values live in OrtValues: two sets that swap, never rebuilt from numpy
+    # the carried values live in OrtValues (one graph: two sets that swap), never rebuilt from numpy
     assert all(type(v).__name__ == "OrtValue" for v in rt.buffers[0].values())
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS)
+def test_the_split_step_updates_in_place_and_equals_the_one_graph_step(opt: str) -> None:
+    """The gradient graph then the update graph, θ and the state written over their own buffers
+    (training/split_step.py), give the one graph's losses and values bit for bit over five steps."""
+    step = _step(opt)
+    assert step.split is not None
+    split = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split)
+    one = make_runtime("onnxruntime", step.graph, step.frozen, step.state)
+    assert isinstance(split, OrtSplitStep) and isinstance(one, OrtStep)
+    assert len(split.buffers) == 1 and len(one.buffers) == 2
+    where = {k: v.data_ptr() for k, v in split.buffers[0].items()}
+    for i in range(5):
+        batch = {"x": np.roll(X, i, axis=1)}
+        assert split.step(batch, 0.05) == one.step(batch, 0.05), i
+    got, want = split.values(), one.values()
+    assert set(got) == set(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+    # the update wrote into the buffers it read: the same memory, changed
+    assert {k: v.data_ptr() for k, v in split.buffers[0].items()} == where
+    assert not np.array_equal(got["theta.W_e"], step.state["theta.W_e"])
+    # the halves: the gradient graph reads no optimizer state, the update graph no batch and no weights
+    grad_inputs = {n.attrs["name"] for n in step.split.gradient.inputs}
+    assert "x" in grad_inputs and not grad_inputs & {LR, "t", *(k for k in step.state if k[:2] in ("m.", "v."))}
+    update_inputs = {n.attrs["name"] for n in step.split.update.inputs}
+    assert "x" not in update_inputs and not step.split.update.params()
+
+
+def _update(nodes: list, out: str = "new.w") -> onnx.ModelProto:
+    from onnx import TensorProto, helper
+
+    def value(name: str, shape: list[int]):  # type: ignore[no-untyped-def]
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+    graph = helper.make_graph(nodes, "update", [value("w", [4]), value("g", [4]), value("s", [])],
+                              [value(out, [4]), value("other", [4])])
+    return helper.make_model(graph)
+
+
+def test_the_in_place_check_refuses_a_read_after_the_write() -> None:
+    from onnx import helper
+
+    safe = _update([helper.make_node("Mul", ["s", "g"], ["d"]), helper.make_node("Sub", ["w", "d"], ["new.w"]),
+                    helper.make_node("Add", ["new.w", "g"], ["other"])])
+    assert in_place_problems(safe, {"new.w": "w"}) == []
+    # `other` reads w but is no ancestor of the Sub that writes new.w over it: it may run after the write
+    late = _update([helper.make_node("Mul", ["s", "g"], ["d"]), helper.make_node("Sub", ["w", "d"], ["new.w"]),
+                    helper.make_node("Add", ["w", "g"], ["other"])])
+    assert [p for p in in_place_problems(late, {"new.w": "w"}) if "need not run before new.w" in p]
+    # a writer that is not elementwise (MatMul reads all of w for each element it writes)
+    matmul = _update([helper.make_node("MatMul", ["w", "g"], ["new.w"]), helper.make_node("Add", ["g", "g"], ["other"])])
+    assert [p for p in in_place_problems(matmul, {"new.w": "w"}) if "not an elementwise op" in p]
+    # a writer that reads w broadcast to a larger output
+    wide = _update([helper.make_node("Add", ["s", "g"], ["new.w"]), helper.make_node("Add", ["g", "g"], ["other"])])
+    assert in_place_problems(wide, {"new.w": "s"})
 
 
 @pytest.mark.parametrize("opt", OPTIMIZERS)

@@ -17,7 +17,7 @@ from pseudoformer.passes.autodiff import GRAD, gradients
 from pseudoformer.passes.manager import named_pipeline, pipeline, run_passes
 from pseudoformer.passes.training_step import Optimizer
 from pseudoformer.training.compile import compile_step
-from pseudoformer.training.runtimes import make_runtime
+from pseudoformer.training.runtimes import OrtSplitStep, make_runtime
 from tests.training import torch_cases
 from tests.training.torch_cases import Case, compare
 
@@ -75,7 +75,8 @@ def test_twenty_steps_follow_torch(tmp_path: Path, opt: Optimizer) -> None:
         lr = 0.01 if opt.kind == "sgd" else 1e-3
         train = _trainable(case, opt)
         step = compile_step(case.model.graph, case.model.weights, train=train, optimizer=opt)
-        rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state)
+        rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split)
+        assert isinstance(rt, OrtSplitStep)  # the gradient graph, then θ and the state updated in place
         torch_opt = _torch_optimizer(case, opt, lr)
         for i in range(20):
             x = case.tokens(2, 9, seed=100 + i)
