@@ -13,11 +13,13 @@ matrix-product FLOPs: 2·N·T forward, 2·N·T for the input gradients, 2·N_tra
 and attention's) against onnxruntime's MatMul ceiling measured here, and the peak RSS (VmHWM) of a child
 process that builds only that variant and runs a few steps. --plain adds our step compiled without the
 rewrite rules of the training step (passes/rules/batched_weight_gradient.py: each weight's gradient over the
-batch left as B products summed): a before/after in one run.
+batch left as B products summed): a before/after in one run. Ours runs the step as a gradient graph and an
+update graph writing θ, m, v in place (pseudoformer/training/split_step.py); --one-graph adds the same step
+as one graph, double-buffered (θ, m, v read from one set and written to another): a before/after in one run.
 --quick shrinks everything, for the smoke test.
 
     python benchmarks/bench_train.py [--workloads gpt2,smollm2] [--steps 10] [--threads 2] [--compile] [--plain]
-        [--json out.json]
+        [--one-graph] [--no-eager] [--no-rss] [--json out.json]
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ QUICK = {
     "smollm2": dict(vocab_size=97, hidden_size=36, intermediate_size=48, num_hidden_layers=2, num_attention_heads=3,
                     num_key_value_heads=1, head_dim=12, max_position_embeddings=64),
 }
-VARIANTS = {"ours (onnxruntime)": "ours", "ours, session B": "session-b", "ours, plain lowering": "plain", "torch eager": "eager",
+VARIANTS = {"ours (onnxruntime)": "ours", "ours, session B": "session-b", "ours, plain lowering": "plain",
+            "ours, one graph": "one-graph", "torch eager": "eager",
             "torch.compile": "compile"}
 
 
@@ -63,6 +66,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--layers", type=int, help="override the workload's layer count (say so when reporting)")
     ap.add_argument("--compile", action="store_true", help="also torch.compile (slow to compile on a loaded CPU)")
     ap.add_argument("--plain", action="store_true", help="also ours without the training step's rewrite rules (before/after)")
+    ap.add_argument("--one-graph", action="store_true",
+                    help="also ours as one graph, double-buffered (before the in-place update)")
     ap.add_argument("--ort", action="append", default=[], metavar="KEY=VALUE",
                     help="an onnxruntime.SessionOptions attribute for our sessions (enable_cpu_mem_arena=0)")
     ap.add_argument("--ort-b", action="append", default=[], metavar="KEY=VALUE",
@@ -95,15 +100,16 @@ def hf_model(workload: str, args: argparse.Namespace):  # type: ignore[no-untype
 
 
 def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: ignore[no-untyped-def]
-         profile: bool = False, plain: bool = False):
-    """Our step on onnxruntime (and, with `plain`, a second session of the step compiled without the
-    training step's rewrite rules), and the step graph's node count."""
+         profile: bool = False, plain: bool = False, one_graph: bool = False, only_one_graph: bool = False):
+    """Our step on onnxruntime, split and in place (and, with `plain`, a second session of the step compiled
+    without the training step's rewrite rules; with `one_graph`, the same step as one graph, double-buffered;
+    `only_one_graph`: that alone), and the step graph's node count."""
     from onnxruntime import SessionOptions
 
     from pseudoformer.passes.training_step import Optimizer
     from pseudoformer.training.compile import compile_step
     from pseudoformer.training.loop import _load
-    from pseudoformer.training.runtimes import OrtStep
+    from pseudoformer.training.runtimes import OrtSplitStep, OrtStep, make_runtime
     from tests.training.lora_cases import is_adapter, lora_model
 
     if workload == "gpt2":
@@ -120,12 +126,19 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
                 for k, v in (o.split("=", 1) for o in pairs)}
 
     session = options(args.ort)
-    runtimes = [OrtStep(step.graph, step.frozen, step.state, threads=args.threads, profile=profile, session=session)]
+    if only_one_graph:
+        return [OrtStep(step.graph, step.frozen, step.state, threads=args.threads, session=session)], None
+    runtimes = [make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split,
+                             threads=args.threads, profile=profile, session=session)]
+    if not isinstance(runtimes[0], OrtSplitStep):
+        print("ours: the update graph failed the in-place check; the step runs as one graph", file=sys.stderr)
     if args.ort_b:
         runtimes.append(OrtStep(step.graph, step.frozen, step.state, threads=args.threads, session=options(args.ort_b)))
     if plain_step is not None:
         runtimes.append(OrtStep(plain_step.graph, plain_step.frozen, plain_step.state, threads=args.threads,
                                 session=session))
+    if one_graph:
+        runtimes.append(OrtStep(step.graph, step.frozen, step.state, threads=args.threads, session=session))
     return runtimes, len(step.graph.nodes())
 
 
@@ -228,14 +241,14 @@ def child(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     workload, variant = args.child.split(":")
-    if variant in ("ours", "plain", "session-b"):
+    if variant in ("ours", "plain", "session-b", "one-graph"):
         if variant == "session-b":
             args.ort, args.ort_b = args.ort_b, []
         from pseudoformer.passes import manager
 
         if variant == "plain":  # only the step without the rules, so that the peak is its own
             manager.PIPELINES["training-step"] = manager.LEVELS[1]
-        (rt,), _ = ours(workload, Path(args.dir), args)
+        (rt,), _ = ours(workload, Path(args.dir), args, only_one_graph=variant == "one-graph")
         step = lambda x: rt.step({"x": x}, 1e-4)  # noqa: E731
     else:
         step = torch_step(hf_model(workload, args), workload, variant == "compile", args)
@@ -267,13 +280,16 @@ def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> lis
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         hf.save_pretrained(tmp)
         t0 = time.perf_counter()
-        runtimes, nodes = ([], None) if args.no_ours else ours(workload, Path(tmp), args, plain=args.plain)
+        runtimes, nodes = ([], None) if args.no_ours else ours(workload, Path(tmp), args, plain=args.plain,
+                                                                    one_graph=args.one_graph)
         build_s = time.perf_counter() - t0
         variants = {} if args.no_ours else {"ours (onnxruntime)": lambda x: runtimes[0].step({"x": x}, 1e-4)}
         if args.ort_b:
             variants["ours, session B"] = lambda x: runtimes[1].step({"x": x}, 1e-4)
         if args.plain:
-            variants["ours, plain lowering"] = lambda x: runtimes[-1].step({"x": x}, 1e-4)
+            variants["ours, plain lowering"] = lambda x: runtimes[1 + bool(args.ort_b)].step({"x": x}, 1e-4)
+        if args.one_graph:
+            variants["ours, one graph"] = lambda x: runtimes[-1].step({"x": x}, 1e-4)
         if not args.no_eager:
             variants["torch eager"] = torch_step(hf_model(workload, args), workload, False, args)
         compile_s = None
