@@ -33,9 +33,10 @@ LANES = 16
 X_TERMS = ("x_lo", "x_hi16", "x_sum")
 ROWS = 4  # rows of W per step: four independent accumulator chains, one load of x for all four
 # Bytes of codes (M · N · K / 2 for 4 bits) a call must read to split its rows between the cores; below it
-# the call runs on one thread (parallel_gate.py). 2048 × 256 at one token (256 KB) ran as fast on one
-# thread as on two on a quiet machine, and 16× slower on two with one other process busy.
-MIN_PARALLEL_BYTES = 1 << 19
+# the call runs on one thread (parallel_gate.py). Under load a split call waits for a descheduled worker
+# (2048 × 256 at one token: 16× slower on two threads with one other process busy); quiet, SmolLM2's decode
+# products (55–442 KB) split are ~12 % faster a step than serial at a 512 KB threshold (benchmarks/README.md).
+MIN_PARALLEL_BYTES = 1 << 16
 
 
 def schedule_nbits(func: Any, target: Any, _tunable: bool = False) -> Any:

@@ -1,7 +1,7 @@
 """Small kernels run serially (backends/tvm/parallel_gate.py): each parallel loop has a serial twin chosen by its
-work at run time, and both twins compute the same exact result. The tall, small-K product (2048 × 256) takes
-the serial twin at one token and the parallel one at several; 4096 × 256 (twice the bytes, over the threshold)
-takes the parallel one at one token too. Both kernels, float32 and int8 activations, at each."""
+work at run time, and both twins compute the same exact result. A small product (256 × 256, 32 KB of codes)
+takes the serial twin at one token and the parallel one at several; the tall, small-K 2048 × 256 (256 KB, over
+the threshold) takes the parallel one at one token too. Both kernels, float32 and int8 activations, at each."""
 
 from __future__ import annotations
 
@@ -16,18 +16,18 @@ from pseudoformer.backends.tvm.nbits_schedule import MIN_PARALLEL_BYTES
 
 tvm = pytest.importorskip("tvm")
 
-TALL = Shape(2048, 256)  # 256 KB of codes: serial at one token
-WIDE = Shape(4096, 256)  # 512 KB: parallel at one token
+TALL = Shape(256, 256)  # 32 KB of codes: serial at one token
+WIDE = Shape(2048, 256)  # 256 KB: parallel at one token
 
 
 def test_the_float_kernel_gates_its_parallel_loop_on_the_call_s_work() -> None:
     script = scheduled(TALL, make_target("llvm")).script()
-    assert "T.parallel(T.int64(512))" in script  # 2048 rows / 4 a task
+    assert "T.parallel(T.int64(64))" in script  # 256 rows / 4 a task
     assert f">= T.int64({MIN_PARALLEL_BYTES})" in script  # …taken only above the threshold
-    assert "else:\n            for n_0, m_1 in T.grid(T.int64(512), m):" in script  # …else the serial twin
+    assert "else:\n            for n_0, m_1 in T.grid(T.int64(64), m):" in script  # …else the serial twin
 
 
-@pytest.mark.parametrize("shape", [TALL, WIDE], ids=["tall-2048x256", "wide-4096x256"])
+@pytest.mark.parametrize("shape", [TALL, WIDE], ids=["small-256x256", "tall-2048x256"])
 def test_the_float_kernel_is_exact_on_either_twin(shape: Shape) -> None:
     lib = build(shape, make_target("llvm"))
     ops, w = random_operands(shape, seed=3)
@@ -40,7 +40,7 @@ def test_the_float_kernel_is_exact_on_either_twin(shape: Shape) -> None:
         assert np.abs(y.numpy() - want).max() <= 1e-4 * np.abs(want).max(), m
 
 
-@pytest.mark.parametrize("shape", [TALL, WIDE], ids=["tall-2048x256", "wide-4096x256"])
+@pytest.mark.parametrize("shape", [TALL, WIDE], ids=["small-256x256", "tall-2048x256"])
 def test_the_int8_kernel_decodes_serially_below_the_threshold_and_is_exact(shape: Shape) -> None:
     target = make_target("llvm")
     kb, n16 = shape.k // shape.block_size, shape.n // q8.ROWS
