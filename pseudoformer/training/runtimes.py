@@ -128,17 +128,16 @@ class OrtSplitStep(StepRuntime):
 
         self.ort = ort
         carried = [name[len(NEW):] for name, _ in graph.outputs if name.startswith(NEW)]
-        # One arena for both sessions: the update's temporaries (θ·(1 − ηλ), m/√v, … the size of a
-        # parameter each) reuse what the backward pass freed, where a session's own arena would add them.
-        _share_cpu_arena(ort)
+        # Each session keeps its own arena. One arena shared through onnxruntime's environment peaked 168 MiB
+        # lower (GPT-2, batch 8), but onnxruntime registers that arena once a process and ignores any later
+        # one: it silently replaced the memory limit `run` puts on a foreign file (backends/onnx/runner.py).
         self.update, _, update_proto = _ort_session(ort, split.update, {}, threads=threads, opset=opset,
-                                                    optimize=False, shared_arena=True)
+                                                    optimize=False)
         problems = in_place_problems(update_proto, {NEW + k: k for k in carried})
         if problems:
             raise InPlaceError("; ".join(problems))
         self.session, self._frozen, self.proto = _ort_session(ort, split.gradient, frozen, threads=threads,
-                                                              opset=opset, profile=profile, session=session,
-                                                              shared_arena=True)
+                                                              opset=opset, profile=profile, session=session)
         self.theta = [n.attrs["name"] for n in split.gradient.inputs if n.attrs["name"] in carried]
         self.update_inputs = [i.name for i in self.update.get_inputs()]
         super().__init__(graph, {}, state)
@@ -187,7 +186,7 @@ class InPlaceError(Exception):
 
 def _ort_session(ort: Any, graph: Graph, frozen: Mapping[str, np.ndarray], *, threads: int | None = None,
                  opset: int | None = None, profile: bool = False, session: Mapping[str, Any] | None = None,
-                 optimize: bool = True, shared_arena: bool = False) -> tuple[Any, dict[str, Any], Any]:
+                 optimize: bool = True) -> tuple[Any, dict[str, Any], Any]:
     """An onnxruntime session of `graph`, the OrtValues of the frozen weights it reads, and its proto
     without weights (a few hundred KB). `optimize=False` runs the ONNX nodes as lowered (the in-place update)."""
     from pseudoformer.backends.onnx.compile import lower_model
@@ -207,8 +206,6 @@ def _ort_session(ort: Any, graph: Graph, frozen: Mapping[str, np.ndarray], *, th
     # inline initializers were held by the proto, its serialised bytes and onnxruntime's own copy, and
     # prepacking a MatMul's constant B keeps a packed copy next to an initializer it may not free.
     options.add_session_config_entry("session.disable_prepacking", "1")
-    if shared_arena:  # the CPU arena registered in onnxruntime's environment (_share_cpu_arena)
-        options.add_session_config_entry("session.use_env_allocators", "1")
     values = {name: ort.OrtValue.ortvalue_from_numpy(np.asarray(arr))
               for name, arr in lowered.weights.items() if arr.nbytes > _INLINE_BYTES}
     for name, value in values.items():
@@ -216,20 +213,6 @@ def _ort_session(ort: Any, graph: Graph, frozen: Mapping[str, np.ndarray], *, th
     for key, value in (session or {}).items():  # onnxruntime.SessionOptions attributes
         setattr(options, key, value)
     return _session_without_weights(ort, lowered, options, values), values, lowered.skeleton
-
-
-_SHARED: list[bool] = []
-
-
-def _share_cpu_arena(ort: Any) -> None:
-    """Registers one CPU arena in onnxruntime's environment (once a process, kept for its life), for the
-    sessions that ask for it with session.use_env_allocators. It grows by what is asked (extend strategy
-    1, kSameAsRequested), not to the next power of two: GPT-2's step at batch 8 peaked 168 MiB lower
-    (benchmarks/README.md, training)."""
-    if not _SHARED:
-        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-        ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
-        _SHARED.append(True)
 
 
 # Weights up to this size stay inline: onnxruntime's graph optimizers read an initializer's own bytes (constant

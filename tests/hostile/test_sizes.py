@@ -8,6 +8,8 @@ the model: none may allocate what it asks for.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -139,3 +141,37 @@ def test_a_foreign_onnx_whose_metadata_is_not_utf8(tmp_path: Path, capfd: pytest
     (tmp_path / "m.onnx").write_bytes(raw)
     judge(run_cli(["run", tmp_path / "m.onnx", "--input", "x=[1.0]", "-o", tmp_path / "y.npz"], capfd),
           "not UTF-8 text")
+
+
+_TRAIN_THEN_RUN = """
+import sys
+import numpy as np
+from pseudoformer.cli import main
+from pseudoformer.model import load
+from pseudoformer.passes.training_step import Optimizer
+from pseudoformer.training.compile import compile_step
+from pseudoformer.training.runtimes import OrtSplitStep, make_runtime
+
+alg, small, bomb, out = sys.argv[1:5]
+assert main(["run", small, "--input", "x=[1.0]", "-o", out]) == 0  # a run first: its limit is registered
+model = load(alg, defines=["L=1", "H=2", "d_e=8", "d_mlp=16", "d_attn=4", "d_mid=4", "N_V=11", "ell_max=16",
+                           "eps=1e-5"], seed=2)
+step = compile_step(model.graph, model.weights, train=list(model.weights), optimizer=Optimizer("adamw"))
+rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split)
+assert isinstance(rt, OrtSplitStep)
+rt.step({"x": np.array([[1, 2, 3, 4]], np.int64)}, 0.01)
+sys.exit(main(["run", bomb, "--input", "x=[1.0]", "-o", out]))
+"""
+
+
+def test_training_in_the_same_process_keeps_the_memory_limit(tmp_path: Path) -> None:
+    """onnxruntime's process-wide CPU arena is whichever was registered last: a training runtime that
+    registered its own after a `run` had set its limit left `run` believing the limit was in place, and the
+    200-byte bomb then allocated 8 GiB."""
+    small, bomb = _bomb(tmp_path / "small.onnx", 4), _bomb(tmp_path / "bomb.onnx", 2**31)
+    alg = Path(__file__).parents[1] / "training" / "gpt2_loss.alg"
+    r = subprocess.run([sys.executable, "-c", _TRAIN_THEN_RUN, str(alg), str(small), str(bomb),
+                        str(tmp_path / "y.npz")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stderr
+    assert "needs more memory than the" in r.stderr, r.stderr
