@@ -40,13 +40,14 @@ def _onnxruntime() -> Any:
     return onnxruntime
 
 
-_LIMITED: list[int] = []  # the limit of the process-wide allocator, once it is registered
+_LIMITED: list[int] = []  # the limit of the process-wide allocator registered last
 
 
 def _limit_cpu_memory(ort: Any, limit: int) -> None:
-    """Register one CPU arena for the process, of at most `limit` bytes, that sessions asking for the
-    environment's allocators share (onnxruntime's one memory limit; it is registered once per process)."""
-    if _LIMITED:
+    """Register a CPU arena of at most `limit` bytes in onnxruntime's environment, for the sessions made
+    next that ask for the environment's allocators. onnxruntime holds one such arena per process and a
+    registration replaces it for later sessions (earlier ones keep theirs), so a new limit registers anew."""
+    if _LIMITED and _LIMITED[-1] == int(limit):
         return
     info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
     ort.create_and_register_allocator(info, ort.OrtArenaCfg(int(limit), -1, -1, -1))

@@ -175,3 +175,19 @@ def test_training_in_the_same_process_keeps_the_memory_limit(tmp_path: Path) -> 
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 1, r.stderr
     assert "needs more memory than the" in r.stderr, r.stderr
+
+
+def test_each_runner_keeps_the_memory_limit_it_asked_for(tmp_path: Path) -> None:
+    """The limit of onnxruntime's environment arena was the first one registered in the process, so a
+    later runner asking for more (or less) silently ran under the first runner's limit."""
+    from pseudoformer.backends.onnx.runner import OnnxRunner
+
+    model = str(_bomb(tmp_path / "fill.onnx", 50_000_000))  # 200 MB of floats
+    x = {"x": np.ones(1, np.float32)}
+    tight = OnnxRunner(model, memory_limit=100_000_000)
+    roomy = OnnxRunner(model, memory_limit=1_000_000_000)
+    tight_again = OnnxRunner(model, memory_limit=100_000_000)
+    assert roomy.run(x)["y"].shape == (50_000_000,)
+    for runner in (tight, tight_again):
+        with pytest.raises(Exception, match="Fail|FAIL|fail"):
+            runner.run(x)
