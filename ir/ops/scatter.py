@@ -44,13 +44,17 @@ def spread(idx: np.ndarray, rank: int, axis: int) -> list[int]:
     return shape
 
 
+def check_positions(op: str, idx: np.ndarray, size: int) -> None:
+    """numpy would wrap a negative position and fail on a large one; both are the program's error."""
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        raise EvalError(f"{op} positions from {int(idx.min())} to {int(idx.max())}, out of range for an axis "
+                        f"of size {size}")
+
+
 def _impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
     data, idx, upd = a
     ax = n.attrs["axis"] % data.ndim
-    size = data.shape[ax]
-    if idx.size and (idx.min() < 0 or idx.max() >= size):
-        raise EvalError(f"scatter positions from {int(idx.min())} to {int(idx.max())}, out of range for an axis "
-                        f"of size {size}")
+    check_positions("scatter", idx, data.shape[ax])
     rows = idx.reshape(-1, idx.shape[-1])
     if any(len(np.unique(r)) != len(r) for r in rows):
         raise EvalError("scatter positions repeat: one entry would be assigned twice")
@@ -101,9 +105,7 @@ def _add_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType
 def _add_impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
     data, idx, upd = a
     ax = n.attrs["axis"] % data.ndim
-    if idx.size and (idx.min() < 0 or idx.max() >= data.shape[ax]):
-        raise EvalError(f"scatter_add positions from {int(idx.min())} to {int(idx.max())}, out of range for an "
-                        f"axis of size {data.shape[ax]}")
+    check_positions("scatter_add", idx, data.shape[ax])
     out = np.moveaxis(np.array(data, copy=True), ax, 0)
     rows = np.moveaxis(upd, list(range(ax, ax + idx.ndim)), list(range(idx.ndim)))
     np.add.at(out, idx, rows)

@@ -19,7 +19,6 @@ import numpy as np
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.registry import (
     Attr,
-    EvalError,
     ExampleMaker,
     IRTypeError,
     OpDef,
@@ -27,6 +26,7 @@ from pseudoformer.ir.ops.registry import (
     integers,
     register,
 )
+from pseudoformer.ir.ops.scatter import check_positions
 from pseudoformer.ir.types import DType, TensorType
 
 
@@ -43,9 +43,7 @@ def _type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType:
 def _impl(n: Any, a: list[np.ndarray]) -> np.ndarray:
     data, idx, upd = a
     ax = n.attrs["axis"] % data.ndim
-    if idx.size and (idx.min() < 0 or idx.max() >= data.shape[ax]):
-        raise EvalError(f"scatter_add_elements positions from {int(idx.min())} to {int(idx.max())}, out of range "
-                        f"for an axis of size {data.shape[ax]}")
+    check_positions("scatter_add_elements", idx, data.shape[ax])
     out = np.array(data, copy=True)
     at = list(np.indices(idx.shape, sparse=True))
     at[ax] = idx
