@@ -22,6 +22,7 @@ from pseudoformer.passes.autodiff import GRAD
 from pseudoformer.passes.training_step import LR, NEW, STEP, Optimizer
 from pseudoformer.run_settings import TRAINING_BACKENDS
 from pseudoformer.training.split_step import SplitStep, in_place_problems
+from pseudoformer.training.update_chunks import CHUNK, chunked_update
 
 BACKENDS = TRAINING_BACKENDS
 
@@ -119,61 +120,72 @@ class OrtSplitStep(StepRuntime):
     """The step as two onnxruntime sessions (training/split_step.py): the gradient graph writes the loss and
     the gradients into buffers kept between steps, then the update graph writes θ and the optimizer state
     over their own buffers (each output bound to its input's OrtValue): θ, g, m, v held once, not θ, m, v
-    twice. The update graph is checked safe to run so before it is used (split_step.in_place_problems)."""
+    twice. The update graph is checked safe to run so before it is used (split_step.in_place_problems).
+
+    Each buffer is a numpy array that its OrtValue wraps without a copy, so the update graph can be cut
+    into cache-sized pieces (training/update_chunks.py, `update_chunk` elements; 0: whole tensors) whose
+    inputs and outputs are OrtValues over slices of the same arrays. Every OrtValue is bound once, when
+    the buffers are made; a step binds only its batch and writes η into the bound scalar."""
 
     def __init__(self, graph: Graph, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray],
                  split: SplitStep, *, threads: int | None = None, opset: int | None = None, profile: bool = False,
-                 session: Mapping[str, Any] | None = None) -> None:
+                 session: Mapping[str, Any] | None = None, update_chunk: int = CHUNK) -> None:
         import onnxruntime as ort
 
         self.ort = ort
         carried = [name[len(NEW):] for name, _ in graph.outputs if name.startswith(NEW)]
+        update, self.pieces = chunked_update(split.update, update_chunk) if update_chunk else (split.update, [])
         # Each session keeps its own arena. One arena shared through onnxruntime's environment peaked 168 MiB
         # lower (GPT-2, batch 8), but onnxruntime registers that arena once a process and ignores any later
         # one: it silently replaced the memory limit `run` puts on a foreign file (backends/onnx/runner.py).
-        self.update, _, update_proto = _ort_session(ort, split.update, {}, threads=threads, opset=opset,
+        self.update, _, update_proto = _ort_session(ort, update, {}, threads=threads, opset=opset,
                                                     optimize=False)
-        problems = in_place_problems(update_proto, {NEW + k: k for k in carried})
+        self.update_outputs = [o.name for o in self.update.get_outputs()]
+        problems = in_place_problems(update_proto, {o: self._target(o) for o in self.update_outputs})
         if problems:
-            raise InPlaceError("; ".join(problems))
+            raise InPlaceError("; ".join(problems[:5]))
         self.session, self._frozen, self.proto = _ort_session(ort, split.gradient, frozen, threads=threads,
                                                               opset=opset, profile=profile, session=session)
         self.theta = [n.attrs["name"] for n in split.gradient.inputs if n.attrs["name"] in carried]
         self.update_inputs = [i.name for i in self.update.get_inputs()]
         super().__init__(graph, {}, state)
 
+    def _target(self, output: str) -> str:
+        """The update input whose buffer an update output is written over (new.X → X, new.X@j → X@j)."""
+        whole, _, piece = output.partition("@")
+        return whole[len(NEW):] + (f"@{piece}" if piece else "")
+
     def _load(self, state: dict[str, np.ndarray]) -> None:
         value = self.ort.OrtValue.ortvalue_from_numpy
-        self.buffers = [{k: value(np.array(v)) for k, v in state.items()}]  # one set, updated in place
-        self.grads = {GRAD + k: value(np.empty_like(state[k])) for k in self.theta}
+        arrays = {k: np.array(v, order="C") for k, v in state.items()}
+        arrays.update({GRAD + k: np.empty_like(arrays[k]) for k in self.theta})
+        self.arrays = arrays  # the memory every OrtValue below is a view of
+        self.buffers = [{k: value(arrays[k]) for k in state}]  # one set, updated in place
+        self.grads = {GRAD + k: value(arrays[GRAD + k]) for k in self.theta}
         self.loss = value(np.zeros((), np.float32))
-        self.binding = self.session.io_binding()
-        self.update_binding = self.update.io_binding()
-
-    def step(self, batch: Mapping[str, np.ndarray], lr: float) -> float:
-        values = self.buffers[0]
-        b = self.binding
-        b.clear_binding_inputs()
-        b.clear_binding_outputs()
-        for k in self.batch_names:
-            b.bind_cpu_input(k, np.ascontiguousarray(batch[k]))
+        self.lr = np.zeros((), np.float32)
+        views = {**self.buffers[0], **self.grads, LR: value(self.lr)}
+        for p in self.pieces:  # an output piece is bound to the input piece it overwrites
+            name, whole = (self._target(p.name), self._target(p.whole)) if p.whole.startswith(NEW) else (p.name, p.whole)
+            views.setdefault(name, value(arrays[whole].reshape(-1)[p.start:p.stop]))
+        b = self.binding = self.session.io_binding()
         for k in self.theta:
-            b.bind_ortvalue_input(k, values[k])
+            b.bind_ortvalue_input(k, self.buffers[0][k])
         for k, g in self.grads.items():
             b.bind_ortvalue_output(k, g)
         b.bind_ortvalue_output("loss", self.loss)
-        self.session.run_with_iobinding(b)
-        u = self.update_binding
-        u.clear_binding_inputs()
-        u.clear_binding_outputs()
+        u = self.update_binding = self.update.io_binding()
         for k in self.update_inputs:
-            if k == LR:
-                u.bind_cpu_input(LR, np.asarray(lr, np.float32))
-            else:
-                u.bind_ortvalue_input(k, self.grads[k] if k in self.grads else values[k])
-        for k in self.carried:
-            u.bind_ortvalue_output(NEW + k, values[k])
-        self.update.run_with_iobinding(u)
+            u.bind_ortvalue_input(k, views[k])
+        for k in self.update_outputs:
+            u.bind_ortvalue_output(k, views[self._target(k)])
+
+    def step(self, batch: Mapping[str, np.ndarray], lr: float) -> float:
+        for k in self.batch_names:  # binding a name again replaces its value
+            self.binding.bind_cpu_input(k, np.ascontiguousarray(batch[k]))
+        self.session.run_with_iobinding(self.binding)
+        self.lr[...] = lr
+        self.update.run_with_iobinding(self.update_binding)
         return float(self.loss.numpy())
 
     def values(self) -> dict[str, np.ndarray]:
@@ -300,6 +312,7 @@ def make_runtime(backend: str, graph: Graph, frozen: Mapping[str, np.ndarray], s
                 return OrtSplitStep(graph, frozen, state, split, **options)
             except InPlaceError:
                 pass  # the one graph, double-buffered
+        options.pop("update_chunk", None)
         return OrtStep(graph, frozen, state, **options)
     if backend == "tvm":
         return TvmStep(graph, frozen, state)

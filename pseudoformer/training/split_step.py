@@ -102,6 +102,10 @@ def in_place_problems(model: onnx.ModelProto, pairs: dict[str, str]) -> list[str
 
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
               for v in [*model.graph.input, *model.graph.output]}
+    readers: dict[str, list[int]] = {}  # indexed once: a chunked update has tens of thousands of nodes
+    for i, n in enumerate(nodes):
+        for x in dict.fromkeys(n.input):
+            readers.setdefault(x, []).append(i)
     problems = []
     for out, src in pairs.items():
         if out not in producer:
@@ -112,7 +116,8 @@ def in_place_problems(model: onnx.ModelProto, pairs: dict[str, str]) -> list[str
             problems.append(f"{out} is written by a {nodes[w].op_type}, not an elementwise op")
         if src in nodes[w].input and shapes.get(src) != shapes.get(out):
             problems.append(f"{out}'s writer reads {src} broadcast")
-        for i, n in enumerate(nodes):
-            if i != w and src in n.input and i not in above(w):
+        for i in readers.get(src, []):
+            n = nodes[i]
+            if i != w and i not in above(w):
                 problems.append(f"{n.op_type} {n.name or i} reads {src} but need not run before {out} is written")
     return problems

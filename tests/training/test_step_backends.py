@@ -51,15 +51,25 @@ def test_onnxruntime_keeps_buffers_between_steps_and_agrees(opt: str, split: boo
     assert all(type(v).__name__ == "OrtValue" for v in rt.buffers[0].values())
 
 
+@pytest.mark.parametrize("chunk", [None, 5], ids=["whole", "pieces"])
 @pytest.mark.parametrize("opt", OPTIMIZERS)
-def test_the_split_step_updates_in_place_and_equals_the_one_graph_step(opt: str) -> None:
+def test_the_split_step_updates_in_place_and_equals_the_one_graph_step(opt: str, chunk: int | None) -> None:
     """The gradient graph then the update graph, θ and the state written over their own buffers
-    (training/split_step.py), give the one graph's losses and values bit for bit over five steps."""
+    (training/split_step.py), give the one graph's losses and values bit for bit over five steps; so does
+    the update cut into pieces of 5 elements (training/update_chunks.py), the last piece of a tensor shorter."""
     step = _step(opt)
     assert step.split is not None
-    split = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split)
+    split = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split,
+                         **({"update_chunk": chunk} if chunk else {}))
     one = make_runtime("onnxruntime", step.graph, step.frozen, step.state)
     assert isinstance(split, OrtSplitStep) and isinstance(one, OrtStep)
+    if chunk:  # W_e (11×8): 18 pieces, the last of 3 elements; the scalar t is never cut
+        we = [p for p in split.pieces if p.whole == "theta.W_e"]
+        assert len(we) == 18 and we[-1].stop - we[-1].start == 3 and we[-1].stop == 88
+        assert all(p.stop - p.start <= chunk for p in split.pieces)
+        assert ("t" in split.update_inputs) == (opt == "adamw")
+    else:  # the default pieces are larger than every tensor here
+        assert split.pieces == []
     assert len(split.buffers) == 1 and len(one.buffers) == 2
     where = {k: v.data_ptr() for k, v in split.buffers[0].items()}
     for i in range(5):
@@ -155,3 +165,23 @@ def test_the_step_is_written_in_its_short_forms_before_any_backend_sees_it() -> 
     scatters = [n for n in nodes_onnx if n.op_type == "ScatterElements"]
     assert [[a.s for a in n.attribute if a.name == "reduction"] for n in scatters] == [[b"add"]]
     assert {"ConstantOfShape", "Expand", "Pad", "Flatten"} <= set(ops)
+
+
+def test_a_broadcast_update_is_not_cut_into_pieces() -> None:
+    """Only a family of outputs elementwise in same-shaped inputs is cut: new.w = w − b with b broadcast
+    over w's rows keeps its whole tensors, while new.u = u − η·g is cut."""
+    from pseudoformer.ir import DType, Graph, Node, Op, TensorType
+    from pseudoformer.training.update_chunks import chunked_update
+
+    def inp(name: str, *shape: int) -> Node:
+        return Node(Op.INPUT, (), {"name": name, "type": TensorType(DType.float32, shape)})
+
+    w, b, u, g, lr = inp("w", 4, 3), inp("b", 3), inp("u", 4, 3), inp("g", 4, 3), inp("lr")
+    update = Graph([lr, w, b, u, g], [("new.w", Node(Op.SUB, (w, b), {})),
+                                      ("new.u", Node(Op.SUB, (u, Node(Op.MUL, (lr, g), {})), {}))], {})
+    chunked, pieces = chunked_update(update, 5)
+    assert {p.whole for p in pieces} == {"u", "g", "new.u"}
+    assert [(p.start, p.stop) for p in pieces if p.whole == "new.u"] == [(0, 5), (5, 10), (10, 12)]
+    names = {n.attrs["name"] for n in chunked.inputs}
+    assert {"lr", "w", "b", "u@0", "g@2"} <= names and "u" not in names
+    assert [k for k, _ in chunked.outputs] == ["new.w", "new.u@0", "new.u@1", "new.u@2"]
