@@ -19,7 +19,7 @@ as one graph, double-buffered (θ, m, v read from one set and written to another
 --quick shrinks everything, for the smoke test.
 
     python benchmarks/bench_train.py [--workloads gpt2,smollm2] [--steps 10] [--threads 2] [--compile] [--plain]
-        [--one-graph] [--no-eager] [--no-rss] [--json out.json]
+        [--one-graph] [--whole-update] [--no-eager] [--no-rss] [--json out.json]
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ QUICK = {
                     num_key_value_heads=1, head_dim=12, max_position_embeddings=64),
 }
 VARIANTS = {"ours (onnxruntime)": "ours", "ours, session B": "session-b", "ours, plain lowering": "plain",
-            "ours, one graph": "one-graph", "torch eager": "eager",
+            "ours, one graph": "one-graph", "ours, whole-tensor update": "whole-update", "torch eager": "eager",
             "torch.compile": "compile"}
 
 
@@ -68,6 +68,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--plain", action="store_true", help="also ours without the training step's rewrite rules (before/after)")
     ap.add_argument("--one-graph", action="store_true",
                     help="also ours as one graph, double-buffered (before the in-place update)")
+    ap.add_argument("--whole-update", action="store_true",
+                    help="also ours with the update over whole tensors, not cache-sized pieces (before/after)")
     ap.add_argument("--ort", action="append", default=[], metavar="KEY=VALUE",
                     help="an onnxruntime.SessionOptions attribute for our sessions (enable_cpu_mem_arena=0)")
     ap.add_argument("--ort-b", action="append", default=[], metavar="KEY=VALUE",
@@ -100,10 +102,13 @@ def hf_model(workload: str, args: argparse.Namespace):  # type: ignore[no-untype
 
 
 def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: ignore[no-untyped-def]
-         profile: bool = False, plain: bool = False, one_graph: bool = False, only_one_graph: bool = False):
+         profile: bool = False, plain: bool = False, one_graph: bool = False, only_one_graph: bool = False,
+         whole_update: bool = False, update_chunk: int | None = None):
     """Our step on onnxruntime, split and in place (and, with `plain`, a second session of the step compiled
     without the training step's rewrite rules; with `one_graph`, the same step as one graph, double-buffered;
-    `only_one_graph`: that alone), and the step graph's node count."""
+    `only_one_graph`: that alone; with `whole_update`, the split step with its update over whole tensors;
+    `update_chunk`: the first runtime's update pieces, training/update_chunks.py), and the step graph's
+    node count."""
     from onnxruntime import SessionOptions
 
     from pseudoformer.passes.training_step import Optimizer
@@ -128,8 +133,9 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
     session = options(args.ort)
     if only_one_graph:
         return [OrtStep(step.graph, step.frozen, step.state, threads=args.threads, session=session)], None
+    chunk = {} if update_chunk is None else {"update_chunk": update_chunk}
     runtimes = [make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split,
-                             threads=args.threads, profile=profile, session=session)]
+                             threads=args.threads, profile=profile, session=session, **chunk)]
     if not isinstance(runtimes[0], OrtSplitStep):
         print("ours: the update graph failed the in-place check; the step runs as one graph", file=sys.stderr)
     if args.ort_b:
@@ -139,6 +145,9 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
                                 session=session))
     if one_graph:
         runtimes.append(OrtStep(step.graph, step.frozen, step.state, threads=args.threads, session=session))
+    if whole_update:
+        runtimes.append(make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split,
+                                     threads=args.threads, session=session, update_chunk=0))
     return runtimes, len(step.graph.nodes())
 
 
@@ -241,14 +250,15 @@ def child(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     workload, variant = args.child.split(":")
-    if variant in ("ours", "plain", "session-b", "one-graph"):
+    if variant in ("ours", "plain", "session-b", "one-graph", "whole-update"):
         if variant == "session-b":
             args.ort, args.ort_b = args.ort_b, []
         from pseudoformer.passes import manager
 
         if variant == "plain":  # only the step without the rules, so that the peak is its own
             manager.PIPELINES["training-step"] = manager.LEVELS[1]
-        (rt,), _ = ours(workload, Path(args.dir), args, only_one_graph=variant == "one-graph")
+        (rt,), _ = ours(workload, Path(args.dir), args, only_one_graph=variant == "one-graph",
+                        update_chunk=0 if variant == "whole-update" else None)
         step = lambda x: rt.step({"x": x}, 1e-4)  # noqa: E731
     else:
         step = torch_step(hf_model(workload, args), workload, variant == "compile", args)
@@ -281,7 +291,8 @@ def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> lis
         hf.save_pretrained(tmp)
         t0 = time.perf_counter()
         runtimes, nodes = ([], None) if args.no_ours else ours(workload, Path(tmp), args, plain=args.plain,
-                                                                    one_graph=args.one_graph)
+                                                                    one_graph=args.one_graph,
+                                                                    whole_update=args.whole_update)
         build_s = time.perf_counter() - t0
         variants = {} if args.no_ours else {"ours (onnxruntime)": lambda x: runtimes[0].step({"x": x}, 1e-4)}
         if args.ort_b:
@@ -289,7 +300,9 @@ def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> lis
         if args.plain:
             variants["ours, plain lowering"] = lambda x: runtimes[1 + bool(args.ort_b)].step({"x": x}, 1e-4)
         if args.one_graph:
-            variants["ours, one graph"] = lambda x: runtimes[-1].step({"x": x}, 1e-4)
+            variants["ours, one graph"] = lambda x: runtimes[-1 - args.whole_update].step({"x": x}, 1e-4)
+        if args.whole_update:
+            variants["ours, whole-tensor update"] = lambda x: runtimes[-1].step({"x": x}, 1e-4)
         if not args.no_eager:
             variants["torch eager"] = torch_step(hf_model(workload, args), workload, False, args)
         compile_s = None

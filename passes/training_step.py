@@ -7,8 +7,12 @@ step's inputs.
     AdamW (Loshchilov & Hutter), as torch.optim.AdamW computes it, with t counting steps from 1:
         g ← g · min(1, c / (‖g‖ + 10⁻⁶))      gradient-norm clipping over all trainable θ, if c is set
         θ ← θ · (1 − η λ)                        decoupled weight decay
-        m ← β₁ m + (1 − β₁) g,   v ← β₂ v + (1 − β₂) g²
+        m ← m + (1 − β₁)(g − m),   v ← β₂ v + (1 − β₂) g²
         θ ← θ − η / (1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)
+    computed as θ − s · m / (√v + ε √(1 − β₂ᵗ)) with the scalar s = η √(1 − β₂ᵗ) / (1 − β₁ᵗ): the bias
+    corrections fold into scalars, one pass over the tensors fewer than dividing √v by √(1 − β₂ᵗ) (the
+    update is a chain of elementwise passes over every trainable element: training/update_chunks.py);
+    m's moving average is written as torch's `lerp_` computes it.
 
 AdamW is a built-in rather than a line of the notation: the notation has no way to declare state
 shaped like a parameter group (m, v : θ) that outlives one call, nor a step counter, so a file cannot
@@ -162,10 +166,12 @@ def _adamw(make: _Make, o: Optimizer, theta: Node, g: Node, m: Node, v: Node, lr
            ) -> tuple[Node, Node, Node]:
     one = make.const(1.0)
     decayed = make(Op.MUL, theta, make(Op.SUB, one, make(Op.MUL, lr, make.const(o.weight_decay))))
-    m2 = make(Op.ADD, make(Op.MUL, m, make.const(o.beta1)), make(Op.MUL, g, make.const(1 - o.beta1)))
+    m2 = make(Op.ADD, m, make(Op.MUL, make(Op.SUB, g, m), make.const(1 - o.beta1)))
     v2 = make(Op.ADD, make(Op.MUL, v, make.const(o.beta2)), make(Op.MUL, make(Op.MUL, g, g), make.const(1 - o.beta2)))
+    # scalars: the bias corrections 1 − β₁ᵗ and √(1 − β₂ᵗ), folded into ε and the step size
     bc1 = make(Op.SUB, one, make(Op.POW, make.const(o.beta1), t))
     bc2 = make(Op.SQRT, make(Op.SUB, one, make(Op.POW, make.const(o.beta2), t)))
-    denom = make(Op.ADD, make(Op.DIV, make(Op.SQRT, v2), bc2), make.const(o.eps))
-    step = make(Op.MUL, make(Op.DIV, lr, bc1), make(Op.DIV, m2, denom))
+    size = make(Op.DIV, make(Op.MUL, lr, bc2), bc1)
+    denom = make(Op.ADD, make(Op.SQRT, v2), make(Op.MUL, make.const(o.eps), bc2))
+    step = make(Op.MUL, make(Op.DIV, m2, denom), size)
     return make(Op.SUB, decayed, step), m2, v2
