@@ -3,10 +3,10 @@
 profile's `output_size` of each node), and the peak RSS under the session options given.
 
     python benchmarks/profile_train.py [--workload gpt2] [--batch 8] [--seq 128] [--layers 4] [--steps 3]
-        [--ort KEY=VALUE] [--torch]
+        [--ort KEY=VALUE]
 
---torch profiles torch eager's step on the same model and batches instead (torch.profiler, self CPU time
-per aten op, and the optimizer's step as a whole), for the comparison in benchmarks/README.md.
+The split step's two halves are also timed apart (the gradient graph, the update graph). Against torch
+eager, component by component in one process: profile_train_vs_torch.py.
 """
 
 from __future__ import annotations
@@ -63,14 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ort", action="append", default=[], help="KEY=VALUE: a SessionOptions attribute")
     ap.set_defaults(ort_b=[])  # bench_train.ours reads it: a second session's options, none here
     ap.add_argument("--workdir", help="where the HF checkpoint is written (default: the system's temp dir)")
-    ap.add_argument("--torch", action="store_true", help="profile torch eager's step instead")
     args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
     hf = bench_train.hf_model(args.workload, args)
-    if args.torch:
-        return torch_profile(hf, args)
     vocab = hf.config.vocab_size
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         hf.save_pretrained(tmp)
@@ -114,32 +111,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"per_op_us": per_op, "times": times, "peak_rss_mib": peak,
                                                "largest": largest[:200]}, indent=1))
-    return 0
-
-
-def torch_profile(hf, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
-    """torch eager's step (bench_train.torch_step) under torch.profiler: self CPU time per op, per step."""
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    step = bench_train.torch_step(hf, args.workload, False, args)
-    xs = bench_train.batches(hf.config.vocab_size, args, args.steps + 1)
-    step(xs[0])
-    times = []
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for x in xs[1:]:
-            t = time.perf_counter()
-            with record_function("step"):
-                step(x)
-            times.append(time.perf_counter() - t)
-    print(f"torch eager step s: {' '.join(f'{t:.2f}' for t in times)}")
-    events = prof.key_averages()
-    total = sum(e.self_cpu_time_total for e in events)
-    print(f"\nself CPU time per step {total / 1e3 / args.steps:.0f} ms, by op:")
-    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:args.top]:
-        print(f"  {e.key[:40]:40s} {e.self_cpu_time_total / 1e3 / args.steps:9.1f} ms {e.self_cpu_time_total / total:6.1%}")
-    for e in events:  # the optimizer's step as a whole (torch.optim records it by name)
-        if e.key.startswith("Optimizer.step"):
-            print(f"\n{e.key}: {e.cpu_time_total / 1e3 / args.steps:.1f} ms a step (inclusive)")
     return 0
 
 

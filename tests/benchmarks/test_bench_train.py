@@ -1,6 +1,7 @@
 """benchmarks/bench_train.py runs end to end on tiny shapes: every variant of both workloads (GPT-2, LoRA on
-a Llama), ours with and without the short ONNX forms, the table and the JSON, and every variant starts from
-the same loss (the same weights and batch). Timings are never asserted: they depend on the machine and its
+a Llama), ours with and without the short ONNX forms and with the update over whole tensors, the table and
+the JSON, and every variant starts from the same loss (the same weights and batch); profile_train_vs_torch.py
+prints its table of components. Timings are never asserted: they depend on the machine and its
 load."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_train.py"
 
 def test_the_training_benchmark_runs_and_both_sides_start_from_the_same_loss(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--plain", "--json", str(out),
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--plain", "--whole-update", "--json", str(out),
                            "--workdir", str(tmp_path)], capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -25,7 +26,7 @@ def test_the_training_benchmark_runs_and_both_sides_start_from_the_same_loss(tmp
     data = json.loads(out.read_text())
     assert data["ceiling_gflops"] > 0
     rows = {(r["workload"], r["variant"]): r for r in data["rows"]}
-    variants = ("ours (onnxruntime)", "ours, plain lowering", "torch eager")
+    variants = ("ours (onnxruntime)", "ours, plain lowering", "ours, whole-tensor update", "torch eager")
     assert set(rows) == {(w, v) for w in ("gpt2", "smollm2") for v in variants}
     for w in ("gpt2", "smollm2"):
         eager = rows[(w, "torch eager")]
@@ -33,3 +34,16 @@ def test_the_training_benchmark_runs_and_both_sides_start_from_the_same_loss(tmp
             r = rows[(w, v)]
             assert abs(r["first_loss"] - eager["first_loss"]) <= 1e-4 * abs(eager["first_loss"]), (w, v)
             assert r["peak_rss_mib"] > 0 and r["ms_per_step"] > 0
+
+
+def test_the_side_by_side_profile_prints_every_component(tmp_path: Path) -> None:
+    script = SCRIPT.parent / "profile_train_vs_torch.py"
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--batch", "2", "--seq", "16", "--steps", "2",
+                           "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:3] for line in proc.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| component")}
+    assert set(rows) == {"matrix products", "attention kernels", "vocabulary-sized, other", "optimizer",
+                         "everything else", "sum of kernels", "step (wall, median)"}
+    ours, torch = (float(v) for v in rows["step (wall, median)"])
+    assert ours > 0 and torch > 0 and float(rows["matrix products"][1]) > 0
