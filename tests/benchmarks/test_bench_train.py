@@ -1,8 +1,8 @@
 """benchmarks/bench_train.py runs end to end on tiny shapes: every variant of both workloads (GPT-2, LoRA on
 a Llama), ours with and without the short ONNX forms and with the update over whole tensors, the table and
 the JSON, and every variant starts from the same loss (the same weights and batch); profile_train_vs_torch.py
-prints its table of components. Timings are never asserted: they depend on the machine and its
-load."""
+prints its table of components, and bench_update_pieces.py its table of piece sizes. Timings are never
+asserted: they depend on the machine and its load."""
 
 from __future__ import annotations
 
@@ -47,3 +47,13 @@ def test_the_side_by_side_profile_prints_every_component(tmp_path: Path) -> None
                          "everything else", "sum of kernels", "step (wall, median)"}
     ours, torch = (float(v) for v in rows["step (wall, median)"])
     assert ours > 0 and torch > 0 and float(rows["matrix products"][1]) > 0
+
+
+def test_the_update_pieces_benchmark_runs(tmp_path: Path) -> None:
+    script = SCRIPT.parent / "bench_update_pieces.py"
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--chunks", "0,64", "--runs", "1",
+                           "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| whole") or
+            line.startswith("| 64 ")]
+    assert len(rows) == 2 and int(rows[1][1]) > int(rows[0][1])  # the pieces are more nodes
