@@ -21,11 +21,15 @@ both from the same quantized graph, against the weight-bandwidth floor measured 
 
 Shapes: smollm2 (SmolLM2-135M), qwen0.5b (Qwen2.5-0.5B: 24 layers, d 896, 14/2 heads, d_mlp 4864,
 vocabulary 151936), qwen1.5b (Qwen2.5-1.5B: 28 layers, d 1536, 12/2 heads, d_mlp 8960; 6 GB of random
-float32 weights before quantization: more than a 4 GB process may hold).
+float32 weights before quantization). With --checkpoints ROOT, ours are built from ROOT/<rung>, a bf16
+checkpoint of the shape (scale_checkpoints.py; genai's folder is built from the same one), read and
+quantized a tensor at a time: the float32 model is never held whole (backends/tvm/weight_values.py).
 
     python benchmarks/bench_int4.py                          # both parts, every shape
     python benchmarks/bench_int4.py --shapes smollm2 --part models
     python benchmarks/bench_int4.py --quick                  # a tiny Llama and small products: a smoke run
+    python benchmarks/bench_int4.py --part models --shapes qwen0.5b --checkpoints ROOT --genai-root ROOT \
+        --quantize-method rtn                                # ROOT/Qwen2.5-0.5B and ROOT/Qwen2.5-0.5B/int4
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ CONTENDERS = ("tvm", "tvm8", "ort", "genai")
 def models_part(args: argparse.Namespace, bandwidth: float) -> None:
     from pseudoformer.passes.quantize import QuantizeOptions
 
-    opts = QuantizeOptions(bits=4, block_size=32, embeddings=True, accuracy_level=4)
+    opts = QuantizeOptions(bits=4, block_size=32, embeddings=True, accuracy_level=4, method=args.quantize_method)
     print(f"## per token and prefill of {args.prompt}, int4 (blocks of 32, zero points, embeddings too), "
           f"{args.threads} threads, {args.new} new tokens, medians of {args.rounds} rounds")
     print()
@@ -124,7 +128,13 @@ def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: fl
 
     path, defines = SHAPES[shape]
     vocab = int(dict(d.split("=") for d in defines)["N_V"])
-    model = load(ROOT / path, defines=defines, seed=0)
+    checkpoint = args.checkpoints / RUNGS.get(shape, "-") if args.checkpoints else None
+    if checkpoint is not None and (checkpoint / "config.json").exists():
+        # the bf16 checkpoint read a tensor at a time: each contender quantizes it as it makes its weights
+        model = load(ROOT / path, weights=checkpoint, lazy_weights=True)
+        assert model.graph.meta["hyperparameters"]["N_V"] == vocab, checkpoint
+    else:
+        model = load(ROOT / path, defines=defines, seed=0)
     makers = {"tvm": lambda: Generator(model, backend="tvm", quantize=opts),  # threads: TVM_NUM_THREADS (main)
               "tvm8": lambda: Generator(model, backend="tvm", quantize=opts, int8_activations=True),
               # last, and releasing the float32 weights once its files are written: one copy fewer held
@@ -283,6 +293,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS),
                     help="a subset, for shapes whose contenders do not fit one process's memory together")
     ap.add_argument("--genai-root", type=Path, help="ROOT/<rung>/int4: genai's int4 builder output per shape")
+    ap.add_argument("--checkpoints", type=Path, help="ROOT/<rung>: a bf16 checkpoint per shape (scale_checkpoints.py) "
+                    "that ours are built from, a tensor at a time (else random float32 weights in memory)")
+    ap.add_argument("--quantize-method", choices=["balanced", "mse", "rtn"], default="balanced",
+                    help="how ours choose codes (timing does not depend on it; rtn builds the large shapes ~10× sooner)")
     ap.add_argument("--genai-python", type=Path, default=Path("/work/genai-venv/bin/python"),
                     help="the interpreter of onnxruntime-genai's own venv")
     ap.add_argument("--quick", action="store_true", help="the tiny Llama, small products, short prompt: a smoke run")

@@ -145,9 +145,11 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     quant = options(quantize, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level,
                     embeddings=quantize_embeddings, output=quantize_output)
     # ONNX: a checkpoint's tensors are read one at a time as the file is written (LazyTensors), never the
-    # whole model at once; TVM binds its weights as arrays when it builds.
+    # whole model at once; TVM quantizing likewise, a tensor at a time as it makes its weights
+    # (backends/tvm/weight_values.py); TVM in float binds its weights as arrays when it builds.
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed, include=include,
-                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite, lazy_weights=backend == "onnx")
+                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite,
+                 lazy_weights=backend == "onnx" or (backend == "tvm" and quant is not None))
     if backend == "tvm":
         from pseudoformer.deploy_tvm import compile_model
 

@@ -33,8 +33,10 @@ from pseudoformer.backends.tvm.nbits import split_params, split_weights
 from pseudoformer.backends.tvm.nbits_int8 import int8_weights
 from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
+from pseudoformer.backends.tvm.weight_values import stream, to_device
 from pseudoformer.errors import BackendError, UsageError
 from pseudoformer.ir.graph import Graph
+from pseudoformer.ir.lazy_tensor import LazyTensor
 from pseudoformer.ir.token_bounds import out_of_range, token_bounds
 from pseudoformer.ir.types import TensorType
 from pseudoformer.manifest import check_file, verified_copy, write_manifest
@@ -120,7 +122,9 @@ class TVMModel:
 
     executable: Any  # tvm.runtime.Executable or a loaded library Module
     meta: dict[str, Any]
-    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    # arrays, or LazyTensors computed when the model first runs or is saved (weight_values.stream); once
+    # it has run on the CPU, views of the tensors TVM holds: the weights are in memory once
+    weights: dict[str, np.ndarray | LazyTensor] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     _vm: Any = None
     _params: list[Any] | None = None
@@ -142,15 +146,26 @@ class TVMModel:
         return self._vm
 
     def _param_args(self) -> list[Any]:
+        """The weights as TVM tensors, made once, a tensor at a time (lazy ones computed then)."""
         if self._params is None:
             dev = self._device()
             names = self.meta["params"]
             missing = [n for n in names if n not in self.weights]
             if missing:
                 raise BackendError(f"no weights for parameters: {', '.join(missing)}")
-            self._params = [tvm.runtime.tensor(np.ascontiguousarray(self.weights[n]), dev)
-                            for n in names]
+            cpu = dev.dlpack_device_type() == tvm.cpu().dlpack_device_type()
+            params = []
+            for name, a in stream(self.weights, names):
+                t = to_device(a, dev)
+                if cpu:  # numpy's weights become views of TVM's: not a second copy of the model
+                    self.weights[name] = np.from_dlpack(t)
+                params.append(t)
+            self._params = params
         return self._params
+
+    def load_weights(self) -> None:
+        """Make the weights TVM runs with now (quantizing lazy ones), not at the first run."""
+        self._param_args()
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run on `inputs` by name (dtypes as the graph declares them); the outputs by name."""
@@ -214,7 +229,7 @@ class TVMModel:
                 target = check_output(path)
                 files = {target.name: tmps["so"]}
                 if args:
-                    write_safetensors({n: self.weights[n] for n in self.meta["params"]}, tmps["weights"])
+                    write_safetensors(dict(stream(self.weights, self.meta["params"])), tmps["weights"])
                     files[weights_path(target).name] = tmps["weights"]
                 write_manifest(tmps["manifest"], files, tvm.__version__, self.meta)
         except OutputError as e:
@@ -266,8 +281,8 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     if params == "bind":
         main = mod["main"]
         n_in = len(lowered.inputs)
-        binding = {var: np.ascontiguousarray(folded[name])
-                   for var, name in zip(list(main.params)[n_in:], names, strict=True)}
+        values = dict(stream(folded, names))
+        binding = {var: values[name] for var, name in zip(list(main.params)[n_in:], names, strict=True)}
         mod = relax.transform.BindParams("main", binding)(mod)
     t1 = time.perf_counter()
     ex = tvm.compile(mod, target=tgt, relax_pipeline=pipeline(tgt, schedule=schedule))
@@ -283,9 +298,12 @@ def prepare(graph: Graph, weights: Mapping[str, np.ndarray], dtype: str = "float
     passes backends/pipeline.py assembles. `verify` checks the IR after each."""
     if dtype not in ("float32", "float16"):
         raise BackendError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
-    options = CompileOptions(opt_level=opt_level, dtype=dtype, quantize=quantize)
-    graph, folded = run(graph, compile_pipeline(options, "tvm"), weights={k: np.asarray(v) for k, v in weights.items()},
-                        options=options, accepts=accepts, check=verify)
+    # quantizing: each matrix when its codes are first loaded (passes/quantized_params.py), so that the
+    # weights TVM takes are made a tensor at a time (weight_values.stream), never all in float32 at once
+    options = CompileOptions(opt_level=opt_level, dtype=dtype, quantize=quantize, lazy_weights=quantize is not None)
+    given = {k: v if isinstance(v, LazyTensor) else np.asarray(v) for k, v in weights.items()}
+    graph, folded = run(graph, compile_pipeline(options, "tvm"), weights=given, options=options, accepts=accepts,
+                        check=verify)
     return graph, split_weights(graph, folded)
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.backends.tvm.guard import require_tvm
+from pseudoformer.backends.tvm.weight_values import derive
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.ops import Op
 from pseudoformer.ir.ops.quantized import operands
@@ -68,9 +69,10 @@ def split_nibbles(packed: np.ndarray) -> np.ndarray:
 
 
 def split_weights(graph: Graph, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The weights with each of `split_params(graph)` in Q4_0's nibble order, the rest as they are."""
+    """The weights with each of `split_params(graph)` in Q4_0's nibble order, the rest as they are (a lazy
+    weight's re-ordering is lazy too: weight_values.derive)."""
     split = split_params(graph)
-    return {k: split_nibbles(np.asarray(v)) if k in split else v for k, v in weights.items()}
+    return {k: derive(split_nibbles, np.shape(v), np.uint8, v) if k in split else v for k, v in weights.items()}
 
 
 # ---- the computations

@@ -36,6 +36,7 @@ import numpy as np
 from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.nbits_schedule import MIN_PARALLEL_BYTES
 from pseudoformer.backends.tvm.parallel_gate import MIN_WORK_ATTR
+from pseudoformer.backends.tvm.weight_values import derive
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
@@ -116,11 +117,15 @@ def int8_weights(graph: Graph, split: set[str], weights: Mapping[str, np.ndarray
             w, s, z = names(n)
             if w in out:
                 continue
-            packed = np.asarray(weights[o.packed.attrs["name"]])
-            zp = None if o.zero_points is None else np.asarray(weights[o.zero_points.attrs["name"]])
-            out[w] = rows16_codes(packed)
-            out[s] = rows16_scales(np.asarray(weights[o.scales.attrs["name"]], np.float32))
-            out[z] = rows16_zero_points(zp, packed.shape[0], packed.shape[1])
+            packed = weights[o.packed.attrs["name"]]
+            zp = None if o.zero_points is None else weights[o.zero_points.attrs["name"]]
+            (rows, kb, half), groups = np.shape(packed), -(-np.shape(packed)[0] // ROWS)
+            # lazy weights give lazy layouts (weight_values.derive), computed a matrix at a time
+            out[w] = derive(rows16_codes, (groups, kb, half // 4, ROWS, 4), np.uint8, packed)
+            out[s] = derive(lambda v: rows16_scales(np.asarray(v, np.float32)), (groups, kb, ROWS), np.float32,
+                            weights[o.scales.attrs["name"]])
+            out[z] = (rows16_zero_points(None, rows, kb) if zp is None else
+                      derive(lambda v, n=rows, k=kb: rows16_zero_points(v, n, k), (groups, kb, ROWS), np.uint8, zp))
     return out
 
 

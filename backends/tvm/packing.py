@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.backends.tvm.guard import require_tvm
+from pseudoformer.backends.tvm.weight_values import derive
 
 tvm = require_tvm()
 from tvm import relax, te  # noqa: E402
@@ -104,7 +105,9 @@ def pack_matmul_weights(mod: Any, param_names: list[str], weights: Mapping[str, 
     new_names = [names[p] for p in kept] + [f"{names[w]}#packed" for w in mutator.packed]
     out = {names[p]: weights[names[p]] for p in kept}
     for w in mutator.packed:
-        out[f"{names[w]}#packed"] = pack(np.asarray(weights[names[w]], np.float32), PANEL)
+        k, n = (int(d) for d in w.ty.shape.values)  # a lazy weight is packed when loaded (weight_values.derive)
+        out[f"{names[w]}#packed"] = derive(lambda v: pack(np.asarray(v, np.float32), PANEL),
+                                           (-(-n // PANEL), k, PANEL), np.float32, weights[names[w]])
     func = relax.Function(inputs + kept + list(mutator.packed.values()), body, main.ret_ty, main.is_pure,
                           main.attrs)
     mutator.builder_.update_func(mod.get_global_var("main"), func)

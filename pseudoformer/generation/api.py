@@ -51,9 +51,11 @@ def prepare(path: str | Path, *, inference: str | None = None, config: str | Pat
 
     plan = plan_inference(load_program(resolve_source(path), include=include), inference)
     # ONNX: each checkpoint tensor is read (and quantized) as the generator's file is written, so that
-    # onnxruntime's copy of the weights is the only one the process ever holds whole.
+    # onnxruntime's copy of the weights is the only one the process ever holds whole; TVM quantizing: as
+    # each tensor TVM runs with is made (backends/tvm/weight_values.py), its copy the only one held.
     model = load(path, entry=plan.model, config=config, defines=defines, weights=weights, seed=seed, include=include,
-                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite, lazy_weights=backend == "onnx")
+                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite,
+                 lazy_weights=backend == "onnx" or (backend == "tvm" and quantize is not None))
     inputs = [n.attrs["name"] for n in model.graph.inputs if n.attrs["name"] != plan.encoder_input]
     if len(inputs) != 1:
         raise UsageError(f"{plan.model} takes {', '.join(inputs) or 'no inputs'}: generation needs exactly one "

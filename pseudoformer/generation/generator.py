@@ -86,8 +86,10 @@ class Generator:
         self.model_output, self.cache = model_output, cache
         # The model's passes of a compile (backends/pipeline.py): the level's, then quantization, before
         # the decoder is derived, so that prefill, step and uncached runs read the same weights. For ONNX
-        # each matrix is quantized as its file is written (runtimes.OnnxRuntime, lazy_weights).
-        options = CompileOptions(opt_level=opt_level, quantize=quantize, lazy_weights=backend == "onnx")
+        # each matrix is quantized as its file is written (runtimes.OnnxRuntime, lazy_weights); for TVM as
+        # the tensors its kernels take are made, one at a time (backends/tvm/weight_values.py).
+        lazy = backend == "onnx" or (backend == "tvm" and quantize is not None)
+        options = CompileOptions(opt_level=opt_level, quantize=quantize, lazy_weights=lazy)
         graph, self.weights = run(model.graph, model_passes(options), weights=model.weights, options=options,
                                   check=debugging())
         seq = graph.input(decoder_input).shape[1]

@@ -30,6 +30,10 @@ class TvmRuntime:
         try:
             self.step_model = build.compile_graph(dec.step, weights, int8_activations=int8_activations)
             self.encoder_model = build.compile_graph(dec.encoder, weights) if dec.encoder is not None else None
+            # the weights made now (lazy ones quantized a matrix at a time), not in the first prefill's time
+            for m in (self.step_model, self.encoder_model):
+                if m is not None:
+                    m.load_weights()
         except BackendError as e:
             raise UsageError(str(e)) from None
 
