@@ -87,6 +87,7 @@ def main() -> int:
     ap.add_argument("--shape", help="bench_int4.SHAPES' shape, with random float32 weights (no --checkpoint)")
     ap.add_argument("--lazy", action="store_true", help="load(lazy_weights=True): the checkpoint read tensor by tensor")
     ap.add_argument("--int8", action="store_true", help="int8 activations (the tvm8 contender)")
+    ap.add_argument("--quantize-method", choices=["balanced", "mse", "rtn"], default="balanced")
     ap.add_argument("--tracemalloc", action="store_true", help="also the peak of Python's and numpy's allocations")
     args = ap.parse_args()
     if args.tracemalloc:
@@ -107,7 +108,7 @@ def main() -> int:
     made = stage("weights to TVM", build.TVMModel._param_args)
     cached = build.TVMModel._param_args
     build.TVMModel._param_args = lambda self: made(self) if self._params is None else cached(self)  # the first only
-    opts = QuantizeOptions(bits=4, block_size=32, embeddings=True, accuracy_level=4)
+    opts = QuantizeOptions(bits=4, block_size=32, embeddings=True, accuracy_level=4, method=args.quantize_method)
     print(f"# {args}; VmRSS at start {status('VmRSS'):.2f} GB")
     header = "| stage | RSS before, GB | peak RSS, GB | held after, GB" + (" | tracemalloc peak, GB" if args.tracemalloc
                                                                          else "") + " | seconds |"
