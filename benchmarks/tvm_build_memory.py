@@ -129,6 +129,12 @@ def main() -> int:
     prompt = np.random.default_rng(0).integers(0, 1000, (1, 16))
     stage("generate", gen.generate)(prompt, max_new_tokens=2, sampling=Sampling(temperature=0))
     print(f"# VmHWM is per stage (reset before each); VmRSS at the end {status('VmRSS'):.2f} GB")
+    if tracemalloc.is_tracing():
+        print(f"# Python's and numpy's allocations held at the end: {tracemalloc.get_traced_memory()[0] / 1e9:.2f} GB")
+    import ctypes
+
+    ctypes.CDLL("libc.so.6").malloc_trim(0)  # what the C allocator kept of memory already freed goes back
+    print(f"# VmRSS after malloc_trim(0): {status('VmRSS'):.2f} GB")
     return 0
 
 
