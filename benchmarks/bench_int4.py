@@ -11,6 +11,12 @@ both from the same quantized graph, against the weight-bandwidth floor measured 
                genai onnxruntime-genai's int4 builder output for a random checkpoint of the shape
                      (scale_checkpoints.py; --genai-root ROOT reads ROOT/<rung>/int4, timed by genai_timing.py in
                      the genai venv, one process a round: the same prompt length, not the same weights)
+               llamacpp llama.cpp's Q4_0 (llama-cpp-python built from source in its own venv, named by
+                     --llamacpp-python or $PSEUDOFORMER_LLAMACPP_PYTHON; skipped, saying why, without one) of
+                     genai's checkpoint ROOT/<rung> (written there when missing), converted to GGUF by
+                     llamacpp_gguf.py and quantized by llama_model_quantize; timed by llamacpp_timing.py in that
+                     venv, one process a round. Its greedy logits are checked against HF's on the same
+                     checkpoint (llamacpp_check.py: top-1 agreement, relative error), the BF16 file's as well
              A prompt of 128 random ids and --new greedy tokens; rounds interleave the contenders after a
              warm-up round. Reported: prefill and the median time per token (medians over rounds), and the
              floor: the bytes of weights a step reads (all of them but the tables only gathered from) over
@@ -89,8 +95,10 @@ def step_bytes(graph: object) -> int:
     return sum(sizes.values())
 
 
-RUNGS = {"smollm2": "SmolLM2-135M", "qwen0.5b": "Qwen2.5-0.5B", "qwen1.5b": "Qwen2.5-1.5B"}  # genai's folders
-CONTENDERS = ("tvm", "tvm8", "ort", "genai")
+RUNGS = {"smollm2": "SmolLM2-135M", "qwen0.5b": "Qwen2.5-0.5B", "qwen1.5b": "Qwen2.5-1.5B",  # genai's folders
+         "tiny": "tiny-llama"}
+CONTENDERS = ("tvm", "tvm8", "ort", "genai", "llamacpp")
+LLAMACPP_ENV = "PSEUDOFORMER_LLAMACPP_PYTHON"
 
 
 def models_part(args: argparse.Namespace, bandwidth: float) -> None:
@@ -103,9 +111,15 @@ def models_part(args: argparse.Namespace, bandwidth: float) -> None:
     print("| shape | weights read per step | floor | contender | per token (× floor) | ÷ ORT | ÷ genai | "
           "prefill | ÷ ORT | ÷ genai |")
     print("|---|---|---|---|---|---|---|---|---|---|")
+    notes: list[str] = []
     for shape in args.shapes:
-        for row in time_shape(shape, args, opts, bandwidth):
+        rows, shape_notes = time_shape(shape, args, opts, bandwidth)
+        for row in rows:
             print(row, flush=True)
+        notes += shape_notes
+    print()
+    for note in notes:
+        print(note)
     print()
 
 
@@ -119,9 +133,11 @@ def _genai_call(folder: Path, args: argparse.Namespace, vocab: int) -> Callable[
     return call
 
 
-def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: float) -> list[str]:
-    """The rows of one shape: each contender generating on the same prompt length, rounds interleaved."""
+def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: float) -> tuple[list[str], list[str]]:
+    """The rows of one shape, each contender generating on the same prompt length, rounds interleaved; and
+    notes for below the table (llama.cpp's check against HF, or why it did not run)."""
     from interleaved_timing import round_robin
+    from llamacpp_bench import LlamaCpp, skip_reason
 
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load
@@ -142,7 +158,7 @@ def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: fl
                                        keep_weights=False)}
     gens = {name: make() for name, make in makers.items() if name in args.contenders}
     model.weights.clear()  # each generator holds what it runs: the float32 weights (2 GB for qwen0.5b) can go
-    read = step_bytes(next(iter(gens.values())).decoder.step)
+    read = step_bytes(next(iter(gens.values())).decoder.step) if gens else None
     prompt = np.random.default_rng(0).integers(0, vocab, (1, args.prompt))
     greedy = Sampling(temperature=0)
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in CONTENDERS}
@@ -160,10 +176,25 @@ def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: fl
             out = genai()
             runs["genai"].append((out["prefill_s"][0], out["step_s"][0]))
         calls["genai"] = timed_genai
+    notes = []
+    llamacpp = None
+    if "llamacpp" in args.contenders:
+        reason = skip_reason(args)
+        if reason:
+            notes.append(f"llamacpp skipped: {reason}")
+        else:
+            llamacpp = LlamaCpp(args, shape, RUNGS[shape], vocab)
+
+            def timed_llamacpp() -> None:
+                out = llamacpp.time_round()  # type: ignore[union-attr]
+                runs["llamacpp"].append((out["prefill_s"][0], out["step_s"][0]))
+            calls["llamacpp"] = timed_llamacpp
     round_robin(calls, reps=args.rounds, gap_s=0.3)
+    if llamacpp is not None:
+        notes += llamacpp.check_against_hf()
     step = {n: statistics.median(t[1] for t in rs[-args.rounds:]) for n, rs in runs.items() if rs}
     pre = {n: statistics.median(t[0] for t in rs[-args.rounds:]) for n, rs in runs.items() if rs}
-    floor = read / bandwidth
+    floor = read / bandwidth if read else float("nan")
 
     def ratio(d: dict[str, float], n: str, other: str) -> str:
         return f"{d[n] / d[other]:.2f}" if other in d and n != other else ""
@@ -172,12 +203,12 @@ def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: fl
     for n in CONTENDERS:
         if n not in step:
             continue
-        rows.append(f"| {shape} | {read / 1e6:.0f} MB | {floor * 1e3:.2f} ms | {n} | {step[n] * 1e3:.2f} ms "
+        rows.append(f"| {shape} | {(read or float('nan')) / 1e6:.0f} MB | {floor * 1e3:.2f} ms | {n} | {step[n] * 1e3:.2f} ms "
                     f"({step[n] / floor:.1f}×) | {ratio(step, n, 'ort')} | {ratio(step, n, 'genai')} | "
                     f"{pre[n] * 1e3:.0f} ms | {ratio(pre, n, 'ort')} | {ratio(pre, n, 'genai')} |")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     print(f"<!-- {shape}: peak RSS of this process {rss:.1f} GB -->")
-    return rows
+    return rows, notes
 
 
 def _ort_matmulnbits(n: int, k: int, level: int, operands: list[np.ndarray], threads: int) -> object:
@@ -301,13 +332,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS),
                     help="a subset, for shapes whose contenders do not fit one process's memory together")
-    ap.add_argument("--genai-root", type=Path, help="ROOT/<rung>/int4: genai's int4 builder output per shape")
+    ap.add_argument("--genai-root", type=Path, help="ROOT/<rung>/int4: genai's int4 builder output per shape; "
+                    "ROOT/<rung>: its random HF checkpoint, which llama.cpp's files are made from (written when "
+                    "missing) and kept beside it")
     ap.add_argument("--checkpoints", type=Path, help="ROOT/<rung>: a bf16 checkpoint per shape (scale_checkpoints.py) "
                     "that ours are built from, a tensor at a time (else random float32 weights in memory)")
     ap.add_argument("--quantize-method", choices=["balanced", "mse", "rtn"], default="balanced",
                     help="how ours choose codes (timing does not depend on it; rtn builds the large shapes ~10× sooner)")
     ap.add_argument("--genai-python", type=Path, default=Path("/work/genai-venv/bin/python"),
                     help="the interpreter of onnxruntime-genai's own venv")
+    ap.add_argument("--llamacpp-python", type=Path, default=os.environ.get(LLAMACPP_ENV) or None,
+                    help=f"the interpreter of llama-cpp-python's own venv (default ${LLAMACPP_ENV}; none: "
+                    "llamacpp is skipped)")
+    ap.add_argument("--llamacpp-pure", action="store_true", help="llama.cpp's unembedding Q4_0 as well (its "
+                    "Q4_0 keeps the tied embedding, the unembedding here, at Q6_K)")
     ap.add_argument("--quick", action="store_true", help="the tiny Llama, small products, short prompt: a smoke run")
     args = ap.parse_args(argv)
     if args.quick:
