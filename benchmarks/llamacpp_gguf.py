@@ -1,7 +1,8 @@
 """A HF Llama or Qwen2 checkpoint (scale_checkpoints.py's random ones) written as a GGUF file for llama.cpp.
 
-llama.cpp's own converter (convert_hf_to_gguf.py) refuses these checkpoints: it identifies the tokenizer by
-the hash of a test string's tokens, and scale_checkpoints' 256-word tokenizer is none it knows. The benchmark
+llama.cpp's own converter (convert_hf_to_gguf.py, 0.3.36's) refuses these checkpoints: it imports
+sentencepiece (not ours to install), and past that it identifies a BPE tokenizer by the hash of a test
+string's tokens ("BPE pre-tokenizer was not recognized"), scale_checkpoints' 256-word one being none it knows. The benchmark
 feeds llama.cpp token ids, so the file is written here with gguf's writer, as the converter writes the model's
 tensors and keys (tests/weights/gguf_testlib.py does the same for a torch model), and with no vocabulary:
 tokenizer.ggml.model "none" and {arch}.vocab_size, for which llama.cpp makes that many dummy tokens.
