@@ -106,9 +106,14 @@ class LlamaCpp:
 
     def check_against_hf(self) -> list[str]:
         """Lines for below the table: each file's agreement with HF, and the Q4_0 file's size."""
-        lines = [f"llamacpp on {self.shape}: {self.q4.name}, {self.model_bytes / 1e6:.0f} MB of tensors "
-                 f"({'all Q4_0' if self.args.llamacpp_pure else 'Q4_0, the tied unembedding Q6_K'}); "
-                 f"checkpoint {self.checkpoint} (genai's, not our contenders' weights)"]
+        import gguf
+
+        types = sorted({t.tensor_type.name for t in gguf.GGUFReader(self.q4).tensors if len(t.shape) > 1})
+        embedding = next(t.tensor_type.name for t in gguf.GGUFReader(self.q4).tensors if t.name == "token_embd.weight")
+        lines = [f"llamacpp on {self.shape}: {self.q4.name}, {self.model_bytes / 1e6:.0f} MB of tensors, matrices "
+                 f"{'/'.join(types)}, the tied embedding and unembedding {embedding} (llama.cpp's Q4_0 takes Q6_K "
+                 f"there, Q8_0 when the width is no multiple of 256); checkpoint {self.checkpoint} (genai's, not "
+                 "our other contenders' weights)"]
         for model in (self.q4, self.bf16):
             r = self.check(model)
             lines.append(f"llamacpp {model.name} against HF float32 on that checkpoint, {r['steps']} greedy steps: "
