@@ -346,6 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "llamacpp is skipped)")
     ap.add_argument("--llamacpp-pure", action="store_true", help="llama.cpp's unembedding Q4_0 as well (its "
                     "Q4_0 keeps the tied embedding, the unembedding here, at Q6_K)")
+    ap.add_argument("--llamacpp-threads", type=int, help="llama.cpp's n_threads and n_threads_batch (default "
+                    "--threads): on a loaded machine its 2-thread barriers wait for descheduled threads")
     ap.add_argument("--quick", action="store_true", help="the tiny Llama, small products, short prompt: a smoke run")
     args = ap.parse_args(argv)
     if args.quick:

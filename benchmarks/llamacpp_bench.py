@@ -85,7 +85,7 @@ class LlamaCpp:
     def _time(self, model: Path, rounds: int, logits: Path | None = None) -> dict[str, Any]:
         a = self.args
         out = json_line([self.python, str(HERE / "llamacpp_timing.py"), "time", str(model), "--prompt",
-                         str(a.prompt), "--new", str(a.new), "--threads", str(a.threads), "--rounds", str(rounds),
+                         str(a.prompt), "--new", str(a.new), "--threads", str(a.llamacpp_threads or a.threads), "--rounds", str(rounds),
                          "--vocab", str(self.vocab), *(["--save-logits", str(logits)] if logits else [])])
         return out
 
