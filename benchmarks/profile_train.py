@@ -1,9 +1,13 @@
 """Where a training step of ours spends its time and memory on onnxruntime: session profiling
 (`SessionOptions.enable_profiling`) summed per op type, the largest tensors the step writes (from the
-profile's `output_size` of each node), and the peak RSS under the session options given.
+profile's `output_size` of each node), and the peak RSS under the session options given. `--live` adds
+which tensors are live together at the gradient session's static peak: the nodes in the order onnxruntime ran
+them (the profile's), each output held from its node to its last reader (graph outputs, bound by the runtime,
+and any buffer reuse onnxruntime's planner makes in place are left out, so it is an upper bound on the
+intermediates).
 
     python benchmarks/profile_train.py [--workload gpt2] [--batch 8] [--seq 128] [--layers 4] [--steps 3]
-        [--ort KEY=VALUE]
+        [--live] [--ort KEY=VALUE]
 
 The split step's two halves are also timed apart (the gradient graph, the update graph). Against torch
 eager, component by component in one process: profile_train_vs_torch.py.
@@ -48,6 +52,42 @@ def summarize(trace: list[dict], skip_runs: int = 1) -> tuple[dict[str, float], 
     return {k: v / n for k, v in per_op.items()}, sorted(sizes.values(), reverse=True)
 
 
+def live_at_peak(trace: list[dict], model_path: Path) -> tuple[int, str, list[tuple[int, str, str]]]:
+    """The largest sum of intermediates live at once in the first run's order: (bytes, the node where, the live
+    tensors as (bytes, op type, name), largest first)."""
+    import numpy as np
+    import onnx
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    nodes = {n.name: n for n in graph.node}
+    outputs = {o.name for o in graph.output}
+    runs = [e for e in trace if e.get("name") == "model_run"]
+    end = runs[0]["ts"] + runs[0]["dur"] if runs else float("inf")
+    events = sorted((e for e in trace if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")
+                     and e["ts"] <= end), key=lambda e: e["ts"])
+    order, size = [], {}
+    for e in events:
+        n = nodes.get(e["name"][: -len("_kernel_time")])
+        if n is None:
+            continue
+        order.append(n)
+        for out, shape in zip(n.output, e["args"].get("output_type_shape", []), strict=False):
+            ((dtype, dims),) = shape.items()
+            size[out] = int(np.prod(dims)) * (8 if "64" in dtype else 1 if "bool" in dtype else 4)
+    last = {t: i for i, n in enumerate(order) for t in n.input}
+    live: dict[str, tuple[int, str, str]] = {}
+    best: tuple[int, str, list[tuple[int, str, str]]] = (0, "", [])
+    for i, n in enumerate(order):
+        live.update({o: (size[o], n.op_type, o) for o in n.output if o in size and o not in outputs})
+        total = sum(v[0] for v in live.values())
+        if total > best[0]:
+            best = (total, f"{n.op_type} {n.name}", sorted(live.values(), reverse=True))
+        for t in [*n.input, *n.output]:
+            if t in live and last.get(t, -1) <= i:
+                del live[t]
+    return best
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="gpt2")
@@ -60,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--live", action="store_true", help="the tensors live together at the static peak")
     ap.add_argument("--ort", action="append", default=[], help="KEY=VALUE: a SessionOptions attribute")
     ap.set_defaults(ort_b=[])  # bench_train.ours reads it: a second session's options, none here
     ap.add_argument("--workdir", help="where the HF checkpoint is written (default: the system's temp dir)")
@@ -69,6 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     hf = bench_train.hf_model(args.workload, args)
     vocab = hf.config.vocab_size
+    optimized = Path(tempfile.mkdtemp(dir=args.workdir)) / "gradient.onnx"
+    if args.live:  # the graph onnxruntime runs, after its own rewrites: the profile names its nodes
+        args.ort = [*args.ort, f"optimized_model_filepath={optimized}"]
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         hf.save_pretrained(tmp)
         del hf
@@ -108,6 +152,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nlargest outputs (of {len(largest)} nodes; sum {sum(s[0] for s in largest) / 2**20:.0f} MiB):")
     for size, op, node, shape in largest[:args.top]:
         print(f"  {size / 2**20:8.1f} MiB {op:20s} {node[:50]:50s} {shape}")
+    if args.live:
+        total, where, tensors = live_at_peak(trace, optimized)
+        print(f"\nstatic peak of intermediates {total / 2**20:.0f} MiB, at {where[:70]}; live there:")
+        for size, op, name in tensors[:args.top]:
+            print(f"  {size / 2**20:8.1f} MiB {op:20s} {name[:60]}")
     if args.json:
         Path(args.json).write_text(json.dumps({"per_op_us": per_op, "times": times, "peak_rss_mib": peak,
                                                "largest": largest[:200]}, indent=1))

@@ -17,6 +17,7 @@ and, for layer norm, more accurate than the sum-of-quotients form.
   one_hot_pick        rules/one_hot_pick.py → GATHER_ELEMENTS(p, w; a) for Σ_a [[range = w]] ⊙ p (training)
                       rules/pick_before_slice.py → SLICE(GATHER_ELEMENTS(X, w')) for a pick from a slice of X
   log_softmax         rules/log_softmax.py →  z − max z − log Σ exp(z − max z) for log ∘ softmax (training)
+  gather_of_transpose rules/gather_of_transpose.py → TRANSPOSE(GATHER(W, i)) for GATHER(TRANSPOSE(W), i) (training)
 
 They expect `cse` and `simplify` to have run (they also work on the raw graph, just with more to
 look through); attention fusion runs after CSE so that the causal mask each head rebuilds is one
@@ -33,6 +34,7 @@ from pseudoformer.passes.rules import (
     attention,
     expert_matmul,
     expert_swiglu,
+    gather_of_transpose,
     gelu_tanh,
     layer_norm,
     log_softmax,
@@ -54,6 +56,7 @@ LOG_SOFTMAX_RULES = [log_softmax.RULE]
 PICK_RULES = [one_hot_pick.RULE]
 SLICED_PICK_RULES = [pick_before_slice.RULE]
 EXPERT_RULES = [expert_matmul.RULE, expert_swiglu.RULE]
+UNTRANSPOSED_GATHER_RULES = [gather_of_transpose.RULE]
 
 
 def fuse_norms(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
@@ -99,6 +102,12 @@ def pick_before_slice(graph: Graph, refusals: list | None = None) -> tuple[Graph
     """Replace every one-entry pick from a slice with the pick from the whole, sliced (after log_softmax, so that
     the whole is the log-softmax, not the softmax it replaced)."""
     return apply_rules(graph, SLICED_PICK_RULES, refusals)
+
+
+def gather_untransposed(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Replace every gather from a transpose with the gather from the stored tensor, its result transposed (before
+    the autodiff: no transposed copy of an embedding table, forward or backward)."""
+    return apply_rules(graph, UNTRANSPOSED_GATHER_RULES, refusals)
 
 
 def fuse_experts(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:

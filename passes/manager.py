@@ -30,6 +30,7 @@ def _registry() -> dict[str, Pass]:
         fuse_norms,
         fuse_rotary,
         fuse_swiglu,
+        gather_untransposed,
         pick_before_slice,
         pick_one_hot,
         stable_log_softmax,
@@ -37,7 +38,7 @@ def _registry() -> dict[str, Pass]:
     from pseudoformer.passes.head_batching import batch_heads
     from pseudoformer.passes.layout import to_row_major
     from pseudoformer.passes.simplify import simplify
-    from pseudoformer.passes.training_step import fold_batched_gradients
+    from pseudoformer.passes.training_step import fold_batched_gradients, fold_scatters
 
     passes = [
         Pass("cse", plain(cse), "common subexpression elimination: one node per distinct computation"),
@@ -62,6 +63,10 @@ def _registry() -> dict[str, Pass]:
         Pass("batched_weight_gradient", with_refusals(fold_batched_gradients),
              "Σ_b a_bᵀ c_b (a weight's gradient over a batch) → one product over the B·ℓ rows; (xᵀ y)ᵀ → yᵀ x "
              "(training step)"),
+        Pass("gather_of_transpose", with_refusals(gather_untransposed),
+             "gather(transpose(W), i) → transpose(gather(W, i)): no transposed copy of an embedding table (training)"),
+        Pass("scatter_fold", with_refusals(fold_scatters),
+             "Σ_a scatter_add(0, i, u; a) → Σ_a u; x ± scatter_add(0, i, u) → scatter_add(±x, i, ±u) (training step)"),
         Pass("head_batching", with_refusals(batch_heads),
              "Algorithm 5's H heads → one projection per Q/K/V (packed), one 4-D attention op"),
         Pass("layout", plain(to_row_major),
@@ -93,9 +98,9 @@ PIPELINES: dict[str, list[str]] = {
     "tvm": ["decompose", "float16", "fold_constants"],
     "padding": ["padding_mask"],
     # before the autodiff of a loss graph (passes/autodiff.py): the loss's log ∘ softmax made stable
-    "training": ["one_hot_pick", "log_softmax", "pick_before_slice", "cse"],
+    "training": ["one_hot_pick", "log_softmax", "pick_before_slice", "gather_of_transpose", "cse"],
     # on the training step graph (passes/training_step.py), after the autodiff wrote its backward part
-    "training-step": [*LEVELS[1], "batched_weight_gradient", "cse"],
+    "training-step": [*LEVELS[1], "batched_weight_gradient", "scatter_fold", "cse"],
     # weight quantization (--quantize), on the -O2 graph before generation derives its decoder from it
     "quantize": ["quantize"],
     # the incremental decoder of a -O2 graph: prefill, decode step, and the encoder's share

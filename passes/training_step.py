@@ -25,7 +25,11 @@ AdamW's state is `m.<name>`, `v.<name>` and the step count `t` (float32[]), each
 After the step is built, the rules of TRAINING_STEP_RULES rewrite what the VJPs wrote where a shorter
 form exists (the "training-step" pipeline of passes/manager.py): a weight's gradient summed over the
 batch becomes one product over the batch's rows (rules/batched_weight_gradient.py), and that product,
-transposed for a weight read transposed, is turned round (rules/transposed_product.py).
+transposed for a weight read transposed, is turned round (rules/transposed_product.py). Then a scatter-add into
+zeros (a gather's or a pick's cotangent) is written into the cotangent it is added to: its sum along the scattered
+axis first becomes the sum of its updates (rules/scatter_sum.py: the log-softmax's Σ ct), then the addition
+becomes the scatter's data (rules/scatter_add_into.py), so that the loss's backward writes one tensor of
+[batch, ℓ, N_V] where it wrote zeros, a scatter and a difference.
 """
 
 from __future__ import annotations
@@ -38,7 +42,12 @@ from pseudoformer.ir import DType, Graph, Node, Op, TensorType
 from pseudoformer.passes.autodiff import GRAD, AutodiffError, gradients, trainable_params
 from pseudoformer.passes.rebuild import rebuild
 from pseudoformer.passes.rule import apply_rules
-from pseudoformer.passes.rules import batched_weight_gradient, transposed_product
+from pseudoformer.passes.rules import (
+    batched_weight_gradient,
+    scatter_add_into,
+    scatter_sum,
+    transposed_product,
+)
 
 NEW = "new."
 LR = "lr"
@@ -91,6 +100,14 @@ TRAINING_STEP_RULES = [batched_weight_gradient.RULE, transposed_product.RULE]
 def fold_batched_gradients(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
     """Every weight gradient Σ_b a_bᵀ c_b over a batch → one product over the B·ℓ rows; (xᵀ y)ᵀ → yᵀ x."""
     return apply_rules(graph, TRAINING_STEP_RULES, refusals)
+
+
+def fold_scatters(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+    """Σ_a scatter_add(0, i, u; a) → Σ_a u, then x ± scatter_add(0, i, u) → scatter_add(±x, i, ±u). Two walks: the
+    second rule needs the scatter read once, which the first makes it."""
+    graph, summed = apply_rules(graph, [scatter_sum.RULE], refusals)
+    graph, into = apply_rules(graph, [scatter_add_into.RULE], refusals)
+    return graph, summed or into
 
 
 class _Make:

@@ -117,13 +117,18 @@ def _add_vjp(n: Any, ct: Any, make: Any) -> tuple[Any, None, Any]:
 
 
 def _add_example(make: ExampleMaker) -> list[Any]:
-    """Rows 0, 1, 0 of x get three rows added (row 0 twice); then rows 0, 2, 2, 3 by a 2 × 2 table of indices."""
+    """Rows 0, 1, 0 of x get three rows added (row 0 twice); then rows 0, 2, 2, 3 by a 2 × 2 table of indices,
+    into x and into y, whose axes after the indexed one have known sizes."""
     x = make.input("x", DType.float32, "batch", 4, "seq")
     at = make.input("at", DType.int64, 3, values=lambda rng, shape: np.array([0, 1, 0]))
     table = make.input("table", DType.int64, 2, 2, values=lambda rng, shape: np.array([[0, 2], [2, 3]]))
     upd = make.input("upd", DType.float32, "batch", 3, "seq")
     rows = make.input("rows", DType.float32, "batch", 2, 2, "seq")
-    return [make(Op.SCATTER_ADD, x, at, upd, axis=1), make(Op.SCATTER_ADD, x, table, rows, axis=-2)]
+    # sizes known after the axis: ONNX adds along the axis with ScatterElements, not ScatterND between transposes
+    y = make.input("y", DType.float32, "batch", 4, 3)
+    cols = make.input("cols", DType.float32, "batch", 2, 2, 3)
+    return [make(Op.SCATTER_ADD, x, at, upd, axis=1), make(Op.SCATTER_ADD, x, table, rows, axis=-2),
+            make(Op.SCATTER_ADD, y, table, cols, axis=1)]
 
 
 register(OpDef(Op.SCATTER, "data with slices at int64 positions replaced by updates' (no repeats)", 3, _type,

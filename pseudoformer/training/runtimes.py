@@ -11,6 +11,9 @@ and optimizer state kept by the runtime between steps.
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,6 +51,7 @@ class StepRuntime:
         self.batch_names = [n.attrs["name"] for n in graph.inputs
                             if n.attrs["name"] not in self.carried and n.attrs["name"] != LR]
         self.frozen = dict(frozen)
+        # One copy, which the runtime owns (onnxruntime's split step writes over it in place); `_load` keeps it.
         self._load({k: np.array(v, order="C") for k, v in state.items()})
 
     def step(self, batch: Mapping[str, np.ndarray], lr: float) -> float:
@@ -91,7 +95,7 @@ class OrtStep(StepRuntime):
 
     def _load(self, state: dict[str, np.ndarray]) -> None:
         value = self.ort.OrtValue.ortvalue_from_numpy
-        self.buffers = [{k: value(np.array(v)) for k, v in state.items()},
+        self.buffers = [{k: value(v) for k, v in state.items()},
                         {k: value(np.empty_like(v)) for k, v in state.items()}]
         self.loss = value(np.zeros((), np.float32))
         self.binding = self.session.io_binding()
@@ -157,7 +161,7 @@ class OrtSplitStep(StepRuntime):
 
     def _load(self, state: dict[str, np.ndarray]) -> None:
         value = self.ort.OrtValue.ortvalue_from_numpy
-        arrays = {k: np.array(v, order="C") for k, v in state.items()}
+        arrays = dict(state)
         arrays.update({GRAD + k: np.empty_like(arrays[k]) for k in self.theta})
         self.arrays = arrays  # the memory every OrtValue below is a view of
         self.buffers = [{k: value(arrays[k]) for k in state}]  # one set, updated in place
@@ -186,10 +190,38 @@ class OrtSplitStep(StepRuntime):
         self.session.run_with_iobinding(self.binding)
         self.lr[...] = lr
         self.update.run_with_iobinding(self.update_binding)
+        # The gradients are rewritten in full by the next step: their pages go back to the system until then, as
+        # torch's zero_grad(set_to_none=True) drops them, so at the step's peak (the loss's backward, where no
+        # layer's gradient exists yet) they are not all resident (GPT-2: 148 MiB).
+        _release_pages([self.arrays[k] for k in self.grads])
         return float(self.loss.numpy())
 
     def values(self) -> dict[str, np.ndarray]:
         return {k: v.numpy().copy() for k, v in self.buffers[0].items()}
+
+
+def _release_pages(arrays: list[np.ndarray]) -> None:
+    """madvise(MADV_DONTNEED) the whole pages inside each array (Linux): they read as zeros when next touched,
+    which is harmless for a buffer that is written before it is read. Elsewhere, nothing."""
+    libc = _libc()
+    if libc is None:
+        return
+    page = 4096
+    for a in arrays:
+        start = -(-a.ctypes.data // page) * page
+        stop = (a.ctypes.data + a.nbytes) // page * page
+        if stop - start >= 1 << 20:  # small ones share pages with the heap's bookkeeping: not worth it
+            libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(stop - start), 4)  # MADV_DONTNEED
+
+
+@functools.cache
+def _libc() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
 
 
 class InPlaceError(Exception):
@@ -214,6 +246,10 @@ def _ort_session(ort: Any, graph: Graph, frozen: Mapping[str, np.ndarray], *, th
     # A training step's memory pattern (one block planned for every intermediate) held GPT-2's step at
     # batch 8 above 3.9 GB where the arena alone peaks at 2.9 GB (benchmarks/README.md, training).
     options.enable_mem_pattern = False
+    # Nor an arena: what the arena takes it keeps, and a step's tensors of the vocabulary's size (196 MiB for
+    # GPT-2 at batch 8) and the update's temporaries of a parameter's size left it holding several hundred MiB
+    # more than the step's live tensors ever add up to; without it, each is freed when its last reader ran.
+    options.enable_cpu_mem_arena = False
     # The frozen weights are handed to onnxruntime as OrtValues over our own arrays, so they exist once:
     # inline initializers were held by the proto, its serialised bytes and onnxruntime's own copy, and
     # prepacking a MatMul's constant B keeps a packed copy next to an initializer it may not free.
@@ -278,7 +314,7 @@ class TvmStep(StepRuntime):
 
         self.tvm = tvm
         self.dev = tvm.cpu()
-        self.state = {k: tvm.runtime.tensor(np.array(v, order="C"), self.dev) for k, v in state.items()}
+        self.state = {k: tvm.runtime.tensor(v, self.dev) for k, v in state.items()}
         self.outputs = self.model.output_names
 
     def step(self, batch: Mapping[str, np.ndarray], lr: float) -> float:

@@ -57,3 +57,12 @@ def test_the_update_pieces_benchmark_runs(tmp_path: Path) -> None:
     rows = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith("| whole") or
             line.startswith("| 64 ")]
     assert len(rows) == 2 and int(rows[1][1]) > int(rows[0][1])  # the pieces are more nodes
+
+
+def test_the_training_profile_lists_the_tensors_live_at_the_peak(tmp_path: Path) -> None:
+    script = SCRIPT.with_name("profile_train.py")
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--live", "--steps", "1", "--seq", "16",
+                           "--batch", "2", "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    peak = proc.stdout.split("static peak of intermediates ", 1)[1].splitlines()
+    assert "MiB, at " in peak[0] and len(peak) > 5  # the node where, then the tensors live there

@@ -161,10 +161,22 @@ def test_the_step_is_written_in_its_short_forms_before_any_backend_sees_it() -> 
     assert {Op.EXPAND, Op.PAD, Op.FLATTEN} <= {n.op for n in nodes}
     nodes_onnx = to_onnx(step.graph, step.frozen).graph.node
     ops = [n.op_type for n in nodes_onnx]
-    # the one ScatterElements is the loss pick's cotangent, a scatter-add (scatter_add_elements)
+    # every scatter-add is written into the cotangent it is added to, none into zeros (rules/scatter_sum.py,
+    # rules/scatter_add_into.py): the loss pick's into −softmax · Σ ct, the embedding's into the unembedding's
+    # gradient, gathered from W_e as stored (rules/gather_of_transpose.py: no transposed copy of W_e)
+    added = [n for n in nodes if n.op in (Op.SCATTER_ADD, Op.SCATTER_ADD_ELEMENTS)]
+    assert sorted(n.op.value for n in added) == ["scatter_add", "scatter_add_elements"]
+    assert not [n for n in added if n.src[0].op is Op.EXPAND]
+    w_e = next(n for n in step.graph.inputs if n.attrs["name"] == "theta.W_e")
+    readers = [c for c in nodes if w_e in c.src]  # the lookup, the unembedding, ct · W_eᵀ, SGD's update
+    assert [c.op for c in readers] == [Op.GATHER, Op.MATMUL, Op.TRANSPOSE, Op.SUB]
+    assert [c.op for c in nodes if readers[2] in c.src] == [Op.MATMUL]  # onnxruntime: MatMul with transB
+    # both are ScatterElements adding, the embedding's along W_e's own token axis (no ScatterND and its
+    # transposes of the table)
     scatters = [n for n in nodes_onnx if n.op_type == "ScatterElements"]
-    assert [[a.s for a in n.attribute if a.name == "reduction"] for n in scatters] == [[b"add"]]
-    assert {"ConstantOfShape", "Expand", "Pad", "Flatten"} <= set(ops)
+    assert [[a.s for a in n.attribute if a.name == "reduction"] for n in scatters] == [[b"add"], [b"add"]]
+    assert "ScatterND" not in ops
+    assert {"Expand", "Pad", "Flatten"} <= set(ops) and "ConstantOfShape" not in ops  # no zeros left to write
 
 
 def test_a_broadcast_update_is_not_cut_into_pieces() -> None:

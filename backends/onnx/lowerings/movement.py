@@ -52,6 +52,9 @@ def _scatter_add(e: Emitter, n: Node) -> str:
     data, idx, upd = n.src
     rank, r = data.type.rank, idx.type.rank
     axis = n.attrs["axis"] % rank
+    after = list(data.shape[axis + 1:])
+    if axis and all(isinstance(d, int) for d in after):
+        return _scatter_add_along(e, n, axis, after)
     to_front = [axis, *(i for i in range(rank) if i != axis)]
     upd_perm = [*range(axis, axis + r), *range(axis), *range(axis + r, upd.type.rank)]
     front = e.emit("Transpose", [e.value(data)], perm=to_front) if axis else e.value(data)
@@ -62,6 +65,19 @@ def _scatter_add(e: Emitter, n: Node) -> str:
     summed = e.emit("ScatterND", [front, at, rows], reduction="add")
     back = [to_front.index(i) for i in range(rank)]
     return e.emit("Transpose", [summed], perm=back, out=e.out)
+
+
+def _scatter_add_along(e: Emitter, n: Node, axis: int, after: list[int]) -> str:
+    """A scatter-add on a later axis as ScatterElements: the index axes of the updates merged into one, each
+    position spread over the update's other axes. The transposes the ScatterND form needs copy the whole data
+    twice (the embedding's gradient, [d_e, N_V], gathered along N_V); the spread positions are the size of the
+    updates."""
+    data, idx, upd = n.src
+    rank = data.type.rank
+    rows = e.emit("Reshape", [e.value(upd), e.ints([0] * axis + [-1] + after)])
+    column = e.emit("Reshape", [e.value(idx), e.ints([1] * axis + [-1] + [1] * len(after))])
+    every = e.emit("Expand", [column, e.emit("Shape", [rows])])
+    return e.emit("ScatterElements", [e.value(data), every, rows], out=e.out, axis=axis % rank, reduction="add")
 
 
 @lowers(Op.SCATTER_ADD_ELEMENTS)
