@@ -29,7 +29,8 @@ def test_quick_run_prints_both_tables() -> None:
 
 
 def test_quick_fp32_run_prints_both_tables() -> None:
-    proc = subprocess.run([sys.executable, str(BENCH / "bench_int4.py"), "--quick", "--dtype", "fp32"],
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_int4.py"), "--quick", "--dtype", "fp32", "--contenders",
+                           "tvm", "tvm-gemm", "ort"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     products = [line.split(" | ") for line in proc.stdout.splitlines() if line.startswith(("| small |", "| odd |"))]
