@@ -25,6 +25,10 @@ both from the same quantized graph, against the weight-bandwidth floor measured 
              kernels (float32 and int8 activations) and one MatMulNBits (levels 0 and 4), as GB/s of int4 weights
              (codes and scales) against that bandwidth.
 
+--dtype fp32: the same two parts in float32, on SmolLM2's shape: contenders tvm (our decode schedule,
+backends/tvm/matvec_schedule.py) and ort (--backend onnx), and where named, tvm-gemm (the GEMM schedule decoding
+took before it; with all three, one process peaks at 4.4 GB on SmolLM2); the products are SmolLM2's (fp32_products.py), against onnxruntime's MatMul.
+
 Shapes: smollm2 (SmolLM2-135M), qwen0.5b (Qwen2.5-0.5B: 24 layers, d 896, 14/2 heads, d_mlp 4864,
 vocabulary 151936), qwen1.5b (Qwen2.5-1.5B: 28 layers, d 1536, 12/2 heads, d_mlp 8960; 6 GB of random
 float32 weights before quantization). With --checkpoints ROOT, ours are built from ROOT/<rung>, a bf16
@@ -33,6 +37,7 @@ quantized a tensor at a time: the float32 model is never held whole (backends/tv
 
     python benchmarks/bench_int4.py                          # both parts, every shape
     python benchmarks/bench_int4.py --shapes smollm2 --part models
+    python benchmarks/bench_int4.py --dtype fp32 --shapes smollm2
     python benchmarks/bench_int4.py --quick                  # a tiny Llama and small products: a smoke run
     python benchmarks/bench_int4.py --part models --shapes qwen0.5b --checkpoints ROOT --genai-root ROOT \
         --quantize-method rtn                                # ROOT/Qwen2.5-0.5B and ROOT/Qwen2.5-0.5B/int4
@@ -84,14 +89,25 @@ def machine() -> str:
 
 def step_bytes(graph: object) -> int:
     """Bytes of weights a decode step reads: every weight but the tables only gathered from (one row each),
-    from the parameters' types (a generator may have released its arrays)."""
+    from the parameters' types (a generator may have released its arrays). A table gathered through a
+    transpose (x = W_e[:, token] in the paper's notation) counts as gathered: compiling folds the transpose."""
     import math
 
     from pseudoformer.ir.ops import Op
 
+    users: dict[int, list[Any]] = {}
+    for n in graph.nodes():  # type: ignore[attr-defined]
+        for s in n.src:
+            users.setdefault(id(s), []).append(n)
+
+    def gathered(node: Any) -> bool:
+        uses = users.get(id(node), [])
+        return bool(uses) and all(u.op in (Op.GATHER, Op.GATHER_NBITS) or (u.op is Op.TRANSPOSE and gathered(u))
+                                  for u in uses)
+
     sizes = {s.attrs["name"]: np.dtype(s.dtype.value).itemsize * math.prod(int(d) for d in s.shape)
              for n in graph.nodes() for s in n.src  # type: ignore[attr-defined]
-             if s.op is Op.PARAM and n.op not in (Op.GATHER, Op.GATHER_NBITS)}
+             if s.op is Op.PARAM and not gathered(s)}
     return sum(sizes.values())
 
 
@@ -99,13 +115,16 @@ RUNGS = {"smollm2": "SmolLM2-135M", "qwen0.5b": "Qwen2.5-0.5B", "qwen1.5b": "Qwe
          "tiny": "tiny-llama"}
 CONTENDERS = ("tvm", "tvm8", "ort", "genai", "llamacpp")
 LLAMACPP_ENV = "PSEUDOFORMER_LLAMACPP_PYTHON"
+FP32_CONTENDERS = ("tvm", "tvm-gemm", "ort")
 
 
 def models_part(args: argparse.Namespace, bandwidth: float) -> None:
     from pseudoformer.passes.quantize import QuantizeOptions
 
-    opts = QuantizeOptions(bits=4, block_size=32, embeddings=True, accuracy_level=4, method=args.quantize_method)
-    print(f"## per token and prefill of {args.prompt}, int4 (blocks of 32, zero points, embeddings too), "
+    opts = QuantizeOptions(bits=4, block_size=32, embeddings=True, accuracy_level=4,
+                           method=args.quantize_method) if args.dtype == "int4" else None
+    kind = "int4 (blocks of 32, zero points, embeddings too)" if opts else "float32"
+    print(f"## per token and prefill of {args.prompt}, {kind}, "
           f"{args.threads} threads, {args.new} new tokens, medians of {args.rounds} rounds")
     print()
     print("| shape | weights read per step | floor | contender | per token (× floor) | ÷ ORT | ÷ genai | "
@@ -151,7 +170,8 @@ def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: fl
         assert model.graph.meta["hyperparameters"]["N_V"] == vocab, checkpoint
     else:
         model = load(ROOT / path, defines=defines, seed=0)
-    makers = {"tvm": lambda: Generator(model, backend="tvm", quantize=opts),  # threads: TVM_NUM_THREADS (main)
+    makers = fp32_makers(model, args.threads) if opts is None else {
+              "tvm": lambda: Generator(model, backend="tvm", quantize=opts),  # threads: TVM_NUM_THREADS (main)
               "tvm8": lambda: Generator(model, backend="tvm", quantize=opts, int8_activations=True),
               # last, and releasing the float32 weights once its files are written: one copy fewer held
               "ort": lambda: Generator(model, backend="onnx", quantize=opts, contrib_ops=True, threads=args.threads,
@@ -161,7 +181,7 @@ def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: fl
     read = step_bytes(next(iter(gens.values())).decoder.step) if gens else None
     prompt = np.random.default_rng(0).integers(0, vocab, (1, args.prompt))
     greedy = Sampling(temperature=0)
-    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in CONTENDERS}
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in (*CONTENDERS, *FP32_CONTENDERS)}
 
     def ours(name: str) -> None:
         g = gens[name].generate(prompt, max_new_tokens=args.new, sampling=greedy)
@@ -200,7 +220,7 @@ def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: fl
         return f"{d[n] / d[other]:.2f}" if other in d and n != other else ""
 
     rows = []
-    for n in CONTENDERS:
+    for n in dict.fromkeys((*CONTENDERS, *FP32_CONTENDERS)):
         if n not in step:
             continue
         rows.append(f"| {shape} | {(read or float('nan')) / 1e6:.0f} MB | {floor * 1e3:.2f} ms | {n} | {step[n] * 1e3:.2f} ms "
@@ -209,6 +229,22 @@ def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: fl
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     print(f"<!-- {shape}: peak RSS of this process {rss:.1f} GB -->")
     return rows, notes
+
+
+def fp32_makers(model: Any, threads: int) -> dict[str, Callable[[], Any]]:
+    """The float32 contenders: TVM with the decode schedule, TVM with GEMM's at every size (matvec_schedule's
+    DECODE_ROWS at 0 while it compiles: the code before the decode schedule), onnxruntime."""
+    from pseudoformer.backends.tvm import matvec_schedule
+    from pseudoformer.generation import Generator
+
+    def gemm_only() -> Any:
+        rows, matvec_schedule.DECODE_ROWS = matvec_schedule.DECODE_ROWS, 0
+        try:
+            return Generator(model, backend="tvm")
+        finally:
+            matvec_schedule.DECODE_ROWS = rows
+    return {"tvm": lambda: Generator(model, backend="tvm"), "tvm-gemm": gemm_only,
+            "ort": lambda: Generator(model, backend="onnx", threads=threads, keep_weights=False)}
 
 
 def _ort_matmulnbits(n: int, k: int, level: int, operands: list[np.ndarray], threads: int) -> object:
@@ -330,7 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--contenders", nargs="+", choices=CONTENDERS, default=list(CONTENDERS),
+    ap.add_argument("--dtype", choices=["int4", "fp32"], default="int4",
+                    help="fp32: float32 weights (SmolLM2's products; contenders tvm and ort, tvm-gemm if named)")
+    ap.add_argument("--contenders", nargs="+", choices=[*CONTENDERS, "tvm-gemm"], default=None,
                     help="a subset, for shapes whose contenders do not fit one process's memory together")
     ap.add_argument("--genai-root", type=Path, help="ROOT/<rung>/int4: genai's int4 builder output per shape; "
                     "ROOT/<rung>: its random HF checkpoint, which llama.cpp's files are made from (written when "
@@ -350,6 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "--threads): on a loaded machine its 2-thread barriers wait for descheduled threads")
     ap.add_argument("--quick", action="store_true", help="the tiny Llama, small products, short prompt: a smoke run")
     args = ap.parse_args(argv)
+    if args.contenders is None:
+        # tvm-gemm is asked for by name: the three float32 generators of SmolLM2 together peak at 4.4 GB
+        args.contenders = ["tvm", "ort"] if args.dtype == "fp32" else list(CONTENDERS)
     if args.quick:
         args.shapes, args.prompt, args.new, args.rounds = ["tiny"], 16, 4, 2
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM starts its pool (build.py keeps a set value)
@@ -358,7 +399,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"# streaming read bandwidth: {bandwidth / 1e9:.1f} GB/s (bench_llama.read_bandwidth, {args.threads} threads)")
     print()
     if args.part in ("products", "both"):
-        products_part(args, bandwidth)
+        if args.dtype == "fp32":
+            from fp32_products import products_part as fp32_products
+
+            fp32_products(args, bandwidth, block_medians)
+        else:
+            products_part(args, bandwidth)
     if args.part in ("models", "both"):
         models_part(args, bandwidth)
     print(f"# done; load average now {os.getloadavg()[0]:.1f}")

@@ -11,6 +11,7 @@ and meta_schedule crashes in this wheel, so every PrimFunc gets one of these han
   would otherwise keep the accumulators in memory. Tiles are taken column panel by column panel,
   so one panel of B stays in cache across all rows, and panels (or heads, for attention's batched
   products) run in parallel. The epilogue runs on each tile as it is written back.
+  Where the weight is packed, calls of a few rows (decoding) take matvec_schedule.py's kernel instead.
 * Rows: softmax and layer norm, parallel over rows, each row's stages together, inner loops
   left for LLVM to vectorise (dlight's CPU rule, which splits them, is the fallback).
 * The block-quantized product: nbits_schedule.py.
@@ -25,6 +26,7 @@ import os
 from typing import Any
 
 from pseudoformer.backends.tvm.guard import require_tvm
+from pseudoformer.backends.tvm.matvec_schedule import is_packed_product, with_decode
 from pseudoformer.backends.tvm.nbits_schedule import schedule_nbits
 from pseudoformer.backends.tvm.packing import PANEL
 from pseudoformer.backends.tvm.parallel_gate import serial_when_small
@@ -65,6 +67,16 @@ def _cpu_blocks(func: Any, target: Any) -> tuple[Any, list[Any]] | None:
 
 
 def _matmul(func: Any, target: Any, _tunable: bool) -> Any:
+    """GEMM's schedule, and for a product by a packed weight the decode one (matvec_schedule.py) beside it."""
+    if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+        return None
+    if is_packed_product(func):
+        return with_decode(func, lambda: schedule_gemm(func, target), target, _place_epilogue)
+    return schedule_gemm(func, target)
+
+
+def schedule_gemm(func: Any, target: Any) -> Any:
+    """The register-blocked GEMM schedule of a product's PrimFunc, for any number of rows; None if not one."""
     if (found := _cpu_blocks(func, target)) is None:
         return None
     sch, blocks = found
@@ -110,6 +122,16 @@ def _matmul(func: Any, target: Any, _tunable: bool) -> Any:
     # may alias the inputs, and every FMA then stores its accumulator.
     local = sch.cache_write(main.block_rv, 0, "global")
     sch.reverse_compute_at(local, io, preserve_unit_loops=True)
+    _place_epilogue(sch, local, io, packed)
+    sch.vectorize(ji)
+    sch.unroll(ii)
+    sch.decompose_reduction(main.block_rv, k)
+    return sch
+
+
+def _place_epilogue(sch: Any, local: Any, loop: Any, packed: bool = True) -> None:
+    """The write-back of a product's accumulators (`local`) and the blocks after it: inlined into it, or
+    computed under `loop` tile by tile, or (where neither takes) each a parallel loop nest of its own."""
     placed: set[str] = set()
     while pending := [b for b in sch.get_consumers(local) if sch.get(b).name_hint not in placed]:
         b = pending[0]
@@ -121,14 +143,10 @@ def _matmul(func: Any, target: Any, _tunable: bool) -> Any:
         last = sch.get_loops(b)[-1]
         if packed and _extent(sch, last) is not None and _extent(sch, last) % PANEL == 0:
             _try(sch.transform_block_layout, b, lambda *v: (*v[:-1], v[-1] // PANEL, v[-1] % PANEL))
-        if not _try(sch.reverse_compute_at, b, io, True):
+        if not _try(sch.reverse_compute_at, b, loop, True):
             _parallel_outer(sch, b)
     for b in [local, *sch.get_consumers(local)]:
         _vectorize_inner(sch, b)
-    sch.vectorize(ji)
-    sch.unroll(ii)
-    sch.decompose_reduction(main.block_rv, k)
-    return sch
 
 
 def _vectorize_inner(sch: Any, block: Any) -> None:
