@@ -26,6 +26,7 @@ from pseudoformer.backends.options import CompileOptions
 from pseudoformer.backends.pipeline import compile_pipeline, run
 from pseudoformer.backends.tvm.dedup import dedup_prim_funcs
 from pseudoformer.backends.tvm.fastmath import fast_math
+from pseudoformer.backends.tvm.fusion import reshapes_injective
 from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.lower import Lowered, to_relax
 from pseudoformer.backends.tvm.lowerings import accepts
@@ -88,6 +89,7 @@ def pipeline(target: Any, *, schedule: bool = True) -> Any:
     legalize = [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
+        reshapes_injective,
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
@@ -185,16 +187,17 @@ class TVMModel:
         args = []
         for name, dtype, rank in self.meta["inputs"]:
             given = inputs[name]
-            if isinstance(given, tvm.runtime.Tensor):
+            bound = self.meta.get("index_bounds", {}).get(name)
+            if isinstance(given, tvm.runtime.Tensor) and bound is None:
                 if given.ndim != rank or str(given.dtype) != dtype:
                     raise BackendError(f"input {name} is {given.dtype} of rank {given.ndim}, "
                                        f"the model wants {dtype} of rank {rank}")
                 args.append(given)
                 continue
-            value = np.ascontiguousarray(given, dtype=np.dtype(dtype))
+            value = np.ascontiguousarray(given.numpy() if isinstance(given, tvm.runtime.Tensor) else given,
+                                         dtype=np.dtype(dtype))
             if value.ndim != rank:
                 raise BackendError(f"input {name} has rank {value.ndim}, the model wants {rank}")
-            bound = self.meta.get("index_bounds", {}).get(name)
             problem = None if bound is None else out_of_range(name, value, bound)
             if problem is not None:
                 raise BackendError(problem)
@@ -290,6 +293,8 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     """
     if params not in PARAM_MODES:
         raise BackendError(f"params must be one of {', '.join(PARAM_MODES)}, got {params!r}")
+    if specialise and params == "bind":
+        raise BackendError("specialise takes its weights as arguments (params='args'), as main does")
     tgt = make_target(target)
     t0 = time.perf_counter()
     missing = [p.attrs["name"] for p in graph.params() if p.attrs["name"] not in weights]
