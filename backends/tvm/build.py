@@ -26,6 +26,7 @@ from pseudoformer.backends.options import CompileOptions
 from pseudoformer.backends.pipeline import compile_pipeline, run
 from pseudoformer.backends.tvm.dedup import dedup_prim_funcs
 from pseudoformer.backends.tvm.fastmath import fast_math
+from pseudoformer.backends.tvm.fusion import reshapes_injective
 from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.lower import Lowered, to_relax
 from pseudoformer.backends.tvm.lowerings import accepts
@@ -33,6 +34,7 @@ from pseudoformer.backends.tvm.nbits import split_params, split_weights
 from pseudoformer.backends.tvm.nbits_int8 import int8_weights
 from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
+from pseudoformer.backends.tvm.specialise import bind_specialised, function_for, with_specialised
 from pseudoformer.backends.tvm.weight_values import stream, to_device
 from pseudoformer.errors import BackendError, UsageError
 from pseudoformer.ir.graph import Graph
@@ -87,14 +89,16 @@ def pipeline(target: Any, *, schedule: bool = True) -> Any:
     legalize = [
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
+        reshapes_injective,
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
         relax.transform.DeadCodeElimination(),
+        relax.transform.RewriteDataflowReshape(),
         dedup_prim_funcs,
+        bind_specialised,
     ]
     lower = [
-        relax.transform.RewriteDataflowReshape(),
         relax.transform.ToNonDataflow(),
         relax.transform.RemovePurityChecking(),
         relax.transform.CallTIRRewrite(),
@@ -167,8 +171,13 @@ class TVMModel:
         """Make the weights TVM runs with now (quantizing lazy ones), not at the first run."""
         self._param_args()
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run on `inputs` by name (dtypes as the graph declares them); the outputs by name."""
+    def run(self, inputs: Mapping[str, Any], *, keep: frozenset[str] = frozenset(),
+            function: str | None = None) -> dict[str, Any]:
+        """Run on `inputs` by name (dtypes as the graph declares them); the outputs by name.
+
+        An input may also be a tvm Tensor, and the outputs named in `keep` stay tvm Tensors: a generator's
+        key/value cache goes from one step to the next without two copies through numpy a token. `function`:
+        "main" or SPECIALISED (specialise.py); by default the one that the inputs' sizes fit."""
         missing = [n for n in self.input_names if n not in inputs]
         extra = [n for n in inputs if n not in self.input_names]
         if missing or extra:
@@ -177,42 +186,64 @@ class TVMModel:
         dev = self._device()
         args = []
         for name, dtype, rank in self.meta["inputs"]:
-            value = np.ascontiguousarray(inputs[name], dtype=np.dtype(dtype))
+            given = inputs[name]
+            bound = self.meta.get("index_bounds", {}).get(name)
+            if isinstance(given, tvm.runtime.Tensor) and bound is None:
+                if given.ndim != rank or str(given.dtype) != dtype:
+                    raise BackendError(f"input {name} is {given.dtype} of rank {given.ndim}, "
+                                       f"the model wants {dtype} of rank {rank}")
+                args.append(given)
+                continue
+            value = np.ascontiguousarray(given.numpy() if isinstance(given, tvm.runtime.Tensor) else given,
+                                         dtype=np.dtype(dtype))
             if value.ndim != rank:
                 raise BackendError(f"input {name} has rank {value.ndim}, the model wants {rank}")
-            bound = self.meta.get("index_bounds", {}).get(name)
             problem = None if bound is None else out_of_range(name, value, bound)
             if problem is not None:
                 raise BackendError(problem)
             args.append(tvm.runtime.tensor(value, dev))
         params = self._param_args()
-        fn = self.vm()["main"]
+        fn = self.vm()[function or function_for(self.meta, [a.shape for a in args])]
         try:
             out = fn(*args, *params)
         except Exception as e:  # a shape check of the VM: sizes that contradict the model's types
             raise BackendError(f"the TVM model rejected the inputs: {str(e).strip().splitlines()[-1]}") from e
-        return {name: out[i].numpy() for i, name in enumerate(self.output_names)}
+        return {name: out[i] if name in keep else out[i].numpy() for i, name in enumerate(self.output_names)}
 
-    def profile(self, inputs: Mapping[str, np.ndarray], reps: int = 3) -> dict[str, float]:
+    def profile(self, inputs: Mapping[str, Any], reps: int = 3, *,
+                function: str | None = None) -> dict[str, float]:
         """Seconds per run spent in each kernel (and VM builtin) on `inputs`, summed over its calls."""
+        totals, _ = self._instrumented(inputs, reps, function)
+        return {k: v / reps for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+    def call_counts(self, inputs: Mapping[str, Any], *, function: str | None = None) -> dict[str, int]:
+        """How many times one run on `inputs` calls each kernel and VM builtin ("vm.builtin.*"): the VM's
+        per-call overhead, in numbers that do not depend on the machine's load."""
+        _, counts = self._instrumented(inputs, 1, function)
+        return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+    def _instrumented(self, inputs: Mapping[str, Any], reps: int,
+                      function: str | None) -> tuple[dict[str, float], dict[str, int]]:
         totals: dict[str, float] = {}
+        counts: dict[str, int] = {}
         started: list[float] = []
 
         def instrument(_func: Any, symbol: str, before: bool, _ret: Any, *_args: Any) -> int:
             if before:
                 started.append(time.perf_counter())
+                counts[symbol] = counts.get(symbol, 0) + 1
             else:
                 totals[symbol] = totals.get(symbol, 0.0) + time.perf_counter() - started.pop()
             return 0  # VMInstrumentReturnKind.NO_OP
 
-        self.run(inputs)
+        self.run(inputs, function=function)
         self.vm().set_instrument(tvm.runtime.convert(instrument))
         try:
             for _ in range(reps):
-                self.run(inputs)
+                self.run(inputs, function=function)
         finally:
             self.vm().set_instrument(None)
-        return {k: v / reps for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}
+        return totals, {k: v // reps for k, v in counts.items()}
 
     def save(self, path: str | Path) -> Path:
         """Write the shared library, with params="args" its weights beside it (weights_path), and last the
@@ -246,7 +277,8 @@ def _quiet_stderr() -> contextlib.AbstractContextManager[None]:
 def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: str = "llvm",
                   params: str = "args", schedule: bool = True, dtype: str = "float32",
                   metadata: Mapping[str, str] | None = None, opt_level: int = 0, verify: bool = False,
-                  quantize: QuantizeOptions | None = None, int8_activations: bool = False) -> TVMModel:
+                  quantize: QuantizeOptions | None = None, int8_activations: bool = False,
+                  specialise: Mapping[str, int] | None = None) -> TVMModel:
     """Lower `graph`, compile it for `target` ("llvm" or "cuda"), and return a runnable TVMModel.
 
     params="args" (the default) passes the weights at run time and saves them beside the
@@ -255,10 +287,14 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     schedule=False leaves TVM's default code, for comparison. dtype="float16" computes in half
     precision (passes/float16.py), the weights stored as float16. int8_activations: the 4-bit products round
     their activations to int8 per block and multiply in integers (VNNI where the CPU has it), as onnxruntime's
-    accuracy level 4 does: faster, no longer exact (nbits_int8.py); a CPU option.
+    accuracy level 4 does: faster, no longer exact (nbits_int8.py); a CPU option. specialise (IR dim name ->
+    size, e.g. {"batch": 1, "seq": 1} for a decode step) adds a second VM function, `SPECIALISED`, with those
+    sizes fixed: its shapes are constants, not built at run time (TVMModel.run picks it where the inputs fit).
     """
     if params not in PARAM_MODES:
         raise BackendError(f"params must be one of {', '.join(PARAM_MODES)}, got {params!r}")
+    if specialise and params == "bind":
+        raise BackendError("specialise takes its weights as arguments (params='args'), as main does")
     tgt = make_target(target)
     t0 = time.perf_counter()
     missing = [p.attrs["name"] for p in graph.params() if p.attrs["name"] not in weights]
@@ -277,6 +313,9 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     meta = _meta(lowered, target, params, names, metadata)
     # gather wraps an index out of range: the VM checks these inputs first (TVMModel.run)
     meta["index_bounds"] = token_bounds(graph)
+    if specialise:
+        mod = with_specialised(mod, specialise)
+        meta["specialised"] = dict(specialise)
     mod = _with_meta(mod, meta)
     if params == "bind":
         main = mod["main"]
@@ -325,6 +364,7 @@ def _meta(lowered: Lowered, target: str, params: str, names: list[str],
         "target": target,
         "param_mode": params,
         "inputs": [entry(n, t) for n, t in lowered.inputs],
+        "input_dims": [list(t.shape) for _, t in lowered.inputs],
         "outputs": [n for n, _ in lowered.outputs],
         "params": names if params == "args" else [],
         **{str(k): str(v) for k, v in (extra or {}).items()},

@@ -27,8 +27,10 @@ class TvmRuntime:
             raise UsageError("the TVM backend sizes its own thread pool (TVM_NUM_THREADS); --threads is for onnx")
         build = _build()
         self.dec, self.output = dec, output
+        self._cache_outputs = frozenset(n for s in dec.slots for n in (s.present_key, s.present_value))
         try:
-            self.step_model = build.compile_graph(dec.step, weights, int8_activations=int8_activations)
+            self.step_model = build.compile_graph(dec.step, weights, int8_activations=int8_activations,
+                                                  specialise=_one_token(dec))
             self.encoder_model = build.compile_graph(dec.encoder, weights) if dec.encoder is not None else None
             # the weights made now (lazy ones quantized a matrix at a time), not in the first prefill's time
             for m in (self.step_model, self.encoder_model):
@@ -45,5 +47,13 @@ class TvmRuntime:
         return self.step(feed, empty_cache(self.dec, feed))
 
     def step(self, feed: Mapping[str, Any], cache: Cache) -> tuple[np.ndarray, Cache]:
-        out = self.step_model.run({**feed, **cache})
+        # the cache stays in TVM's tensors from step to step (numpy would copy it twice a token)
+        out = self.step_model.run({**feed, **cache}, keep=self._cache_outputs)
         return out[self.output][:, -1:], _next_cache(self.dec, out)
+
+
+def _one_token(dec: IncrementalDecoder) -> dict[str, int]:
+    """The named dims of the step's token input (batch and new positions) at 1: one row's decode step, whose
+    shapes are then constants but for the cache's length (build.compile_graph's specialise)."""
+    tokens = next(n.type for n in dec.step.inputs if n.type.rank >= 2 and n.type.shape[1] == dec.positions)
+    return {d: 1 for d in tokens.shape if isinstance(d, str)}
