@@ -139,7 +139,8 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
     if not isinstance(runtimes[0], OrtSplitStep):
         print("ours: the update graph failed the in-place check; the step runs as one graph", file=sys.stderr)
     if args.ort_b:
-        runtimes.append(OrtStep(step.graph, step.frozen, step.state, threads=args.threads, session=options(args.ort_b)))
+        runtimes.append(make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split,
+                                     threads=args.threads, session=options(args.ort_b), **chunk))
     if plain_step is not None:
         runtimes.append(OrtStep(plain_step.graph, plain_step.frozen, plain_step.state, threads=args.threads,
                                 session=session))
