@@ -99,11 +99,14 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
           warmup: int = 0, schedule: str | None = None, clip: float = 0.0, weight_decay: float = 0.01,
           trainable: Sequence[str] | None = None, backend: str = "onnxruntime", save_every: int = 0,
           out: str | Path | None = None, threads: int | None = None, progress: bool = True,
-          level: int = 2) -> TrainResult:
+          level: int = 2, arena: bool = False) -> TrainResult:
     """Train the parameters of a loss algorithm's model (see the module's docstring); returns the losses and
-    the trained weights. `trainable`: the parameter names to train (the rest frozen); all by default."""
+    the trained weights. `trainable`: the parameter names to train (the rest frozen); all by default.
+    `arena`: onnxruntime keeps its memory arena between steps (faster steps, a higher peak)."""
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}: the backends are {', '.join(BACKENDS)}")
+    if arena and backend != "onnxruntime":
+        raise UsageError(f"--arena is onnxruntime's memory arena: it does not apply to the {backend} backend")
     model, hf_dir, group = _load(source, weights, seed, entry=entry, config=config, defines=list(defines or []))
     settings = _plan_settings(model)
     lr = lr if lr is not None else settings.get("lr")
@@ -141,7 +144,9 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
                         ties=ties)
     if loss_name is not None and step.graph.outputs[0][0] != "loss":
         raise UsageError(f"the loss output {loss_name!r} was not found")
-    options = {"threads": threads} if backend == "onnxruntime" else {}
+    options: dict[str, Any] = {"threads": threads} if backend == "onnxruntime" else {}
+    if arena:
+        options["session"] = {"enable_cpu_mem_arena": True}
     runtime = make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **options)
     outdir = Path(out) if out is not None else None
     sched = schedule or ("cosine" if opt.kind == "adamw" and warmup else "constant")

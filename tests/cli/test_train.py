@@ -77,6 +77,22 @@ def test_checkpoints_every_n_steps_and_the_loss_falls(tmp_path: Path, ids: Path)
         {p.name for p in out.iterdir()}
 
 
+def test_the_arena_option_trains_the_same_steps(tmp_path: Path, ids: Path) -> None:
+    """--arena changes where onnxruntime's tensors live, not what the step computes."""
+    losses = []
+    for extra in ([], ["--arena"]):
+        out = tmp_path / ("arena" if extra else "plain")
+        assert _train("--data", str(ids), "--steps", "3", "--lr", "1e-2", "-o", str(out), *extra) == 0
+        losses.append([float(r.split(",")[1]) for r in (out / "loss.csv").read_text().splitlines()[1:]])
+    assert len(losses[0]) == 3 and np.allclose(losses[0], losses[1], rtol=1e-6, atol=0)
+
+
+def test_the_arena_option_is_onnxruntime_s(tmp_path: Path, ids: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _train("--data", str(ids), "--steps", "1", "--lr", "1e-2", "--backend", "interpreter", "--arena") == 1
+    err = capsys.readouterr().err
+    assert "--arena is onnxruntime's memory arena" in err and err.count("error") == 1 and "Traceback" not in err
+
+
 @pytest.mark.parametrize(("make", "args", "message"), [
     (lambda p: np.save(p, np.array([1, 2, 99] * 10, np.int64)), [], "token id 99 (position 2) is outside"),
     (lambda p: np.save(p, np.ones(30, np.float32)), [], "holds float32 values: token ids are integers"),
