@@ -252,8 +252,8 @@ def child(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     workload, variant = args.child.split(":")
     if variant in ("ours", "plain", "session-b", "one-graph", "whole-update"):
-        if variant == "session-b":
-            args.ort, args.ort_b = args.ort_b, []
+        # only this variant's runtime: session B's options in place of ours, or none of them
+        args.ort, args.ort_b = (args.ort_b, []) if variant == "session-b" else (args.ort, [])
         from pseudoformer.passes import manager
 
         if variant == "plain":  # only the step without the rules, so that the peak is its own

@@ -39,9 +39,9 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     t.add_argument("--backend", choices=BACKENDS, default="onnxruntime", help="onnxruntime (default), tvm or "
                    "interpreter (the numpy reference)")
     t.add_argument("--threads", type=int, help="onnxruntime threads (default: all cores)")
-    t.add_argument("--arena", action="store_true",
-                   help="keep onnxruntime's memory arena between steps: faster steps (GPT-2's shape: ~18 %%) for a "
-                   "higher peak, as the arena keeps what it took (default: each tensor is freed after its last use)")
+    t.add_argument("--no-arena", dest="arena", action="store_false",
+                   help="free each of onnxruntime's tensors after its last use instead of keeping its memory arena "
+                   "between steps: slower steps (GPT-2's shape: ~30 %%), a peak a few %% lower or higher by model")
     t.add_argument("--save-every", type=int, default=0, metavar="N", help="write a checkpoint every N steps")
     t.add_argument("-o", "--output", metavar="DIR", help="write the checkpoint (model.safetensors, and hf/ for a "
                    "HuggingFace model), the loss curve (loss.csv, loss.svg) and training.json here")

@@ -99,14 +99,15 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
           warmup: int = 0, schedule: str | None = None, clip: float = 0.0, weight_decay: float = 0.01,
           trainable: Sequence[str] | None = None, backend: str = "onnxruntime", save_every: int = 0,
           out: str | Path | None = None, threads: int | None = None, progress: bool = True,
-          level: int = 2, arena: bool = False) -> TrainResult:
+          level: int = 2, arena: bool = True) -> TrainResult:
     """Train the parameters of a loss algorithm's model (see the module's docstring); returns the losses and
     the trained weights. `trainable`: the parameter names to train (the rest frozen); all by default.
-    `arena`: onnxruntime keeps its memory arena between steps (faster steps, a higher peak)."""
+    `arena=False`: onnxruntime frees each tensor after its last use instead of keeping its arena (slower)."""
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}: the backends are {', '.join(BACKENDS)}")
-    if arena and backend != "onnxruntime":
-        raise UsageError(f"--arena is onnxruntime's memory arena: it does not apply to the {backend} backend")
+    if not arena and backend != "onnxruntime":
+        raise UsageError(f"--no-arena is about onnxruntime's memory arena: it does not apply to the {backend} "
+                         "backend")
     model, hf_dir, group = _load(source, weights, seed, entry=entry, config=config, defines=list(defines or []))
     settings = _plan_settings(model)
     lr = lr if lr is not None else settings.get("lr")
@@ -145,8 +146,8 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
     if loss_name is not None and step.graph.outputs[0][0] != "loss":
         raise UsageError(f"the loss output {loss_name!r} was not found")
     options: dict[str, Any] = {"threads": threads} if backend == "onnxruntime" else {}
-    if arena:
-        options["session"] = {"enable_cpu_mem_arena": True}
+    if not arena:
+        options["session"] = {"enable_cpu_mem_arena": False}
     runtime = make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **options)
     outdir = Path(out) if out is not None else None
     sched = schedule or ("cosine" if opt.kind == "adamw" and warmup else "constant")

@@ -246,10 +246,12 @@ def _ort_session(ort: Any, graph: Graph, frozen: Mapping[str, np.ndarray], *, th
     # A training step's memory pattern (one block planned for every intermediate) held GPT-2's step at
     # batch 8 above 3.9 GB where the arena alone peaks at 2.9 GB (benchmarks/README.md, training).
     options.enable_mem_pattern = False
-    # Nor an arena: what the arena takes it keeps, and a step's tensors of the vocabulary's size (196 MiB for
-    # GPT-2 at batch 8) and the update's temporaries of a parameter's size left it holding several hundred MiB
-    # more than the step's live tensors ever add up to; without it, each is freed when its last reader ran.
-    options.enable_cpu_mem_arena = False
+    # onnxruntime's CPU arena stays on: since the loss's backward holds two vocabulary-sized tensors, not four,
+    # the arena's peak is the freed step's (GPT-2, batch 8, quiet: 1767 against 1709–1773 MiB; LoRA on SmolLM2
+    # lower, 2510 against 2624), and without it each step takes those tensors from the system afresh, page
+    # faults included: 22–34 % slower (benchmarks/README.md, training). `enable_cpu_mem_arena=False` frees
+    # each tensor after its last reader.
+    options.enable_cpu_mem_arena = True
     # The frozen weights are handed to onnxruntime as OrtValues over our own arrays, so they exist once:
     # inline initializers were held by the proto, its serialised bytes and onnxruntime's own copy, and
     # prepacking a MatMul's constant B keeps a packed copy next to an initializer it may not free.

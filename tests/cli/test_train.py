@@ -78,9 +78,9 @@ def test_checkpoints_every_n_steps_and_the_loss_falls(tmp_path: Path, ids: Path)
 
 
 def test_the_arena_option_trains_the_same_steps(tmp_path: Path, ids: Path) -> None:
-    """--arena changes where onnxruntime's tensors live, not what the step computes."""
+    """--no-arena changes where onnxruntime's tensors live, not what the step computes."""
     losses = []
-    for extra in ([], ["--arena"]):
+    for extra in ([], ["--no-arena"]):
         out = tmp_path / ("arena" if extra else "plain")
         assert _train("--data", str(ids), "--steps", "3", "--lr", "1e-2", "-o", str(out), *extra) == 0
         losses.append([float(r.split(",")[1]) for r in (out / "loss.csv").read_text().splitlines()[1:]])
@@ -88,9 +88,9 @@ def test_the_arena_option_trains_the_same_steps(tmp_path: Path, ids: Path) -> No
 
 
 def test_the_arena_option_is_onnxruntime_s(tmp_path: Path, ids: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert _train("--data", str(ids), "--steps", "1", "--lr", "1e-2", "--backend", "interpreter", "--arena") == 1
+    assert _train("--data", str(ids), "--steps", "1", "--lr", "1e-2", "--backend", "interpreter", "--no-arena") == 1
     err = capsys.readouterr().err
-    assert "--arena is onnxruntime's memory arena" in err and err.count("error") == 1 and "Traceback" not in err
+    assert "--no-arena is about onnxruntime's memory arena" in err and err.count("error") == 1 and "Traceback" not in err
 
 
 @pytest.mark.parametrize(("make", "args", "message"), [

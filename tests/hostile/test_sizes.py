@@ -80,7 +80,7 @@ def test_a_200_byte_onnx_cannot_allocate_8_gib(tmp_path: Path, capfd: pytest.Cap
 
 
 def test_max_memory_bounds_a_small_allocation_too(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    # The arena is registered once per process: run in a fresh one, so the limit asked for is the one used.
+    # In a fresh process: the CLI's own path from --max-memory to onnxruntime's arena, with nothing registered before.
     import subprocess
     import sys
 
