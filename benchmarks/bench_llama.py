@@ -124,12 +124,25 @@ class Genai:
         self.proc.wait(timeout=60)
 
 
-def read_bandwidth(threads: int) -> float:
-    """Bytes per second this machine streams from memory: the better of a numpy sum of 512 MB and an
-    ORT MatMul of one row by a 512 MB matrix (the GEMV a decode step is made of)."""
+def ort_gemv(w: np.ndarray, threads: int) -> object:
+    """An onnxruntime session of one row x [1, K] times the constant w [K, N]: the product a decode step makes."""
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
+    k, n = w.shape
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+                              [numpy_helper.from_array(w, "w")])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def read_bandwidth(threads: int) -> float:
+    """Bytes per second this machine streams from memory: the better of a numpy sum of 512 MB and an
+    ORT MatMul of one row by a 512 MB matrix (the GEMV a decode step is made of)."""
     a = np.ones(2**27, np.float32)
     best = []
     for _ in range(5):
@@ -139,15 +152,7 @@ def read_bandwidth(threads: int) -> float:
     rates = [a.nbytes / min(best)]
     k, n = 512, 2**18
     w = np.random.default_rng(0).random((k, n), dtype=np.float32)
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
-                              [numpy_helper.from_array(w, "w")])
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    session = ort.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
-                                                     ir_version=8).SerializeToString(), so,
-                                   providers=["CPUExecutionProvider"])
+    session = ort_gemv(w, threads)
     x = np.ones((1, k), np.float32)
     best = []
     for _ in range(7):

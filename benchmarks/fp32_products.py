@@ -22,18 +22,9 @@ CELLS = ("decode", "gemm", "ort")
 
 
 def _ort_matmul(w: np.ndarray, threads: int) -> object:
-    import onnxruntime as ort
-    from onnx import TensorProto, helper, numpy_helper
+    from bench_llama import ort_gemv
 
-    k, n = w.shape
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "gemv",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
-                              [numpy_helper.from_array(w, "w")])
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return ort_gemv(w, threads)
 
 
 def products_part(args: argparse.Namespace, bandwidth: float,
