@@ -30,11 +30,12 @@ from pseudoformer.backends.tvm.fusion import reshapes_injective
 from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.lower import Lowered, to_relax
 from pseudoformer.backends.tvm.lowerings import accepts
+from pseudoformer.backends.tvm.lowerings.attention import CPU_ONLY
 from pseudoformer.backends.tvm.nbits import split_params, split_weights
 from pseudoformer.backends.tvm.nbits_int8 import int8_weights
 from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
-from pseudoformer.backends.tvm.specialise import bind_specialised, function_for, with_specialised
+from pseudoformer.backends.tvm.specialise import SPECIALISED, bind_specialised, probes, with_specialised
 from pseudoformer.backends.tvm.weight_values import stream, to_device
 from pseudoformer.errors import BackendError, UsageError
 from pseudoformer.ir.graph import Graph
@@ -132,6 +133,9 @@ class TVMModel:
     timings: dict[str, float] = field(default_factory=dict)
     _vm: Any = None
     _params: list[Any] | None = None
+    _inputs: frozenset[str] | None = None
+    _probe_list: list[tuple[int, int, int]] | None = None
+    _functions: dict[str, Any] = field(default_factory=dict)
 
     @property
     def input_names(self) -> list[str]:
@@ -143,6 +147,22 @@ class TVMModel:
 
     def _device(self) -> Any:
         return tvm.cuda() if self.meta["target"] == "cuda" else tvm.cpu()
+
+    def _probes(self) -> list[tuple[int, int, int]]:
+        if self._probe_list is None:
+            self._probe_list = probes(self.meta)
+        return self._probe_list
+
+    def _function(self, name: str) -> Any:
+        if name not in self._functions:
+            self._functions[name] = self.vm()[name]
+        return self._functions[name]
+
+    def _input_set(self) -> frozenset[str]:
+        # once: a decode step checks its ~60 inputs by name every token
+        if self._inputs is None:
+            self._inputs = frozenset(self.input_names)
+        return self._inputs
 
     def vm(self) -> Any:
         if self._vm is None:
@@ -178,16 +198,18 @@ class TVMModel:
         An input may also be a tvm Tensor, and the outputs named in `keep` stay tvm Tensors: a generator's
         key/value cache goes from one step to the next without two copies through numpy a token. `function`:
         "main" or SPECIALISED (specialise.py); by default the one that the inputs' sizes fit."""
-        missing = [n for n in self.input_names if n not in inputs]
-        extra = [n for n in inputs if n not in self.input_names]
-        if missing or extra:
+        names = self._input_set()
+        if len(inputs) != len(names) or not names.issuperset(inputs):
+            missing = [n for n in self.input_names if n not in inputs]
+            extra = [n for n in inputs if n not in names]
             raise BackendError(f"inputs do not match the model's ({', '.join(self.input_names)}): "
                                f"missing {missing or 'none'}, unexpected {extra or 'none'}")
         dev = self._device()
+        bounds = self.meta.get("index_bounds", {})
         args = []
         for name, dtype, rank in self.meta["inputs"]:
             given = inputs[name]
-            bound = self.meta.get("index_bounds", {}).get(name)
+            bound = bounds.get(name)
             if isinstance(given, tvm.runtime.Tensor) and bound is None:
                 if given.ndim != rank or str(given.dtype) != dtype:
                     raise BackendError(f"input {name} is {given.dtype} of rank {given.ndim}, "
@@ -203,7 +225,10 @@ class TVMModel:
                 raise BackendError(problem)
             args.append(tvm.runtime.tensor(value, dev))
         params = self._param_args()
-        fn = self.vm()[function or function_for(self.meta, [a.shape for a in args])]
+        if function is None:
+            function = SPECIALISED if self._probes() and all(
+                int(args[i].shape[axis]) == size for i, axis, size in self._probes()) else "main"
+        fn = self._function(function)
         try:
             out = fn(*args, *params)
         except Exception as e:  # a shape check of the VM: sizes that contradict the model's types
@@ -301,7 +326,8 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     if missing:
         raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
     _check_shapes(graph, weights)
-    graph, folded = prepare(graph, weights, dtype, opt_level=opt_level, verify=verify, quantize=quantize)
+    graph, folded = prepare(graph, weights, dtype, opt_level=opt_level, verify=verify, quantize=quantize,
+                            target_kind=tgt.kind.name)
     int8 = int8_activations and tgt.kind.name == "llvm"
     lowered = to_relax(graph, target_kind=tgt.kind.name, int8=int8)
     if int8:
@@ -331,18 +357,20 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
 
 
 def prepare(graph: Graph, weights: Mapping[str, np.ndarray], dtype: str = "float32", *, opt_level: int = 0,
-            verify: bool = False, quantize: QuantizeOptions | None = None) -> tuple[Graph, dict[str, np.ndarray]]:
-    """`graph` optimised at `opt_level` (0: as given), quantized if asked, and as this backend lowers it, and
-    the weights it then takes (4-bit weights in the nibble order of our kernels, nbits.py): one run of the
-    passes backends/pipeline.py assembles. `verify` checks the IR after each."""
+            verify: bool = False, quantize: QuantizeOptions | None = None,
+            target_kind: str = "llvm") -> tuple[Graph, dict[str, np.ndarray]]:
+    """`graph` optimised at `opt_level` (0: as given), quantized if asked, and as this backend lowers it for
+    `target_kind` ("llvm", "cuda"), and the weights it then takes (4-bit weights in the nibble order of our
+    kernels, nbits.py): one run of the passes backends/pipeline.py assembles. `verify` checks the IR after each."""
     if dtype not in ("float32", "float16"):
         raise BackendError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
     # quantizing: each matrix when its codes are first loaded (passes/quantized_params.py), so that the
     # weights TVM takes are made a tensor at a time (weight_values.stream), never all in float32 at once
     options = CompileOptions(opt_level=opt_level, dtype=dtype, quantize=quantize, lazy_weights=quantize is not None)
     given = {k: v if isinstance(v, LazyTensor) else np.asarray(v) for k, v in weights.items()}
-    graph, folded = run(graph, compile_pipeline(options, "tvm"), weights=given, options=options, accepts=accepts,
-                        check=verify)
+    cpu = target_kind == "llvm"
+    graph, folded = run(graph, compile_pipeline(options, "tvm"), weights=given, options=options,
+                        accepts=lambda n: accepts(n) and (cpu or n.op not in CPU_ONLY), check=verify)
     return graph, split_weights(graph, folded)
 
 

@@ -59,10 +59,21 @@ def bind_specialised(mod: Any, _ctx: Any) -> Any:
 
 def function_for(meta: Mapping[str, Any], shapes: Sequence[Sequence[int]]) -> str:
     """SPECIALISED where the inputs, of these shapes, have the sizes it was compiled for; else main."""
+    if not probes(meta):
+        return "main"
+    return SPECIALISED if all(int(shapes[i][axis]) == size for i, axis, size in probes(meta)) else "main"
+
+
+def probes(meta: Mapping[str, Any]) -> list[tuple[int, int, int]]:
+    """(input, axis, size) for the first input axis of each specialised dim: enough to choose the function,
+    since a dim is one size across all the inputs (the VM rejects inputs that disagree, in either function).
+    A decode step reads two sizes a token, not the ~250 of its ~60 inputs' shapes."""
     sizes = meta.get("specialised")
     if not sizes or "input_dims" not in meta:
-        return "main"
-    for dims, shape in zip(meta["input_dims"], shapes, strict=True):
-        if any(isinstance(d, str) and d in sizes and int(n) != sizes[d] for d, n in zip(dims, shape, strict=True)):
-            return "main"
-    return SPECIALISED
+        return []
+    found: dict[str, tuple[int, int, int]] = {}
+    for i, dims in enumerate(meta["input_dims"]):
+        for axis, d in enumerate(dims):
+            if isinstance(d, str) and d in sizes and d not in found:
+                found[d] = (i, axis, int(sizes[d]))
+    return list(found.values())

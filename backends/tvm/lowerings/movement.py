@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pseudoformer.backends.tvm.concat_kernel import concat2_func
 from pseudoformer.backends.tvm.lowerings.registry import R, lowers, relax, tirx
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
+from pseudoformer.ir.types import DType
 
 if TYPE_CHECKING:
     from pseudoformer.backends.tvm.lower import RelaxLowering
+
+_OPAQUE = 8  # relay/relax OpPatternKind kOpaque: fusion leaves our kernels whole
 
 @lowers(Op.TRANSPOSE)
 def _transpose(lw: RelaxLowering, n: Node) -> Any:
@@ -47,7 +51,18 @@ def _reshape(lw: RelaxLowering, n: Node) -> Any:
 
 @lowers(Op.CONCAT)
 def _concat(lw: RelaxLowering, n: Node) -> Any:
-    return R.concat([lw.tensor(s) for s in n.src], axis=n.attrs["axis"])
+    parts = [lw.tensor(s) for s in n.src]
+    axis = n.attrs["axis"] % n.type.rank
+    if lw.target_kind != "llvm" or len(parts) != 2 or n.dtype is DType.bool:
+        return R.concat(parts, axis=axis)
+    # on a CPU, two row copies (concat_kernel.py)
+    key = ("concat2", n.dtype.value, n.type.rank, axis)
+    if key not in lw.notes:
+        func = concat2_func(n.dtype.value, n.type.rank, axis).with_attr("op_pattern", _OPAQUE)
+        lw.notes[key] = lw.bb.add_func(func, f"concat2_{n.dtype.value}")
+    a, b = (lw.shape(p) for p in parts)
+    return R.call_tir(lw.notes[key], parts,
+                      relax.TensorType([*a[:axis], a[axis] + b[axis], *a[axis + 1:]], n.dtype.value))
 
 
 @lowers(Op.SLICE)

@@ -1,10 +1,11 @@
 """The TVM backend's lowerings: one Relax expression per IR op (lower.py binds it and checks its shape).
 
 A lowering may accept only some nodes of its op (`when(node)`); a node no lowering accepts is
-decomposed into its formula before lowering (passes/decompose.py). Attention has no lowering here:
-its decomposition (matmul, masks, softmax, matmul) is what the matmul and softmax schedules cover,
-and the RMS norm over another axis than the last is its formula too (TVM 0.27's legalization of
-rms_norm indexes γ wrongly there).
+decomposed into its formula before lowering (passes/decompose.py). Attention of the batched form without
+a mask operand is one kernel of ours on a CPU (attention.py); other attention, and any on a GPU (build.prepare
+refuses the ops of attention.CPU_ONLY there), is its decomposition (matmul, masks, softmax, matmul), which
+the matmul and softmax schedules cover. The RMS norm over another axis than the last is its formula too
+(TVM 0.27's legalization of rms_norm indexes γ wrongly there).
 
 The family modules take TVM's names from here, after the guard that explains a missing TVM.
 """

@@ -1,0 +1,58 @@
+"""ATTENTION → our CPU kernel (attention_kernel.py), called with call_tir; other attention takes its formula.
+
+Taken: the batched form of rank 4 (q [b, H, s_q, d], k and v [b, H_kv, s_k, ·], H_kv dividing H), no mask
+operand (causal, window and soft-cap are attributes the kernel applies). The kernel computes in float32; a
+float16 model's operands are cast to it and the result back (the float16 pass runs after decompose, so the
+node it sees was float32 when it was accepted). A mask operand (padding, ALiBi's bias), the packed form and
+a GPU target go by parts (passes/decompose.py): the matmul and softmax schedules cover them. The kernel is
+marked opaque, so fusion leaves it whole.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pseudoformer.backends.tvm.attention_kernel import attention_func
+from pseudoformer.backends.tvm.lowerings.registry import R, lowers, relax
+from pseudoformer.ir.node import Node
+from pseudoformer.ir.ops import Op
+from pseudoformer.ir.types import DType
+
+if TYPE_CHECKING:
+    from pseudoformer.backends.tvm.lower import RelaxLowering
+
+_OPAQUE = 8  # relay/relax OpPatternKind kOpaque
+
+CPU_ONLY = frozenset({Op.ATTENTION})  # a GPU target decomposes these (build.prepare's accepts)
+
+
+def _takes(n: Node) -> bool:
+    if len(n.src) != 3 or n.attrs.get("q_heads", 0):
+        return False
+    q, k, v = (s.type for s in n.src)
+    if any(t.rank != 4 or t.dtype not in (DType.float32, DType.float16) for t in (q, k, v)):
+        return False
+    (bq, hq, _, d), (bk, hk, sk, dk), (bv, hv, sv, dv) = q.shape, k.shape, v.shape
+    static = all(isinstance(x, int) for x in (hq, hk, hv, d, dk, dv))
+    return static and bq == bk == bv and hk == hv and hq % hk == 0 and d == dk and sk == sv
+
+
+@lowers(Op.ATTENTION, when=_takes)
+def _attention(lw: RelaxLowering, n: Node) -> Any:
+    q, k, v = (_float32(lw, lw.tensor(s), s) for s in n.src)
+    hq, d = int(n.src[0].shape[1]), int(n.src[0].shape[3])
+    hk, dv = int(n.src[1].shape[1]), int(n.src[2].shape[3])
+    a = n.attrs
+    options = {"scale": float(a["scale"]), "causal": bool(a["causal"]), "window": int(a.get("window", 0)),
+               "softcap": float(a.get("softcap", 0.0))}
+    key = ("attention", hq, hk, d, dv, *options.values())
+    if key not in lw.notes:
+        func = attention_func(hq, hk, d, dv, **options).with_attr("op_pattern", _OPAQUE)
+        lw.notes[key] = lw.bb.add_func(func, f"attention_{hq}x{hk}x{d}")
+    b, _, sq, _ = lw.shape(q)
+    y = R.call_tir(lw.notes[key], [q, k, v], relax.TensorType([b, hq, sq, dv], "float32"))
+    return y if n.dtype is DType.float32 else R.astype(lw.emit(y), n.dtype.value)
+
+
+def _float32(lw: RelaxLowering, x: Any, n: Node) -> Any:
+    return x if n.dtype is DType.float32 else lw.emit(R.astype(x, "float32"))
