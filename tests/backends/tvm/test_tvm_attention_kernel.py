@@ -104,3 +104,13 @@ def test_a_models_attention_is_one_kernel_on_a_cpu_and_by_parts_on_a_gpu() -> No
     got, want = model.run(feed), run(step, feed, weights)
     for name, value in want.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_a_whole_models_attention_is_the_plain_kernel() -> None:
+    model = load("models/llama.alg", defines=TINY, seed=3)
+    compiled = compile_graph(model.graph, model.weights, opt_level=2)  # -O2 fuses attention
+    feed = {model.graph.inputs[0].attrs["name"]: np.random.default_rng(2).integers(0, 100, (2, 6))}
+    assert compiled.call_counts(feed).get("attention_4x2x16") == 2
+    got = compiled.run(feed)
+    for name, value in run(model.graph, feed, model.weights).items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-4, atol=1e-5, err_msg=name)
