@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np  # noqa: E402
+from tvm_vm_calls import decode_feed, step_arguments  # noqa: E402
 
 
 def tvms_table(ours: dict[Any, Any]) -> dict[Any, Any]:
@@ -45,17 +44,13 @@ def tvms_table(ours: dict[Any, Any]) -> dict[Any, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="smollm2")
-    ap.add_argument("--past", type=int, default=128)
+    step_arguments(ap, blocks=7, runs=30)
     ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--blocks", type=int, default=7)
-    ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM starts its pool
     import tvm
     from bench_int4 import ROOT, SHAPES, machine
-    from tvm_vm_calls import decode_feed
+    from interleaved_timing import block_medians
 
     from pseudoformer.backends.tvm.lowerings import LOWERINGS
     from pseudoformer.backends.tvm.specialise import SPECIALISED
@@ -93,21 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         token = g.decoder_input
         prefills[name] = lambda g=g, token=token: g.runtime.prefill({token: prompt})  # type: ignore[attr-defined]
     print(f"largest difference of the logits: {float(np.abs(logits['ours'] - logits['tvm']).max()):.2e}")
-    step_t: dict[str, list[float]] = {n: [] for n in gens}
-    prefill_t: dict[str, list[float]] = {n: [] for n in gens}
-    for _ in range(args.blocks):
-        for name in gens:
-            for _ in range(3):
-                steps[name]()
-            start = time.perf_counter()
-            for _ in range(args.runs):
-                steps[name]()
-            step_t[name].append((time.perf_counter() - start) / args.runs)
-            start = time.perf_counter()
-            prefills[name]()
-            prefill_t[name].append(time.perf_counter() - start)
+    step_t = block_medians(steps, blocks=args.blocks, runs=args.runs)
+    prefill_t = block_medians(prefills, blocks=args.blocks, runs=1, warmup=1)
     print("\n| lowering | step (ms) | prefill (ms) |\n|---|---|---|")
-    med = {n: (statistics.median(step_t[n]), statistics.median(prefill_t[n])) for n in gens}
+    med = {n: (step_t[n], prefill_t[n]) for n in gens}
     for name, (s, p) in med.items():
         print(f"| {name} | {s * 1e3:.2f} | {p * 1e3:.0f} |")
     base = med["tvm"]

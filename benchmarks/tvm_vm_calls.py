@@ -43,15 +43,21 @@ def decode_feed(step: object, past: int, vocab: int) -> dict[str, np.ndarray]:
     return feed
 
 
+def step_arguments(ap: argparse.ArgumentParser, *, blocks: int, runs: int) -> None:
+    """The options of a script that times one decode step of a shape: --shape, --past, --blocks, --runs,
+    --threads (this one's and tvm_kernels_ab.py's)."""
+    ap.add_argument("--shape", default="smollm2")
+    ap.add_argument("--past", type=int, default=128)
+    ap.add_argument("--blocks", type=int, default=blocks)
+    ap.add_argument("--runs", type=int, default=runs)
+    ap.add_argument("--threads", type=int, default=2)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", default="smollm2")
+    step_arguments(ap, blocks=9, runs=20)
     ap.add_argument("--contender", choices=["tvm8", "tvm", "fp32"], default="tvm8",
                     help="int4 with int8 activations, int4 computing in float32, or float32 weights")
-    ap.add_argument("--past", type=int, default=128)
-    ap.add_argument("--blocks", type=int, default=9)
-    ap.add_argument("--runs", type=int, default=20)
-    ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM starts its pool
     import tvm
