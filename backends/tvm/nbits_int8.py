@@ -4,7 +4,8 @@ An option (compile_graph's int8_activations), not the default: the activations a
 block of K, so the result is no longer the dequantized reference's (the error is reported beside
 onnxruntime's by benchmarks/bench_int4.py and bounded in tests/backends/tvm/test_tvm_nbits_int8.py).
 
-Activations, per token m and block j of K (`quantize_x`, a TE stage):
+Activations, per token m and block j of K (inside the product's kernel, before its parallel loop; in numpy
+`quantize_x_reference`):
 
     a = max |x[m, block j]|,  xs[m, j] = a / 127,  xq[m, k] = rint(x[m, k] · 127 / a)  (int8),
     xsum[m, j] = Σ xq over the block
@@ -44,7 +45,6 @@ from pseudoformer.ir.ops.quantized import operands
 from pseudoformer.ir.types import DType, TensorType
 
 tvm = require_tvm()
-from tvm import te, tirx  # noqa: E402
 from tvm.script import tirx as T  # noqa: E402
 
 ROWS = 16  # rows per vector: 16 int32 lanes (one zmm, or two ymm)
@@ -129,27 +129,7 @@ def int8_weights(graph: Graph, split: set[str], weights: Mapping[str, np.ndarray
     return out
 
 
-# ---- run time: the activations, per token and block (TE)
-
-
-def quantize_x(x: te.Tensor, block_size: int) -> tuple[te.Tensor, te.Tensor, te.Tensor]:
-    """(xq [M, K] int8, xs [M, kb] float32, xsum [M, kb] int32) of x [M, K] (K a multiple of the block)."""
-    m_ext, k_ext = x.shape
-    kb = k_ext // block_size
-    i = te.reduce_axis((0, block_size), "i")
-    amax = te.compute((m_ext, kb), lambda m, j: te.max(tirx.abs(x[m, j * block_size + i]), axis=i), name="x_amax")
-    xs = te.compute((m_ext, kb), lambda m, j: amax[m, j] / tirx.const(127.0, "float32"), name="x_scale")
-
-    def code(m: Any, k: Any) -> Any:
-        a = amax[m, k // block_size]
-        inv = tirx.Select(a > 0, tirx.const(127.0, "float32") / a, tirx.const(0.0, "float32"))
-        return tirx.nearbyint(x[m, k] * inv).astype("int8")
-
-    xq = te.compute((m_ext, k_ext), code, name="x_q")
-    i2 = te.reduce_axis((0, block_size), "i2")
-    xsum = te.compute((m_ext, kb), lambda m, j: te.sum(xq[m, j * block_size + i2].astype("int32"), axis=i2),
-                      name="x_sum")
-    return xq, xs, xsum
+# ---- the activations, per token and block, in numpy: the reference for the kernel's own quantization
 
 
 def quantize_x_reference(x: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -185,8 +165,11 @@ def _dot(acc: Any, codes: Any, xb: Any, kind: str, lanes: int) -> Any:
     return acc + quads
 
 
-def matmul_int8_func(n16: int, kb: int, block_size: int, kind: str) -> Any:
-    """The PrimFunc main(xq, xs, xsum, w16, s16, z16, y) for y [M, 16·n16] (M symbolic).
+def matmul_int8_func(n16: int, kb: int, block_size: int, kind: str, *, quantizes: bool = False) -> Any:
+    """The PrimFunc main(xq, xs, xsum, w16, s16, z16, y) for y [M, 16·n16] (M symbolic); with `quantizes`,
+    main(x, w16, s16, z16, y), which first quantizes x [M, K] itself (quantize_x_reference's arithmetic, on
+    the calling thread, into the call's own workspace): one kernel a product where a decode step had two, and
+    three tensors fewer for the VM to allocate.
 
     One token (decode): 4 groups of 16 rows a task, 4 independent dpbusd chains. Four tokens or more
     (prefill): 2 groups of 16 rows × a tile of 4 tokens (2 with AVX2's 16 registers), so that each unpacked
@@ -241,15 +224,8 @@ def matmul_int8_func(n16: int, kb: int, block_size: int, kind: str) -> Any:
                     y[m0 + t, T.ramp((task * rows + r) * ROWS + h * lanes, 1, lanes)] = acc_f[
                         T.ramp(t * rows * ROWS + r * ROWS + h * lanes, 1, lanes)]
 
-    @T.prim_func(s_tir=True)
-    def main(xq_h: T.handle, xs_h: T.handle, xsum_h: T.handle, w16: T.Buffer((n16, kb, groups, ROWS, 4), "uint8"),
-             s16: T.Buffer((n16, kb, ROWS), "float32"), z16: T.Buffer((n16, kb, ROWS), "uint8"), y_h: T.handle):
-        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
-        m_ext = T.int64()
-        xq = T.match_buffer(xq_h, (m_ext, k_ext), "int8")
-        xs = T.match_buffer(xs_h, (m_ext, kb), "float32")
-        xsum = T.match_buffer(xsum_h, (m_ext, kb), "int32")
-        y = T.match_buffer(y_h, (m_ext, n16 * ROWS), "float32")
+    @T.macro
+    def product(xq: Any, xs: Any, xsum: Any, w16: Any, s16: Any, z16: Any, y: Any, m_ext: Any) -> None:
         if m_ext < mt:
             if serial_decode:
                 for task, m in T.grid(n16 // rr, m_ext):
@@ -265,4 +241,45 @@ def matmul_int8_func(n16: int, kb: int, block_size: int, kind: str) -> Any:
                 for m in range(m_ext - m_ext % mt, m_ext):
                     tile(xq, xs, xsum, w16, s16, z16, y, task, m, rr_tile, 1)
 
-    return main
+    @T.macro
+    def quantize(x: Any, xq: Any, xs: Any, xsum: Any, m_ext: Any) -> None:
+        """quantize_x_reference's arithmetic, serially: a pass over M·K numbers before the product."""
+        amax = T.alloc_buffer((1,), "float32", scope="local")
+        total = T.alloc_buffer((1,), "int32", scope="local")
+        for m, j in T.grid(m_ext, kb):
+            amax[0] = T.float32(0)
+            for i in range(bs):
+                amax[0] = T.max(amax[0], T.abs(x[m, j * bs + i]))
+            xs[m, j] = amax[0] / T.float32(127.0)
+            total[0] = 0
+            for i in range(bs):
+                xq[m, j * bs + i] = T.Cast("int8", T.nearbyint(x[m, j * bs + i] * T.Select(
+                    amax[0] > T.float32(0), T.float32(127.0) / amax[0], T.float32(0))))
+                total[0] = total[0] + T.Cast("int32", xq[m, j * bs + i])
+            xsum[m, j] = total[0]
+
+    @T.prim_func(s_tir=True)
+    def main(xq_h: T.handle, xs_h: T.handle, xsum_h: T.handle, w16: T.Buffer((n16, kb, groups, ROWS, 4), "uint8"),
+             s16: T.Buffer((n16, kb, ROWS), "float32"), z16: T.Buffer((n16, kb, ROWS), "uint8"), y_h: T.handle):
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        m_ext = T.int64()
+        xq = T.match_buffer(xq_h, (m_ext, k_ext), "int8")
+        xs = T.match_buffer(xs_h, (m_ext, kb), "float32")
+        xsum = T.match_buffer(xsum_h, (m_ext, kb), "int32")
+        y = T.match_buffer(y_h, (m_ext, n16 * ROWS), "float32")
+        product(xq, xs, xsum, w16, s16, z16, y, m_ext)
+
+    @T.prim_func(s_tir=True)
+    def fused(x_h: T.handle, w16: T.Buffer((n16, kb, groups, ROWS, 4), "uint8"),
+              s16: T.Buffer((n16, kb, ROWS), "float32"), z16: T.Buffer((n16, kb, ROWS), "uint8"), y_h: T.handle):
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        m_ext = T.int64()
+        x = T.match_buffer(x_h, (m_ext, k_ext), "float32")
+        y = T.match_buffer(y_h, (m_ext, n16 * ROWS), "float32")
+        xq = T.alloc_buffer((m_ext, k_ext), "int8")
+        xs = T.alloc_buffer((m_ext, kb), "float32")
+        xsum = T.alloc_buffer((m_ext, kb), "int32")
+        quantize(x, xq, xs, xsum, m_ext)
+        product(xq, xs, xsum, w16, s16, z16, y, m_ext)
+
+    return fused if quantizes else main

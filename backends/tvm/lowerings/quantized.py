@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pseudoformer.backends.tvm.lowerings.registry import R, lowers, tirx
 from pseudoformer.backends.tvm.nbits import gather_nbits, matmul_dequantized, matmul_nbits, split_params
-from pseudoformer.backends.tvm.nbits_int8 import ROWS, isa, matmul_int8_func, names, quantize_x
+from pseudoformer.backends.tvm.nbits_int8 import ROWS, isa, matmul_int8_func, names
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
 from pseudoformer.ir.ops.quantized import operands
@@ -63,27 +63,21 @@ def _matmul_nbits(lw: RelaxLowering, n: Node) -> Any:
 
 
 def _int8_product(lw: RelaxLowering, x: Any, n: Node, kb: int, bs: int, n_out: int) -> Any:
-    """x [rows, kb·bs] quantized to int8 per block, then nbits_int8's kernel on the rows-of-16 weights."""
+    """x [rows, kb·bs] times the rows-of-16 weights by nbits_int8's kernel, which quantizes x to int8 per block
+    itself: one call a product (a separate quantize_x kernel was a second call and three more tensors)."""
     import tvm
 
     from pseudoformer.backends.tvm.build import make_target
 
-    call = lw.bb.call_te(quantize_x, x, bs, primfunc_name_hint="quantize_x")
-    # Serial as written: a pass over K numbers per token. The default rule's parallel loops cost a launch of
-    # the thread pool each, 19 % of a SmolLM2 step under load (profiled), for microseconds of work.
-    gv = call.args[0]
-    lw.bb.update_func(gv, lw.bb.get()[gv].with_attrs({"op_pattern": _OPAQUE, "tirx.is_scheduled": True}))
-    q = lw.emit(call)
-    xq, xs, xsum = (lw.emit(tvm.relax.TupleGetItem(q, i)) for i in range(3))
     n16 = -(-n_out // ROWS)
     key = ("int8_kernel", n16, kb, bs)
     if key not in lw.notes:
-        func = matmul_int8_func(n16, kb, bs, isa(make_target("llvm"))).with_attr("op_pattern", _OPAQUE)
+        func = matmul_int8_func(n16, kb, bs, isa(make_target("llvm")), quantizes=True).with_attr(
+            "op_pattern", _OPAQUE)
         lw.notes[key] = lw.bb.add_func(func, f"matmul_int8_{n16 * ROWS}x{kb * bs}")
     rows = lw.shape(x)[0]
     w, s, z = (lw.param_vars[name] for name in names(n))
-    y = lw.emit(R.call_tir(lw.notes[key], [xq, xs, xsum, w, s, z],
-                           tvm.relax.TensorType([rows, _int(n16 * ROWS)], "float32")))
+    y = lw.emit(R.call_tir(lw.notes[key], [x, w, s, z], tvm.relax.TensorType([rows, _int(n16 * ROWS)], "float32")))
     if n16 * ROWS != n_out:
         y = lw.emit(R.strided_slice(y, [1], [0], [n_out], assume_inbound=True))
     return y

@@ -54,6 +54,29 @@ def test_each_dot_product_path_computes_the_emulated_int8_product(cpu: str, kind
         assert np.abs(want - exact).max() <= 2e-2 * np.abs(exact).max()  # what int8 activations cost
 
 
+@pytest.mark.parametrize("shape", [Shape(52, 96, 4, 32, False), Shape(64, 256, 4, 64, True)],
+                         ids=["n52-k96-block32-sym", "n64-k256-block64-zp"])
+def test_the_kernel_that_quantizes_its_activations_is_the_two_kernels_bit_for_bit(shape: Shape) -> None:
+    """quantizes=True: x in float32, quantized inside the kernel as quantize_x_reference does, then the product;
+    equal bit for bit to the product on quantize_x_reference's outputs, at one token and at prefill's tiles."""
+    target = make_target("llvm")
+    kind, kb, n16 = q8.isa(target), shape.k // shape.block_size, -(-shape.n // q8.ROWS)
+    plain = tvm.compile(tvm.IRModule({"main": q8.matmul_int8_func(n16, kb, shape.block_size, kind)}), target=target)
+    fused = tvm.compile(tvm.IRModule({"main": q8.matmul_int8_func(n16, kb, shape.block_size, kind, quantizes=True)}),
+                        target=target)
+    ops, _ = random_operands(shape, seed=shape.k)
+    zp = ops[2] if shape.zero_points else None
+    weights = [tvm.runtime.tensor(a) for a in (q8.rows16_codes(ops[0]), q8.rows16_scales(ops[1]),
+                                               q8.rows16_zero_points(zp, shape.n, kb))]
+    for m in (1, 3, 9):
+        x = np.random.default_rng(m).standard_normal((m, shape.k)).astype(np.float32)
+        x[0, : shape.block_size] = 0.0  # a block of zeros: scale 0, codes 0
+        want, got = (tvm.runtime.tensor(np.zeros((m, n16 * q8.ROWS), np.float32)) for _ in range(2))
+        plain["main"](*(tvm.runtime.tensor(a) for a in q8.quantize_x_reference(x, shape.block_size)), *weights, want)
+        fused["main"](tvm.runtime.tensor(x), *weights, got)
+        np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=f"{m} tokens")
+
+
 def test_generation_with_int8_activations_stays_near_the_float_reference() -> None:
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load
