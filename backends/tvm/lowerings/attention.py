@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pseudoformer.backends.tvm.attention_kernel import attention_func
+from pseudoformer.backends.tvm.fusion import OPAQUE  # fusion leaves our kernels whole
 from pseudoformer.backends.tvm.lowerings.registry import R, lowers, relax
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
@@ -21,7 +22,6 @@ from pseudoformer.ir.types import DType
 if TYPE_CHECKING:
     from pseudoformer.backends.tvm.lower import RelaxLowering
 
-_OPAQUE = 8  # relay/relax OpPatternKind kOpaque
 
 CPU_ONLY = frozenset({Op.ATTENTION})  # a GPU target decomposes these (build.prepare's accepts)
 
@@ -47,7 +47,7 @@ def _attention(lw: RelaxLowering, n: Node) -> Any:
                "softcap": float(a.get("softcap", 0.0))}
     key = ("attention", hq, hk, d, dv, *options.values())
     if key not in lw.notes:
-        func = attention_func(hq, hk, d, dv, **options).with_attr("op_pattern", _OPAQUE)
+        func = attention_func(hq, hk, d, dv, **options).with_attr("op_pattern", OPAQUE)
         lw.notes[key] = lw.bb.add_func(func, f"attention_{hq}x{hk}x{d}")
     b, _, sq, _ = lw.shape(q)
     y = R.call_tir(lw.notes[key], [q, k, v], relax.TensorType([b, hq, sq, dv], "float32"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pseudoformer.backends.tvm.concat_kernel import concat2_func
+from pseudoformer.backends.tvm.fusion import OPAQUE  # fusion leaves our kernels whole
 from pseudoformer.backends.tvm.lowerings.registry import R, lowers, relax, tirx
 from pseudoformer.errors import BackendError
 from pseudoformer.ir.node import Node
@@ -15,7 +16,6 @@ from pseudoformer.ir.types import DType
 if TYPE_CHECKING:
     from pseudoformer.backends.tvm.lower import RelaxLowering
 
-_OPAQUE = 8  # relay/relax OpPatternKind kOpaque: fusion leaves our kernels whole
 
 @lowers(Op.TRANSPOSE)
 def _transpose(lw: RelaxLowering, n: Node) -> Any:
@@ -58,7 +58,7 @@ def _concat(lw: RelaxLowering, n: Node) -> Any:
     # on a CPU, two row copies (concat_kernel.py)
     key = ("concat2", n.dtype.value, n.type.rank, axis)
     if key not in lw.notes:
-        func = concat2_func(n.dtype.value, n.type.rank, axis).with_attr("op_pattern", _OPAQUE)
+        func = concat2_func(n.dtype.value, n.type.rank, axis).with_attr("op_pattern", OPAQUE)
         lw.notes[key] = lw.bb.add_func(func, f"concat2_{n.dtype.value}")
     a, b = (lw.shape(p) for p in parts)
     return R.call_tir(lw.notes[key], parts,

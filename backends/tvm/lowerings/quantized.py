@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pseudoformer.backends.tvm.fusion import OPAQUE  # fusion leaves our kernels whole
 from pseudoformer.backends.tvm.lowerings.registry import R, lowers, tirx
 from pseudoformer.backends.tvm.nbits import gather_nbits, matmul_dequantized, matmul_nbits, split_params
 from pseudoformer.backends.tvm.nbits_int8 import ROWS, isa, matmul_int8_func, names
@@ -21,7 +22,6 @@ from pseudoformer.ir.types import DType
 if TYPE_CHECKING:
     from pseudoformer.backends.tvm.lower import RelaxLowering
 
-_OPAQUE = 8  # relay/relax OpPatternKind kOpaque
 
 
 def _float32(n: Node) -> bool:
@@ -73,7 +73,7 @@ def _int8_product(lw: RelaxLowering, x: Any, n: Node, kb: int, bs: int, n_out: i
     key = ("int8_kernel", n16, kb, bs)
     if key not in lw.notes:
         func = matmul_int8_func(n16, kb, bs, isa(make_target("llvm")), quantizes=True).with_attr(
-            "op_pattern", _OPAQUE)
+            "op_pattern", OPAQUE)
         lw.notes[key] = lw.bb.add_func(func, f"matmul_int8_{n16 * ROWS}x{kb * bs}")
     rows = lw.shape(x)[0]
     w, s, z = (lw.param_vars[name] for name in names(n))
@@ -94,7 +94,7 @@ def _float_product(lw: RelaxLowering, x: Any, n: Node, o: Any, bits: int, bs: in
                          x, *weights, primfunc_name_hint=f"matmul_nbits{bits}")
     if cpu:
         gv = call.args[0]
-        lw.bb.update_func(gv, lw.bb.get()[gv].with_attr("op_pattern", _OPAQUE))
+        lw.bb.update_func(gv, lw.bb.get()[gv].with_attr("op_pattern", OPAQUE))
     return lw.emit(call)
 
 
