@@ -35,7 +35,7 @@ from pseudoformer.backends.tvm.nbits import split_params, split_weights
 from pseudoformer.backends.tvm.nbits_int8 import int8_weights
 from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
-from pseudoformer.backends.tvm.specialise import SPECIALISED, bind_specialised, probes, with_specialised
+from pseudoformer.backends.tvm.specialise import bind_specialised, choose, probes, with_specialised
 from pseudoformer.backends.tvm.weight_values import stream, to_device
 from pseudoformer.errors import BackendError, UsageError
 from pseudoformer.ir.graph import Graph
@@ -225,10 +225,7 @@ class TVMModel:
                 raise BackendError(problem)
             args.append(tvm.runtime.tensor(value, dev))
         params = self._param_args()
-        if function is None:
-            function = SPECIALISED if self._probes() and all(
-                int(args[i].shape[axis]) == size for i, axis, size in self._probes()) else "main"
-        fn = self._function(function)
+        fn = self._function(function or choose(self._probes(), lambda i: args[i].shape))
         try:
             out = fn(*args, *params)
         except Exception as e:  # a shape check of the VM: sizes that contradict the model's types

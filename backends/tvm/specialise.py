@@ -14,7 +14,7 @@ of fixed shapes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pseudoformer.backends.tvm.guard import require_tvm
@@ -59,9 +59,13 @@ def bind_specialised(mod: Any, _ctx: Any) -> Any:
 
 def function_for(meta: Mapping[str, Any], shapes: Sequence[Sequence[int]]) -> str:
     """SPECIALISED where the inputs, of these shapes, have the sizes it was compiled for; else main."""
-    if not probes(meta):
-        return "main"
-    return SPECIALISED if all(int(shapes[i][axis]) == size for i, axis, size in probes(meta)) else "main"
+    return choose(probes(meta), lambda i: shapes[i])
+
+
+def choose(found: Sequence[tuple[int, int, int]], shape_of: Callable[[int], Sequence[int]]) -> str:
+    """The function for inputs whose shapes `shape_of(input)` gives, read only at `found` (probes)."""
+    fits = bool(found) and all(int(shape_of(i)[axis]) == size for i, axis, size in found)
+    return SPECIALISED if fits else "main"
 
 
 def probes(meta: Mapping[str, Any]) -> list[tuple[int, int, int]]:
