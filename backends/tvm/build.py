@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -133,8 +134,6 @@ class TVMModel:
     timings: dict[str, float] = field(default_factory=dict)
     _vm: Any = None
     _params: list[Any] | None = None
-    _inputs: frozenset[str] | None = None
-    _probe_list: list[tuple[int, int, int]] | None = None
     _functions: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -148,21 +147,18 @@ class TVMModel:
     def _device(self) -> Any:
         return tvm.cuda() if self.meta["target"] == "cuda" else tvm.cpu()
 
+    @cached_property
     def _probes(self) -> list[tuple[int, int, int]]:
-        if self._probe_list is None:
-            self._probe_list = probes(self.meta)
-        return self._probe_list
+        return probes(self.meta)
 
     def _function(self, name: str) -> Any:
         if name not in self._functions:
             self._functions[name] = self.vm()[name]
         return self._functions[name]
 
-    def _input_set(self) -> frozenset[str]:
-        # once: a decode step checks its ~60 inputs by name every token
-        if self._inputs is None:
-            self._inputs = frozenset(self.input_names)
-        return self._inputs
+    @cached_property
+    def _input_set(self) -> frozenset[str]:  # once: a decode step checks its ~60 inputs by name every token
+        return frozenset(self.input_names)
 
     def vm(self) -> Any:
         if self._vm is None:
@@ -198,7 +194,7 @@ class TVMModel:
         An input may also be a tvm Tensor, and the outputs named in `keep` stay tvm Tensors: a generator's
         key/value cache goes from one step to the next without two copies through numpy a token. `function`:
         "main" or SPECIALISED (specialise.py); by default the one that the inputs' sizes fit."""
-        names = self._input_set()
+        names = self._input_set
         if len(inputs) != len(names) or not names.issuperset(inputs):
             missing = [n for n in self.input_names if n not in inputs]
             extra = [n for n in inputs if n not in names]
@@ -225,7 +221,7 @@ class TVMModel:
                 raise BackendError(problem)
             args.append(tvm.runtime.tensor(value, dev))
         params = self._param_args()
-        fn = self._function(function or choose(self._probes(), lambda i: args[i].shape))
+        fn = self._function(function or choose(self._probes, lambda i: args[i].shape))
         try:
             out = fn(*args, *params)
         except Exception as e:  # a shape check of the VM: sizes that contradict the model's types
