@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lark import Tree
 
-from pseudoformer.errors import AlgError, Diagnostics, Pos
+from pseudoformer.base.errors import AlgError, Diagnostics, Pos
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Module, Stmt, Type, Use, is_training
 from pseudoformer.frontend.errors import AlgSyntaxError, BadTypeError, LayoutError
 from pseudoformer.frontend.layout import Kind, Line, split_lines

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from pseudoformer.errors import Pos
+from pseudoformer.base.errors import Pos
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pseudoformer.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
+from pseudoformer.base.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
+from pseudoformer.base.limits import MAX_NODES
 from pseudoformer.frontend.ast import Algorithm, Decl, is_inference, is_training
 from pseudoformer.frontend.calls import input_decl
 from pseudoformer.frontend.errors import BadTypeError, HyperparameterError, LimitError, UnknownNameError
@@ -25,7 +26,6 @@ from pseudoformer.frontend.training import reduce_training, training_hyperparame
 from pseudoformer.frontend.training_loss import finish_loss_graph
 from pseudoformer.frontend.values import Builder, MaskDef, NodeLimit, SizeVal, Val
 from pseudoformer.ir import DType, Graph, Op, TensorType
-from pseudoformer.limits import MAX_NODES
 
 
 def find_entry(prog: Program, entry: str | None) -> Algorithm:

@@ -1,8 +1,8 @@
-"""The frontend's kinds of mistake: one class per kind, each an AlgError (pseudoformer/errors.py)."""
+"""The frontend's kinds of mistake: one class per kind, each an AlgError (pseudoformer/base/errors.py)."""
 
 from __future__ import annotations
 
-from pseudoformer.errors import AlgError
+from pseudoformer.base.errors import AlgError
 
 
 class LayoutError(AlgError):

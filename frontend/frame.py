@@ -6,7 +6,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from pseudoformer.errors import AlgError
+from pseudoformer.base.errors import AlgError
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Type
 from pseudoformer.frontend.errors import (
     BadTypeError,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pseudoformer.errors import Pos
+from pseudoformer.base.errors import Pos
 
 
 @dataclass(frozen=True)

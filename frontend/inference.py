@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from pseudoformer.errors import AlgError, CompileError, Pos
+from pseudoformer.base.errors import AlgError, CompileError, Pos
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt, is_inference
 from pseudoformer.frontend.errors import HyperparameterError, InferenceError, UnknownNameError
 from pseudoformer.frontend.generation_plan import GenerationPlan

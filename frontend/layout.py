@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from pseudoformer.errors import Diagnostics, Pos
+from pseudoformer.base.errors import Diagnostics, Pos
+from pseudoformer.base.limits import MAX_INT_DIGITS
 from pseudoformer.frontend.errors import LayoutError, LimitError
-from pseudoformer.limits import MAX_INT_DIGITS
 
 
 class Kind(Enum):

@@ -23,8 +23,8 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-from pseudoformer.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
-from pseudoformer.file_access import FileAccessError, read_bytes
+from pseudoformer.base.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
+from pseudoformer.base.file_access import FileAccessError, read_bytes
 from pseudoformer.frontend.assemble import parse_module
 from pseudoformer.frontend.ast import Algorithm, Module, Use
 from pseudoformer.frontend.errors import ModuleError, UnknownNameError

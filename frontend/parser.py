@@ -11,12 +11,12 @@ from importlib import resources
 from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import LarkError, UnexpectedInput
 
-from pseudoformer.errors import Pos
+from pseudoformer.base.errors import Pos
+from pseudoformer.base.limits import MAX_INT_DIGITS, MAX_NESTING
 from pseudoformer.frontend.ast import Expr, Type
 from pseudoformer.frontend.errors import AlgSyntaxError, LimitError
 from pseudoformer.frontend.layout import Kind, Line
 from pseudoformer.frontend.syntax_errors import at_offset, syntax_error
-from pseudoformer.limits import MAX_INT_DIGITS, MAX_NESTING
 
 _START = {Kind.HEADER: "header", Kind.SECTION: "section", Kind.CONTINUATION: "decl_line",
           Kind.BODY: "statement", Kind.USE: "use_line"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from pseudoformer.errors import Pos
+from pseudoformer.base.errors import Pos
 from pseudoformer.frontend.errors import BadTypeError, ShapeError
 from pseudoformer.frontend.expressions.affine import Run, last, poly_node, proven
 from pseudoformer.frontend.frame import Frame

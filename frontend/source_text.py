@@ -25,9 +25,9 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from pseudoformer.errors import AlgError, Pos
+from pseudoformer.base.errors import AlgError, Pos
+from pseudoformer.base.terminal import BIDI_CONTROLS
 from pseudoformer.frontend.errors import LayoutError
-from pseudoformer.terminal import BIDI_CONTROLS
 
 LINE_BREAKS = {"\r": "a carriage return not followed by a line feed", "\x0b": "a vertical tab",
                "\x0c": "a form feed", "\x1c": "a file separator (U+001C)", "\x1d": "a group separator (U+001D)",

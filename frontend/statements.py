@@ -8,7 +8,7 @@ from typing import Any
 
 from lark import Tree
 
-from pseudoformer.errors import AlgError
+from pseudoformer.base.errors import AlgError
 from pseudoformer.frontend.ast import Expr, Stmt
 from pseudoformer.frontend.errors import BadTypeError, LimitError, ShapeError
 from pseudoformer.frontend.expressions import as_size, describe, distinct_index_vars, ev, ev_val, static_int

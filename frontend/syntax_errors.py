@@ -10,7 +10,7 @@ import re
 
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from pseudoformer.errors import Pos
+from pseudoformer.base.errors import Pos
 from pseudoformer.frontend.errors import AlgSyntaxError
 from pseudoformer.frontend.layout import Kind, Line
 

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from lark import Tree
 
-from pseudoformer.errors import AlgError, CompileError, Pos
+from pseudoformer.base.errors import AlgError, CompileError, Pos
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt, is_inference, is_training
 from pseudoformer.frontend.errors import HyperparameterError, TrainingError, UnknownNameError
 from pseudoformer.frontend.expressions.builtin_calls import BUILTINS

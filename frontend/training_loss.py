@@ -24,7 +24,7 @@ from typing import Any
 
 from lark import Tree
 
-from pseudoformer.errors import CompileError, Pos
+from pseudoformer.base.errors import CompileError, Pos
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Stmt, Type
 from pseudoformer.frontend.errors import TrainingError
 from pseudoformer.frontend.names import parse_name

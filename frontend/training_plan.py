@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from pseudoformer.errors import Pos
+from pseudoformer.base.errors import Pos
 from pseudoformer.frontend.inference import hyper_shown
 from pseudoformer.frontend.modules import Program
 

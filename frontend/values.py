@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pseudoformer.base.limits import MAX_NODES
 from pseudoformer.frontend.sizes import Size
 from pseudoformer.ir import DType, Node, Op, Span
-from pseudoformer.limits import MAX_NODES
 
 
 @dataclass(frozen=True)

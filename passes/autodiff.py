@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from pseudoformer.ir import Graph, Node, Op
 from pseudoformer.ir.ops import NodeMaker, op_def
 from pseudoformer.ir.ops.cotangents import zeros_like

@@ -29,7 +29,7 @@ then reads the past's length, so genai may bind one buffer as past and present (
 
 from __future__ import annotations
 
-from pseudoformer.errors import CompileError
+from pseudoformer.base.errors import CompileError
 from pseudoformer.ir import Graph, Node, Op, TensorType
 from pseudoformer.ir.ops import op_def
 from pseudoformer.ir.types import DType
@@ -208,7 +208,7 @@ class _Rewrite:
 
 
 def _refusal(n: Node, what: str) -> NotCacheableError:
-    from pseudoformer.errors import Pos
+    from pseudoformer.base.errors import Pos
 
     pos = Pos(n.span.file, n.span.line, n.span.col) if n.span else None
     return NotCacheableError(f"onnxruntime-genai gives each row its own positions (position_ids), and they "

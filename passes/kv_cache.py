@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pseudoformer.errors import AlgError, CompileError, Pos
+from pseudoformer.base.errors import AlgError, CompileError, Pos
 from pseudoformer.ir import Graph, Node, Op, TensorType
 from pseudoformer.ir.ops import op_def
 from pseudoformer.passes.kv_cache_masks import reads_tokens, step_operand

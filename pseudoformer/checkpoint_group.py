@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from pseudoformer.frontend.entry import find_entry
 from pseudoformer.frontend.modules import Program
 from pseudoformer.frontend.names import parse_name

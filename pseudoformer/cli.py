@@ -15,15 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pseudoformer import limits
-from pseudoformer.atomic_write import check_output, write_atomic
+from pseudoformer.base import limits
+from pseudoformer.base.atomic_write import check_output, write_atomic
+from pseudoformer.base.errors import AlgError, CompileError, ContribFallbackWarning, UsageError
+from pseudoformer.base.file_access import load_npy
+from pseudoformer.base.limits import MAX_NODES
+from pseudoformer.base.terminal import escape, escape_lines
 from pseudoformer.cli_parser import build_parser
-from pseudoformer.errors import AlgError, CompileError, ContribFallbackWarning, UsageError
-from pseudoformer.file_access import load_npy
-from pseudoformer.limits import MAX_NODES
 from pseudoformer.outputs import check_outputs
 from pseudoformer.run_settings import check_seed, check_threads
-from pseudoformer.terminal import escape, escape_lines
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `pseudoformer --version` needs none of it
     import numpy as np

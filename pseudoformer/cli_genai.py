@@ -10,8 +10,8 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from pseudoformer.errors import UsageError
-from pseudoformer.terminal import escape
+from pseudoformer.base.errors import UsageError
+from pseudoformer.base.terminal import escape
 
 
 def _refuse_options(args: argparse.Namespace) -> None:
@@ -29,7 +29,7 @@ def _refuse_options(args: argparse.Namespace) -> None:
 def _log_of_probabilities(args: argparse.Namespace, entry: str) -> bool:
     """Whether the file's inference algorithm reads `entry`'s output as probabilities (softmax inside the
     model): genai takes logits, so the folder's are their log. Without an inference algorithm, logits."""
-    from pseudoformer.errors import AlgError, CompileError
+    from pseudoformer.base.errors import AlgError, CompileError
     from pseudoformer.frontend.inference import plan_inference
     from pseudoformer.frontend.modules import load_program
     from pseudoformer.model import resolve_source

@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pseudoformer import limits
-from pseudoformer.limits import MAX_NODES
+from pseudoformer.base import limits
+from pseudoformer.base.limits import MAX_NODES
+from pseudoformer.base.terminal import escape
 from pseudoformer.quantization import add_arguments as add_quantize_arguments
-from pseudoformer.terminal import escape
 from pseudoformer.version import __version__
 
 

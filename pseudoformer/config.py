@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pseudoformer.errors import UsageError
-from pseudoformer.file_access import read_text
+from pseudoformer.base.errors import UsageError
+from pseudoformer.base.file_access import read_text
 from pseudoformer.frontend.names import parse_name
 
 

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pseudoformer.errors import ContribFallbackWarning, UsageError
-from pseudoformer.file_access import loads_json, regular_file
+from pseudoformer.base.errors import ContribFallbackWarning, UsageError
+from pseudoformer.base.file_access import loads_json, regular_file
+from pseudoformer.base.limits import FILE_CAPS, MAX_NODES, RUN_MEMORY, available_memory, show_bytes
 from pseudoformer.inputs import check_size_against, check_token_ids
-from pseudoformer.limits import FILE_CAPS, MAX_NODES, RUN_MEMORY, available_memory, show_bytes
 from pseudoformer.model import Model, check_inputs, load, model_metadata
 from pseudoformer.run_settings import check_threads
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pseudoformer.errors import UsageError
-from pseudoformer.file_access import loads_json, regular_file
+from pseudoformer.base.errors import UsageError
+from pseudoformer.base.file_access import loads_json, regular_file
 
 if TYPE_CHECKING:
     from pseudoformer.model import Model
@@ -196,7 +196,7 @@ def say_lengths_fallback(why: str) -> None:
     """Once, on stderr: the folder keeps the masked step (ONNX Attention over a Concat-grown cache)."""
     import sys
 
-    from pseudoformer.terminal import escape
+    from pseudoformer.base.terminal import escape
 
     print(escape(f"note: --contrib-ops: the folder's attention stays ONNX Attention with the padding mask: "
                  f"{why}"), file=sys.stderr)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pseudoformer.errors import BackendError, UsageError
-from pseudoformer.file_access import regular_file
+from pseudoformer.base.errors import BackendError, UsageError
+from pseudoformer.base.file_access import regular_file
 from pseudoformer.inputs import check_size_against
 from pseudoformer.model import Model, check_inputs, model_metadata
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer import limits
-from pseudoformer.errors import UsageError
+from pseudoformer.base import limits
+from pseudoformer.base.errors import UsageError
 from pseudoformer.ir import DType, Graph, Node
 from pseudoformer.ir.token_bounds import out_of_range, token_bounds
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from pseudoformer.base.errors import AlgError, CompileError, UsageError
+from pseudoformer.base.limits import MAX_NODES
 from pseudoformer.checkpoint_group import checkpoint_group
 from pseudoformer.config import Config, resolve
-from pseudoformer.errors import AlgError, CompileError, UsageError
 from pseudoformer.frontend.ast import Algorithm, callees, is_training
 from pseudoformer.frontend.entry import elaborate, find_entry
 from pseudoformer.frontend.generation_plan import GenerationPlan
@@ -30,7 +31,6 @@ from pseudoformer.frontend.training import plan_training, training_hyperparamete
 from pseudoformer.frontend.training_plan import TrainingPlan, describe_training
 from pseudoformer.inputs import check_inputs, token_bounds
 from pseudoformer.ir import Graph
-from pseudoformer.limits import MAX_NODES
 from pseudoformer.model_checks import check_finite, check_memory
 from pseudoformer.run_settings import check_max_nodes, check_seed
 from pseudoformer.tied_weights import tie

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
+from pseudoformer.base.limits import available_memory, show_bytes
 from pseudoformer.ir import Graph
 from pseudoformer.ir.lazy_tensor import LazyTensor
-from pseudoformer.limits import available_memory, show_bytes
 
 Expected = Mapping[str, tuple[tuple[int, ...], str]]
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pseudoformer.errors import Note, Pos, UsageError
+from pseudoformer.base.errors import Note, Pos, UsageError
 from pseudoformer.ir import Graph
 from pseudoformer.ir.printer import format_graph
 from pseudoformer.passes.manager import LEVELS, PIPELINES, Pass, passes, pipeline, run_passes
@@ -50,7 +50,7 @@ def _run(graph: Graph, level: int, compile_options: CompileOptions | None,
         run_passes(graph, pipeline(level), ctx=ctx, **kw)
         return ctx.refusals
     from pseudoformer.backends.onnx.compile import prepare
-    from pseudoformer.errors import BackendError
+    from pseudoformer.base.errors import BackendError
     from pseudoformer.passes.padding_mask import PaddingMaskError
 
     try:
@@ -122,7 +122,7 @@ def describe_passes(compile_options: CompileOptions | None = None, backend: str 
 def _describe_pipeline(options: CompileOptions, backend: str) -> str:
     from pseudoformer.backends.onnx.lower import checked_opset
     from pseudoformer.backends.pipeline import compile_pipeline
-    from pseudoformer.errors import BackendError
+    from pseudoformer.base.errors import BackendError
 
     check_level(options.opt_level)
     try:

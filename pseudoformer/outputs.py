@@ -17,9 +17,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from pseudoformer.atomic_write import OutputError, check_output
+from pseudoformer.base.atomic_write import OutputError, check_output
+from pseudoformer.base.model_files import data_path, manifest_path, weights_path
 from pseudoformer.config import default_config_path
-from pseudoformer.model_files import data_path, manifest_path, weights_path
 
 
 def outputs_of(args: argparse.Namespace) -> list[Path]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 
 if TYPE_CHECKING:  # the command line reads its arguments without importing the passes
 

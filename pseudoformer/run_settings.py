@@ -6,8 +6,8 @@ crashes the process: each is a user's mistake, said in one line, here.
 
 from __future__ import annotations
 
-from pseudoformer.errors import UsageError
-from pseudoformer.limits import THREADS_PER_CORE, cores, max_threads
+from pseudoformer.base.errors import UsageError
+from pseudoformer.base.limits import THREADS_PER_CORE, cores, max_threads
 
 # The backends `generate` runs on (generation/generator.py); here, where the command line reads it cheaply.
 GENERATION_BACKENDS = ("onnx", "numpy", "tvm")

@@ -21,7 +21,7 @@ from pseudoformer.backends.onnx.lower import LoweredModel, check_names, checked_
 from pseudoformer.backends.onnx.lowerings import accepts
 from pseudoformer.backends.options import CompileOptions
 from pseudoformer.backends.pipeline import compile_pipeline, run
-from pseudoformer.errors import BackendError
+from pseudoformer.base.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.passes.contrib_ops import CacheBufferError, buffered_cache_dim
 from pseudoformer.passes.pass_base import Pass

@@ -30,7 +30,7 @@ import onnx
 from onnx import helper
 
 from pseudoformer.backends.onnx.calls import Call, CallPlan
-from pseudoformer.errors import BackendError
+from pseudoformer.base.errors import BackendError
 
 DOMAIN = "pseudoformer"
 DOMAIN_VERSION = 1

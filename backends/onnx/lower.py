@@ -21,7 +21,7 @@ from pseudoformer.backends.onnx.emitter import ELEM, NUMPY, Emitter, value_info
 from pseudoformer.backends.onnx.functions import DOMAIN, DOMAIN_VERSION, to_functions
 from pseudoformer.backends.onnx.lowerings import LOWERINGS
 from pseudoformer.backends.options import CompileOptions
-from pseudoformer.errors import BackendError
+from pseudoformer.base.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.lazy_tensor import LazyTensor, materialize
 from pseudoformer.ir.ops import Op

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from pseudoformer.errors import BackendError
+from pseudoformer.base.errors import BackendError
 
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 

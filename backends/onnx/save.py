@@ -2,7 +2,7 @@
 
 A reader (onnxruntime, a serving process watching the path) must never see half a model, so
 every file is written under a temporary name in the destination directory and moved into place
-(pseudoformer/atomic_write.py, which also refuses to replace anything but a regular file).
+(pseudoformer/base/atomic_write.py, which also refuses to replace anything but a regular file).
 
 A LoweredModel (lower.py: the model without initializers, and the weights as arrays) is written
 without building its protobuf: the small parts are serialised by protobuf, and each weight's
@@ -24,7 +24,8 @@ import onnx
 from google.protobuf.message import Message
 from onnx import TensorProto, helper
 
-from pseudoformer.atomic_write import (
+from pseudoformer.backends.onnx.lower import LoweredModel, initializer_header
+from pseudoformer.base.atomic_write import (
     MAIN,
     OutputError,
     Part,
@@ -33,11 +34,10 @@ from pseudoformer.atomic_write import (
     check_output,
     write_atomic,
 )
-from pseudoformer.backends.onnx.lower import LoweredModel, initializer_header
-from pseudoformer.errors import BackendError
+from pseudoformer.base.errors import BackendError
+from pseudoformer.base.limits import show_bytes
+from pseudoformer.base.model_files import data_path
 from pseudoformer.ir.lazy_tensor import LazyTensor, materialize
-from pseudoformer.limits import show_bytes
-from pseudoformer.model_files import data_path
 
 # Protobuf refuses to serialise a message of 2 GiB or more; keep a margin for the graph itself.
 EXTERNAL_DATA_THRESHOLD = 2**31 - 2**26

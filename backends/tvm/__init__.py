@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 from pseudoformer.backends.tvm.guard import INSTALL_HINT, require_tvm
-from pseudoformer.errors import BackendError
+from pseudoformer.base.errors import BackendError
 
 _LAZY = {
     "TVMModel": "build", "compile_graph": "build", "load_model": "build", "make_target": "build",

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pseudoformer.atomic_write import MAIN, OutputError, Part, atomic_set, check_output
 from pseudoformer.backends.options import CompileOptions
 from pseudoformer.backends.pipeline import compile_pipeline, run
 from pseudoformer.backends.tvm.dedup import dedup_prim_funcs
@@ -38,14 +37,15 @@ from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
 from pseudoformer.backends.tvm.specialise import bind_specialised, choose, probes, with_specialised
 from pseudoformer.backends.tvm.weight_values import stream, to_device
-from pseudoformer.errors import BackendError, UsageError
+from pseudoformer.base.atomic_write import MAIN, OutputError, Part, atomic_set, check_output
+from pseudoformer.base.errors import BackendError, UsageError
+from pseudoformer.base.manifest import check_file, verified_copy, write_manifest
+from pseudoformer.base.model_files import manifest_path, weights_path
+from pseudoformer.base.terminal import quiet_native_stderr
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.lazy_tensor import LazyTensor
 from pseudoformer.ir.token_bounds import out_of_range, token_bounds
 from pseudoformer.ir.types import TensorType
-from pseudoformer.manifest import check_file, verified_copy, write_manifest
-from pseudoformer.model_files import manifest_path, weights_path
-from pseudoformer.terminal import quiet_native_stderr
 from pseudoformer.weights.errors import WeightsError
 from pseudoformer.weights.safetensors_io import read_safetensors, write_safetensors
 
@@ -265,7 +265,7 @@ class TVMModel:
 
     def save(self, path: str | Path) -> Path:
         """Write the shared library, with params="args" its weights beside it (weights_path), and last the
-        manifest that lists both with their hashes (pseudoformer/manifest.py): one set (atomic_set), which
+        manifest that lists both with their hashes (pseudoformer/base/manifest.py): one set (atomic_set), which
         `run` checks before it loads the library."""
         path = Path(path)
         args = self.meta["param_mode"] == "args"

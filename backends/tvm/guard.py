@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from pseudoformer.errors import BackendError
+from pseudoformer.base.errors import BackendError
 
 __all__ = ["INSTALL_HINT", "require_tvm"]
 

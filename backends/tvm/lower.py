@@ -28,7 +28,7 @@ from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.lowerings import LOWERINGS
 from pseudoformer.backends.tvm.nbits import split_params
 from pseudoformer.backends.tvm.nbits_int8 import int8_params
-from pseudoformer.errors import BackendError
+from pseudoformer.base.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op

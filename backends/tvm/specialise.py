@@ -19,7 +19,7 @@ from typing import Any
 
 from pseudoformer.backends.tvm.guard import require_tvm
 from pseudoformer.backends.tvm.lower import _var_name
-from pseudoformer.errors import BackendError
+from pseudoformer.base.errors import BackendError
 
 tvm = require_tvm()
 from tvm import relax  # noqa: E402

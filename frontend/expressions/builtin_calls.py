@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pseudoformer.errors import AlgError
+from pseudoformer.base.errors import AlgError
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, ShapeError, UnknownNameError
 from pseudoformer.frontend.expressions.core import describe, ev, ev_val, shown

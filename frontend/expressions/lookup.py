@@ -7,7 +7,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from pseudoformer.errors import AlgError, Pos
+from pseudoformer.base.errors import AlgError, Pos
 from pseudoformer.frontend import pieces  # a module: pieces.py imports this package in turn
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, UnknownNameError

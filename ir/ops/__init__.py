@@ -4,6 +4,7 @@ Importing this package imports every module in it, and each family module regist
 family is a new module here, with no list to add it to.
 """
 
+from pseudoformer.base.submodules import import_submodules
 from pseudoformer.ir.ops.elementwise import RELATIONS
 from pseudoformer.ir.ops.op import Op
 from pseudoformer.ir.ops.registry import (
@@ -18,7 +19,6 @@ from pseudoformer.ir.ops.registry import (
     infer_type,
     op_def,
 )
-from pseudoformer.submodules import import_submodules
 
 import_submodules(__name__, __path__)
 

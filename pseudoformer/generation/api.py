@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
+from pseudoformer.base.limits import MAX_NODES
 from pseudoformer.frontend.generation_plan import GenerationPlan
 from pseudoformer.generation.generator import Generation, Generator
 from pseudoformer.generation.sampling import Sampling, SamplingError
-from pseudoformer.limits import MAX_NODES
 
 if TYPE_CHECKING:
     from pseudoformer.passes.quantize import QuantizeOptions

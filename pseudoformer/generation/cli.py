@@ -10,13 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from pseudoformer.errors import UsageError
-from pseudoformer.file_access import regular_file
-from pseudoformer.limits import FILE_CAPS
+from pseudoformer.base.errors import UsageError
+from pseudoformer.base.file_access import regular_file
+from pseudoformer.base.limits import FILE_CAPS
+from pseudoformer.base.terminal import escape, quiet_native_stderr
 from pseudoformer.quantization import add_arguments as add_quantize_arguments
 from pseudoformer.quantization import from_arguments, int8_activations
 from pseudoformer.run_settings import GENERATION_BACKENDS, check_seed
-from pseudoformer.terminal import escape, quiet_native_stderr
 
 T = TypeVar("T")
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from pseudoformer.generation.runtimes import Cache, NumpyRuntime, OnnxRuntime, Runtime
 from pseudoformer.generation.sampling import Sampling, log_probabilities, sample
 from pseudoformer.inputs import check_input, size_limit, token_bounds

@@ -19,9 +19,9 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from pseudoformer.atomic_write import keep_on_signal, remove_on_signal
-from pseudoformer.errors import UsageError
-from pseudoformer.limits import show_bytes
+from pseudoformer.base.atomic_write import keep_on_signal, remove_on_signal
+from pseudoformer.base.errors import UsageError
+from pseudoformer.base.limits import show_bytes
 
 # Room left on the disk beyond the weights: the graph itself, and what other programs need.
 _DISK_MARGIN = 64 << 20

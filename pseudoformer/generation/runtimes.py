@@ -76,7 +76,7 @@ class OnnxRuntime:
                  contrib_ops: bool = False, release: Callable[[], None] | None = None) -> None:
         from pseudoformer.backends.onnx import OnnxRunner
         from pseudoformer.backends.onnx.compile import lower_model
-        from pseudoformer.errors import BackendError
+        from pseudoformer.base.errors import BackendError
 
         self.dec, self.output = dec, output
         self.buffered = False

@@ -3,7 +3,7 @@
 q ∝ p^{1/τ} is computed as softmax(log p / τ) in float64, which is the same distribution without
 underflow when p holds tiny probabilities and τ is small. τ = 0 is the limit, greedy argmax (ties
 to the lowest id, as numpy's argmax and HuggingFace's greedy search break them). A τ between 0 and
-MIN_TEMPERATURE (pseudoformer/limits.py) is refused: sampling there is argmax up to rounding, and
+MIN_TEMPERATURE (pseudoformer/base/limits.py) is refused: sampling there is argmax up to rounding, and
 at the extreme (τ = 1e-320) log p / τ overflows into NaN.
 
 Draws use one uniform number per row from a numpy Generator, by inverse CDF, so a seed fixes every
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pseudoformer.limits import MIN_TEMPERATURE
+from pseudoformer.base.limits import MIN_TEMPERATURE
 
 
 class SamplingError(ValueError):

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from pseudoformer.generation.runtimes import Cache, _next_cache, empty_cache
 from pseudoformer.passes.kv_cache import IncrementalDecoder
 
@@ -20,8 +20,8 @@ from pseudoformer.passes.kv_cache import IncrementalDecoder
 class TvmRuntime:
     def __init__(self, dec: IncrementalDecoder, output: str, weights: Mapping[str, np.ndarray], *,
                  threads: int | None = None, int8_activations: bool = False) -> None:
+        from pseudoformer.base.errors import BackendError
         from pseudoformer.deploy_tvm import _build
-        from pseudoformer.errors import BackendError
 
         if threads is not None:
             raise UsageError("the TVM backend sizes its own thread pool (TVM_NUM_THREADS); --threads is for onnx")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pseudoformer.errors import UsageError
-from pseudoformer.file_access import FileAccessError, load_npy, read_text
+from pseudoformer.base.errors import UsageError
+from pseudoformer.base.file_access import FileAccessError, load_npy, read_text
 
 
 def read_tokens(path: str | Path, tokenizer: str | Path | None = None) -> np.ndarray:

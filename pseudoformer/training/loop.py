@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from pseudoformer.inputs import token_bounds
 from pseudoformer.ir.block_coded import plain_weights
 from pseudoformer.model import Model, load

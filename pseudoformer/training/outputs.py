@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pseudoformer.atomic_write import atomic_path, write_atomic
-from pseudoformer.errors import UsageError
+from pseudoformer.base.atomic_write import atomic_path, write_atomic
+from pseudoformer.base.errors import UsageError
 from pseudoformer.weights import hf_engine
 from pseudoformer.weights.hf_checkpoint import open_hf_tensors, read_hf_config, table_for
 from pseudoformer.weights.hf_table import Table, Tie

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from pseudoformer.ir import Graph
 from pseudoformer.passes.autodiff import GRAD
 from pseudoformer.passes.training_step import LR, NEW, STEP, Optimizer

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from pseudoformer.ir import Graph
 from pseudoformer.ir.printer import graph_name
 from pseudoformer.ir.scopes import assign_groups

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-from pseudoformer.regular_file import NotRegularFile, open_regular
+from pseudoformer.base.regular_file import NotRegularFile, open_regular
 
 from .errors import WeightsError
 

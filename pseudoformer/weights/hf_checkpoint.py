@@ -10,7 +10,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from pseudoformer.file_access import FileAccessError, loads_json, read_text
+from pseudoformer.base.file_access import FileAccessError, loads_json, read_text
 
 from . import (
     hf_bart,

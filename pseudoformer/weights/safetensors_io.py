@@ -15,8 +15,8 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from pseudoformer.atomic_write import atomic_path
-from pseudoformer.file_access import FileAccessError, loads_json, regular_file
+from pseudoformer.base.atomic_write import atomic_path
+from pseudoformer.base.file_access import FileAccessError, loads_json, regular_file
 
 from .errors import WeightsError
 from .tensor_ref import TensorRef

@@ -2,10 +2,10 @@
 
     ir  ←  frontend, passes  ←  backends  ←  pseudoformer (the API, CLI, weights, generation)
 
-`pseudoformer.errors`, `pseudoformer.version`, the safetensors file format (`pseudoformer.weights.errors`,
+`pseudoformer.base.errors`, `pseudoformer.version`, the safetensors file format (`pseudoformer.weights.errors`,
 `.safetensors_io`, which the TVM backend saves its weights in) and the rules for touching files
-(`pseudoformer.limits`, `.regular_file`, `.file_access`, `.atomic_write`) and the import of a package's modules
-that register themselves (`pseudoformer.submodules`) and the hostile-input helpers (`.terminal`, `.model_files`,
+(`pseudoformer.base.limits`, `.regular_file`, `.file_access`, `.atomic_write`) and the import of a package's modules
+that register themselves (`pseudoformer.base.submodules`) and the hostile-input helpers (`.terminal`, `.model_files`,
 `.manifest`) sit below every stage; function-level
 and relative imports count too; imports under `if TYPE_CHECKING:` do not (they never run).
 """
@@ -21,10 +21,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"pseudoformer": "pseudoformer", "pseudoformer.frontend": "frontend", "pseudoformer.ir": "ir",
            "pseudoformer.passes": "passes", "pseudoformer.backends": "backends"}
-SHARED = {"pseudoformer.errors", "pseudoformer.version", "pseudoformer.weights.errors",
-          "pseudoformer.weights.safetensors_io", "pseudoformer.weights.tensor_ref", "pseudoformer.limits",
-          "pseudoformer.regular_file", "pseudoformer.file_access", "pseudoformer.atomic_write",
-          "pseudoformer.submodules", "pseudoformer.terminal", "pseudoformer.model_files", "pseudoformer.manifest"}
+SHARED = {"pseudoformer.base.errors", "pseudoformer.version", "pseudoformer.weights.errors",
+          "pseudoformer.weights.safetensors_io", "pseudoformer.weights.tensor_ref", "pseudoformer.base.limits",
+          "pseudoformer.base.regular_file", "pseudoformer.base.file_access", "pseudoformer.base.atomic_write",
+          "pseudoformer.base.submodules", "pseudoformer.base.terminal", "pseudoformer.base.model_files", "pseudoformer.base.manifest"}
 # What each stage may import besides itself and the shared modules.
 ALLOWED = {
     "ir": set(),

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from pseudoformer.backends.onnx import OnnxRunner, to_onnx
+from pseudoformer.base.errors import BackendError, UsageError
 from pseudoformer.deploy import lower
-from pseudoformer.errors import BackendError, UsageError
 from pseudoformer.generation.generator import Generator
 from pseudoformer.generation.runtimes import PAST_LENGTH
 from pseudoformer.model import Model, load

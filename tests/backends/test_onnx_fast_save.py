@@ -21,7 +21,7 @@ from pseudoformer.backends.onnx import save as save_module
 from pseudoformer.backends.onnx.compile import lower_model, to_onnx
 from pseudoformer.backends.onnx.lower import LoweredModel, check_structure
 from pseudoformer.backends.onnx.save import data_path
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from pseudoformer.ir import interpreter
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.ops import Op

@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from pseudoformer.atomic_write import OutputError, atomic_path, check_output, leftover_pattern, write_atomic
+from pseudoformer.base.atomic_write import (
+    OutputError,
+    atomic_path,
+    check_output,
+    leftover_pattern,
+    write_atomic,
+)
 
 
 def _device(tmp_path: Path) -> Path | None:
@@ -105,7 +111,7 @@ def test_leftovers_are_removed_only_when_their_writer_is_provably_gone(tmp_path:
 
 _SLOW_WRITER = textwrap.dedent("""
     import sys, time
-    from pseudoformer.atomic_write import write_atomic
+    from pseudoformer.base.atomic_write import write_atomic
     def write(f):
         f.write(b"x" * 4096)
         f.flush()

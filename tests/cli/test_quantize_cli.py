@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 import pseudoformer
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from tests.cli.conftest import Cli
 from tests.cli.test_cli import GPT2, SMALL_GPT2, assert_user_error
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pseudoformer.base.errors import CompileError
 from pseudoformer.cli import main
-from pseudoformer.errors import CompileError
 from pseudoformer.model import check
 
 MODELS = Path(__file__).resolve().parents[2] / "models"

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pseudoformer.errors import CompileError
+from pseudoformer.base.errors import CompileError
 from pseudoformer.frontend.entry import elaborate
 from pseudoformer.frontend.modules import load_program
 from pseudoformer.ir.printer import format_graph

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pseudoformer.errors import CompileError
+from pseudoformer.base.errors import CompileError
 from pseudoformer.model import check, load
 from tests.frontend.notation_run import run_both, write
 

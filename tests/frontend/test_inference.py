@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from pseudoformer.base.errors import AlgError, CompileError
 from pseudoformer.cli import main
-from pseudoformer.errors import AlgError, CompileError
 from pseudoformer.frontend.errors import (
     ArityError,
     BadTypeError,

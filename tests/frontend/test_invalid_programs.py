@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pseudoformer.base.errors import AlgError, CompileError
+from pseudoformer.base.terminal import escape
 from pseudoformer.cli import main
-from pseudoformer.errors import AlgError, CompileError
 from pseudoformer.frontend.errors import (
     AlgSyntaxError,
     ArityError,
@@ -36,7 +37,6 @@ from pseudoformer.frontend.errors import (
     UnknownNameError,
 )
 from pseudoformer.model import check, load
-from pseudoformer.terminal import escape
 
 INVALID = Path(__file__).parent / "invalid"
 CASES = sorted(p.name for p in INVALID.glob("*.alg"))
@@ -132,7 +132,7 @@ def test_cli_reports_the_error(name: str, tmp_path: Path, capsys: pytest.Capture
         assert exp.text in m["msg"], lines[i]
         # The source line, then a caret under the column.
         source = (INVALID / exp.file).read_text(encoding="utf-8").splitlines()[exp.line - 1]
-        # (escaped for the terminal, pseudoformer/terminal.py: a control character shows as \x07)
+        # (escaped for the terminal, pseudoformer/base/terminal.py: a control character shows as \x07)
         assert lines[i + 1] == f"    {escape(source, keep=chr(9))}", err
         caret = lines[i + 2]
         assert caret.strip() == "^" and caret.index("^") == 4 + len(escape(source[:exp.col - 1], keep=chr(9))), err

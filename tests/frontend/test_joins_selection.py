@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pseudoformer.errors import CompileError
+from pseudoformer.base.errors import CompileError
 from pseudoformer.ir import Op
 from pseudoformer.model import check, load
 from pseudoformer.optimize import optimize

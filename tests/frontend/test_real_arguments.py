@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pseudoformer.base.errors import CompileError
 from pseudoformer.cli import main
-from pseudoformer.errors import CompileError
 from pseudoformer.model import check, load
 from tests.frontend.notation_run import run_both, write
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pseudoformer.errors import CompileError
+from pseudoformer.base.errors import CompileError
 from pseudoformer.frontend.entry import elaborate
 from pseudoformer.frontend.errors import ShapeError
 from pseudoformer.frontend.modules import load_program

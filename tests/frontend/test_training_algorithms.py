@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pseudoformer.base.errors import CompileError, Pos
 from pseudoformer.cli import main
-from pseudoformer.errors import CompileError, Pos
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.entry import elaborate
 from pseudoformer.frontend.errors import BadTypeError, HyperparameterError, ShapeError, TrainingError

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pseudoformer.base.errors import CompileError, UsageError
 from pseudoformer.cli import main
-from pseudoformer.errors import CompileError, UsageError
 from pseudoformer.frontend.errors import ModuleError
 from pseudoformer.model import check
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from pseudoformer.generation import Generator, Sampling
 from pseudoformer.model import load
 from tests.models.test_gpt2_vs_hf import SMALL, _hf
@@ -95,7 +95,7 @@ def test_too_long_a_generation_is_refused_before_it_starts(gpt2: tuple) -> None:
 
 
 def test_encoder_only_model_is_refused(tmp_path) -> None:
-    from pseudoformer.errors import CompileError
+    from pseudoformer.base.errors import CompileError
 
     model = load("models/bert.alg", entry="BERT", defines=["L=1", "H=2", "d_e=8", "d_mlp=8", "d_attn=4", "d_mid=4",
                                                           "ell_max=16", "N_V=11", "d_f=8"])

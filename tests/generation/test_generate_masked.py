@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pseudoformer.errors import CompileError
+from pseudoformer.base.errors import CompileError
 from pseudoformer.generation.api import prepare
 from pseudoformer.ir import Op
 

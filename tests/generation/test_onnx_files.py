@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from pseudoformer.generation import onnx_files
 
 HOLD = """

@@ -20,8 +20,8 @@ import onnx
 import pytest
 
 import pseudoformer
-from pseudoformer.atomic_write import write_atomic
 from pseudoformer.backends.onnx.save import data_path, save_model
+from pseudoformer.base.atomic_write import write_atomic
 from pseudoformer.deploy import run_onnx
 from pseudoformer.weights import save_weights
 from tests.hostile.conftest import GPT2, SMALL_GPT2, judge, run_cli
@@ -49,7 +49,7 @@ def test_a_model_with_external_data_through_a_symlinked_o_stays_one_set(tmp_path
 
 
 def test_the_set_is_renamed_with_the_naming_part_last(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import pseudoformer.atomic_write as aw
+    import pseudoformer.base.atomic_write as aw
 
     order: list[str] = []
     real_replace = os.replace
@@ -90,7 +90,7 @@ def test_the_owner_of_a_replaced_file_stays(tmp_path: Path) -> None:
 
 _WRITER = textwrap.dedent("""
     import sys, time
-    from pseudoformer.atomic_write import write_atomic
+    from pseudoformer.base.atomic_write import write_atomic
     def write(f):
         f.write(b"partial")
         f.flush()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from pseudoformer.base.terminal import BIDI_CONTROLS
 from pseudoformer.frontend.source_text import LINE_BREAKS
-from pseudoformer.terminal import BIDI_CONTROLS
 from tests.hostile.conftest import judge, run_cli
 
 HEAD = "Algorithm: y ← F(x)\n  Input: x ∈ ℝ^{d}\n  Output: y ∈ ℝ^{d}\n"

@@ -15,9 +15,9 @@ import torch
 from safetensors.numpy import load_file, save_file
 from transformers import BartConfig, BartForConditionalGeneration, BartModel
 
+from pseudoformer.base.errors import UsageError
 from pseudoformer.cli import main
 from pseudoformer.deploy import compile
-from pseudoformer.errors import UsageError
 from pseudoformer.model import load
 from pseudoformer.weights import WeightsError, hf_hyperparameters, load_weights, read_hf_config
 from tests.models.hf_util import log_softmax, ours, save_hf, tokens

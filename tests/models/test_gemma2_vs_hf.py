@@ -64,8 +64,8 @@ def test_contrib_ops_say_once_which_layers_stay_standard(checkpoint: tuple, mode
                                                          capsys: pytest.CaptureFixture) -> None:
     """Where the kernel cannot compute a layer as the graph does (here: float16, which it is not taken in),
     --contrib-ops keeps that layer's standard Attention and the compile says so in one note, with the reason."""
+    from pseudoformer.base.errors import ContribFallbackWarning
     from pseudoformer.cli import main
-    from pseudoformer.errors import ContribFallbackWarning
 
     with pytest.warns(ContribFallbackWarning, match=r"4 attention op\(s\) stay standard .*float32 only") as caught:
         ops = cases.onnx_ops(model, contrib_ops=True, dtype="float16")

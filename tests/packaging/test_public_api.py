@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pseudoformer
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 
 API = {"load", "check", "compile", "generate", "Model", "CompiledModel", "QuantizeOptions"}
 HEAVY = ("numpy", "onnx", "onnxruntime", "tvm", "torch", "transformers", "lark")

@@ -74,7 +74,7 @@ def test_every_module_of_the_source_folders_is_in_the_wheel(wheel: zipfile.ZipFi
 
 
 def test_an_installed_wheel_registers_every_op_and_lowering(wheel: zipfile.ZipFile, tmp_path: Path) -> None:
-    """Op families and lowerings are found by listing their packages (pseudoformer/submodules.py), not by a
+    """Op families and lowerings are found by listing their packages (pseudoformer/base/submodules.py), not by a
     hand-kept import list: installed from the wheel (not editable), every one must still register."""
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target),

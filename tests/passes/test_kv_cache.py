@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from pseudoformer.backends.onnx import to_onnx
-from pseudoformer.errors import CompileError
+from pseudoformer.base.errors import CompileError
 from pseudoformer.ir.interpreter import run
 from pseudoformer.ir.verify import verify
 from pseudoformer.model import load

@@ -110,9 +110,9 @@ def test_unfused_attention_is_refused_with_the_reason() -> None:
 
 
 def test_compile_api_and_cli_take_the_mask(tmp_path, capsys) -> None:
+    from pseudoformer.base.errors import UsageError
     from pseudoformer.cli import main
     from pseudoformer.deploy import compile
-    from pseudoformer.errors import UsageError
 
     defines = ["L=1", "H=2", "d_e=8", "d_mlp=16", "d_attn=4", "d_mid=4", "ell_max=16", "N_V=11"]
     compiled = compile("models/bert.alg", entry="BERTEncoder", defines=defines, padding_mask=True)

@@ -120,7 +120,7 @@ def test_edtraining_trains_on_pairs_as_torch_does(tmp_path: Path) -> None:
     (dict(z=np.zeros((2, 3), np.int64), x=np.zeros((2, 1), np.int64)), "at least 2"),
 ])
 def test_bad_pairs_get_one_message(tmp_path: Path, arrays: dict, message: str) -> None:
-    from pseudoformer.errors import UsageError
+    from pseudoformer.base.errors import UsageError
 
     np.savez(tmp_path / "pairs.npz", **arrays)
     with pytest.raises(UsageError, match=message):

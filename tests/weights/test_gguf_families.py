@@ -21,8 +21,8 @@ from gguf import GGMLQuantizationType as Q
 from transformers import AutoConfig, AutoModelForCausalLM, MixtralConfig, MixtralForCausalLM
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
+from pseudoformer.base.errors import UsageError
 from pseudoformer.deploy import lower, run_onnx
-from pseudoformer.errors import UsageError
 from pseudoformer.model import load
 from pseudoformer.quantization import options
 from pseudoformer.weights.gguf_checkpoint import gguf_config

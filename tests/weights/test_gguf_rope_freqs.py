@@ -14,7 +14,7 @@ from gguf import GGMLQuantizationType as Q
 from transformers import LlamaConfig
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from pseudoformer.model import load
 from pseudoformer.weights.gguf_checkpoint import gguf_config
 from pseudoformer.weights.gguf_rope import llama3_scaling

@@ -13,8 +13,8 @@ from gguf import GGMLQuantizationType as Q
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
+from pseudoformer.base.terminal import escape
 from pseudoformer.cli import main
-from pseudoformer.terminal import escape
 from pseudoformer.weights.gguf_tokenizer import gguf_tokenizer, write_gguf_tokenizer
 from tests.models.llama_cases import MODELS, hf_model
 from tests.weights import test_gguf_families as families

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import pseudoformer
+from pseudoformer.base.errors import UsageError
 from pseudoformer.deploy import run_onnx
-from pseudoformer.errors import UsageError
 from pseudoformer.weights import load_weights, open_weights
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ import transformers
 from weights_testlib import bert_config, gpt2_config, save_hf_model
 
 import pseudoformer
-from pseudoformer.errors import UsageError
+from pseudoformer.base.errors import UsageError
 from pseudoformer.weights import save_weights
 
 WRAPPED = str(Path(__file__).with_name("groups") / "wrapped.alg")

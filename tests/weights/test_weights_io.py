@@ -14,7 +14,7 @@ from transformers import GPT2LMHeadModel
 from weights_testlib import gpt2_config, gpt2_expected
 
 import pseudoformer.weights.safetensors_io as sio
-from pseudoformer.atomic_write import OutputError
+from pseudoformer.base.atomic_write import OutputError
 from pseudoformer.weights import (
     WeightsError,
     hf_model_type,

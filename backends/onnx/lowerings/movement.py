@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pseudoformer.backends.onnx.emitter import Emitter
 from pseudoformer.backends.onnx.lowerings.registry import lowers
-from pseudoformer.errors import BackendError
+from pseudoformer.base.errors import BackendError
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
 

@@ -1,7 +1,7 @@
 """One TVM lowering per IR op (registry.py); importing this package imports every module in it, and each
 family module registers its lowerings."""
 
-from pseudoformer.submodules import import_submodules
+from pseudoformer.base.submodules import import_submodules
 
 import_submodules(__name__, __path__)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from pseudoformer.backends.tvm.concat_kernel import concat2_func
 from pseudoformer.backends.tvm.fusion import OPAQUE  # fusion leaves our kernels whole
 from pseudoformer.backends.tvm.lowerings.registry import R, lowers, relax, tirx
-from pseudoformer.errors import BackendError
+from pseudoformer.base.errors import BackendError
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
 from pseudoformer.ir.types import DType

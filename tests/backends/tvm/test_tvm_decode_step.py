@@ -85,7 +85,7 @@ def test_the_cache_stays_in_tvm_tensors_between_steps(generators: dict) -> None:
 
 def test_specialising_wants_the_weights_as_arguments_and_a_dim_of_the_inputs(generators: dict) -> None:
     from pseudoformer.backends.tvm.build import compile_graph
-    from pseudoformer.errors import BackendError
+    from pseudoformer.base.errors import BackendError
 
     gen = generators["tvm"]
     step, weights = gen.decoder.step, gen.weights

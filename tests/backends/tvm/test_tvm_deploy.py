@@ -15,9 +15,9 @@ from tvm_util import BACKENDS  # noqa: F401  (skips this module without TVM)
 
 from pseudoformer.backends.tvm import compile_graph, load_model
 from pseudoformer.backends.tvm.build import weights_path
+from pseudoformer.base.errors import UsageError
 from pseudoformer.cli import main
 from pseudoformer.deploy import compile
-from pseudoformer.errors import UsageError
 from pseudoformer.model import load
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -108,7 +108,7 @@ def test_cli_compile_with_bound_weights_runs_in_a_fresh_process_without_a_weight
     assert main(["compile", "gpt2", "--config", os.devnull, *_defines(), "--backend", "tvm", "--tvm-params", "bind",
                  "-o", str(so)]) == 0
     assert "weights bound into the library" in capsys.readouterr().err
-    # One library and its manifest (pseudoformer/manifest.py), which `run` checks before loading it.
+    # One library and its manifest (pseudoformer/base/manifest.py), which `run` checks before loading it.
     assert so.is_file() and not weights_path(so).exists()
     assert sorted(tmp_path.iterdir()) == [tmp_path / "bound.manifest.json", so]
     elsewhere = tmp_path / "elsewhere"  # alone in its folder with its manifest: no weights to find beside it

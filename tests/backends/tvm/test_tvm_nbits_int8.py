@@ -97,7 +97,7 @@ def test_generation_with_int8_activations_stays_near_the_float_reference() -> No
 
 
 def test_int8_activations_are_refused_where_there_is_no_int4_tvm_product() -> None:
-    from pseudoformer.errors import UsageError
+    from pseudoformer.base.errors import UsageError
     from pseudoformer.generation import Generator
     from pseudoformer.model import load
 

@@ -20,9 +20,9 @@ from onnx_cases import BOOL, F32, I64, const, inp, op, param  # isort: skip
 from test_onnx_models import CASES  # isort: skip
 
 from pseudoformer.backends.tvm import BackendError, compile_graph
+from pseudoformer.base.errors import UsageError
 from pseudoformer.cli import main
 from pseudoformer.deploy_tvm import run_library
-from pseudoformer.errors import UsageError
 from pseudoformer.ir import interpreter
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.ops import Op

@@ -29,7 +29,7 @@ MAX_NODES = 1_000_000
 # The longest sequence (any run-time size: a length(x), a batch) a model without a limit of its own
 # may be given. A model with a position table (W_p ∈ ℝ^{d_e × ℓ_max}) is bounded by ℓ_max instead; one
 # without (RoPE, ALiBi) would otherwise take 200,000 ids and allocate a 200,000² attention matrix.
-# `--max-seq-len N` (or setting pseudoformer.limits.MAX_SEQ_LEN) changes it.
+# `--max-seq-len N` (or setting pseudoformer.base.limits.MAX_SEQ_LEN) changes it.
 MAX_SEQ_LEN = 8192
 # What a model file given to `run` may allocate as it computes, besides twice its weights (run_onnx):
 # a 200-byte .onnx can ask for gigabytes. `run --max-memory BYTES` changes it.

@@ -26,10 +26,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pseudoformer.errors import UsageError
-from pseudoformer.file_access import read_text, regular_file
-from pseudoformer.model_files import manifest_path
-from pseudoformer.regular_file import open_regular
+from pseudoformer.base.errors import UsageError
+from pseudoformer.base.file_access import read_text, regular_file
+from pseudoformer.base.model_files import manifest_path
+from pseudoformer.base.regular_file import open_regular
 from pseudoformer.version import __version__
 
 FORMAT = 1

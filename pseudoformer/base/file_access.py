@@ -19,9 +19,9 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pseudoformer.errors import UsageError
-from pseudoformer.limits import FILE_CAPS, available_memory, show_bytes
-from pseudoformer.regular_file import NotRegularFile, open_regular, read_at_most
+from pseudoformer.base.errors import UsageError
+from pseudoformer.base.limits import FILE_CAPS, available_memory, show_bytes
+from pseudoformer.base.regular_file import NotRegularFile, open_regular, read_at_most
 
 if TYPE_CHECKING:
     import numpy as np

@@ -16,9 +16,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pseudoformer.limits import FILE_CAPS
-from pseudoformer.regular_file import open_regular, read_at_most
-from pseudoformer.terminal import escape
+from pseudoformer.base.limits import FILE_CAPS
+from pseudoformer.base.regular_file import open_regular, read_at_most
+from pseudoformer.base.terminal import escape
 
 
 @dataclass(frozen=True)

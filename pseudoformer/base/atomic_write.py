@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from pseudoformer.errors import UsageError
-from pseudoformer.regular_file import kind_of
+from pseudoformer.base.errors import UsageError
+from pseudoformer.base.regular_file import kind_of
 
 TAG = "pseudoformer"
 _LOCK = re.compile(rf"\.{TAG}-([A-Za-z0-9_]+)\.lock")
