@@ -52,16 +52,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError(f"--max-seq-len must be at least 1, got {args.max_seq_len}")
             limits.MAX_SEQ_LEN = args.max_seq_len
         check_outputs(args)  # before any work: an output that cannot be written, or that is an input
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ContribFallbackWarning)
-            try:
+        caught: list[warnings.WarningMessage] = []
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ContribFallbackWarning)
                 return handler(args)
-            finally:
-                for w in caught:  # ours as one note; any other warning as Python shows it
-                    if issubclass(w.category, ContribFallbackWarning):
-                        _say(f"note: {w.message}")
-                    else:
-                        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        finally:
+            _say_warnings(caught)  # after the recording ends: shown while recording, each would be recorded again
     except (CompileError, AlgError) as e:
         _say(e.render())
     except KeyboardInterrupt:
@@ -79,6 +76,19 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         limits.MAX_SEQ_LEN = default_seq_len  # one command's --max-seq-len is not the next's (main() in-process)
     return 1
+
+
+def _say_warnings(caught: list[warnings.WarningMessage]) -> None:
+    """The warnings a command raised, each distinct one once: ours (ContribFallbackWarning) as a note, any other
+    as a warning line. A library may warn once per tensor or per step; the user needs each kind once."""
+    seen: set[tuple[type, str]] = set()
+    for w in caught:
+        key = (w.category, str(w.message))
+        if key in seen:
+            continue
+        seen.add(key)
+        kind = "note" if issubclass(w.category, ContribFallbackWarning) else f"warning ({w.category.__name__})"
+        _say(f"{kind}: {escape(str(w.message))}")
 
 
 def _say(text: str) -> None:
