@@ -1,8 +1,11 @@
-"""What a compile is asked for, in one dataclass: which passes run (backends/pipeline.py assembles them
-from it) and how the ONNX backend writes the result (backends/onnx/lower.py reads it).
+"""What a compile is asked for, in one frozen value, from the command line (pseudoformer/compile_options.py
+reads it off any command's arguments) or the API (its keywords) down to the backends: which passes run
+(backends/pipeline.py assembles them from it), how the ONNX backend writes the result (backends/onnx/lower.py)
+and what TVM builds for (backends/tvm/build.py).
 
-`pseudoformer.compile` and the CLI fill it from their arguments; `to_onnx(graph, weights, **fields)`
-takes its fields as keywords.
+A field with a `flag` is a command-line option: compile_options.from_arguments reads the argument of the
+same name (the flag without its dashes) off whatever command was run, so that a new compile flag is this
+field, one argparse line, and, if it goes with some options and not others, a rule in `problems`.
 """
 
 from __future__ import annotations
@@ -11,13 +14,38 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from pseudoformer.base.errors import UsageError
+
 if TYPE_CHECKING:
     from pseudoformer.passes.quantize import QuantizeOptions
+
+# Each backend and the commands that run on it, in the one spelling every command takes (--backend).
+BACKENDS: dict[str, tuple[str, ...]] = {
+    "numpy": ("run", "generate", "train"),  # the reference interpreter: nothing to write a file of
+    "onnx": ("compile", "inspect", "run", "generate", "train", "genai"),
+    "tvm": ("compile", "inspect", "run", "generate", "train"),
+    # "torch": a row here when the torch backend arrives (backends/torch)
+}
+# The spellings `train` took before the one above (its runtimes' names); read as the new, with a note.
+OLD_SPELLINGS = {"interpreter": "numpy", "onnxruntime": "onnx"}
+PROVIDERS = ("cpu", "cuda")
+DTYPES = ("float32", "float16")
+TVM_PARAMS = ("args", "bind")
+# Where a command runs a compiled model on a provider other than the CPU; the rest say why not (problems).
+CUDA_RUNS = {"run": ("onnx",)}
+# What an onnxruntime-genai folder's graph is (cli_genai.py): an ONNX decoder in float32 at -O2.
+GENAI = {"backend": "onnx", "dtype": "float32", "padding_mask": False, "functions": False, "tvm_params": None,
+         "target": "llvm", "opt_level": 2, "opset": None, "provider": "cpu"}
+
+
+def _flag(default: Any, name: str) -> Any:
+    return field(default=default, metadata={"flag": name})
 
 
 @dataclass(frozen=True)
 class CompileOptions:
-    """opt_level: the optimisation level run first (0 runs nothing: the graph is taken as given, already
+    """backend: "onnx", "tvm" or "numpy" (the reference interpreter, for the commands that run a model).
+    opt_level: the optimisation level run first (0 runs nothing: the graph is taken as given, already
     optimised, as to_onnx takes a derived decoder's). padding_mask: an attention_mask input per token
     input. quantize: how the weight matrices are quantized (None: they are not). dtype: "float32" or
     "float16". contrib_ops: onnxruntime's com.microsoft kernels where they compute the same (the
@@ -32,21 +60,32 @@ class CompileOptions:
     fold_weights: what is computed from weights alone (per-head projections stacked and transposed) is
     computed lazily and read as new weights named folded.<i> (passes/fold_constants.py): onnxruntime then
     folds nothing when a session starts, which cost the folded weights' bytes a second time; for files
-    nobody reads by the paper's names (generation's)."""
+    nobody reads by the paper's names (generation's).
+    target: TVM's target, "llvm" (this CPU) or "cuda". tvm_params: "args" (None: the default) passes a TVM
+    model's weights at run time, "bind" compiles them in. int8_activations: TVM's 4-bit products round
+    their activations to int8 per block (backends/tvm/nbits_int8.py; a CPU option).
+    provider: where the compiled model runs, "cpu" or "cuda" (onnxruntime's execution provider).
+    threads: the runtime's intra-op threads (None: its default)."""
 
-    opt_level: int = 0
-    padding_mask: bool = False
-    quantize: QuantizeOptions | None = None
-    dtype: str = "float32"
-    contrib_ops: bool = False
-    opset: int | None = None
+    backend: str = _flag("onnx", "--backend")
+    opt_level: int = _flag(0, "-O")
+    padding_mask: bool = _flag(False, "--padding-mask")
+    quantize: QuantizeOptions | None = _flag(None, "--quantize")
+    dtype: str = _flag("float32", "--dtype")
+    contrib_ops: bool = _flag(False, "--contrib-ops")
+    opset: int | None = _flag(None, "--opset")
     ir_version: int | None = None
-    functions: bool = False
+    functions: bool = _flag(False, "--functions")
     metadata: Mapping[str, str] | None = field(default=None, compare=False)
     check: bool = True
     kv_buffers: str | None = None
     lazy_weights: bool = False
     fold_weights: bool = False
+    target: str = _flag("llvm", "--target")
+    tvm_params: str | None = _flag(None, "--tvm-params")
+    int8_activations: bool = _flag(False, "--accuracy-level")
+    provider: str = _flag("cpu", "--provider")
+    threads: int | None = _flag(None, "--threads")
 
     def with_fields(self, given: Mapping[str, Any]) -> CompileOptions:
         """These options with `given` (keyword arguments of to_onnx) set; a name that is no field is a TypeError."""
@@ -54,3 +93,93 @@ class CompileOptions:
         if unknown:
             raise TypeError(f"no compile option {', '.join(unknown)}")
         return replace(self, **given) if given else self
+
+    def problems(self, command: str = "compile") -> list[str]:
+        """What in these options does not go together, or does not go with `command` ("compile", "inspect",
+        "run", "generate", "train", or "genai": compile --genai-folder), one sentence each."""
+        out: list[str] = []
+        b = self.backend
+        takes = [name for name, commands in BACKENDS.items() if command in commands]
+        if b not in BACKENDS:
+            out.append(f"unknown backend {b!r} (choose {_either(takes)})")
+        elif b not in takes and command != "genai":
+            out.append(f"{command} does not take --backend {b} (choose {_either(takes)})")
+        if self.dtype not in DTYPES:
+            out.append(f"unknown dtype {self.dtype!r} (choose {_either(DTYPES)})")
+        from pseudoformer.passes.manager import LEVELS
+
+        if self.opt_level not in LEVELS:
+            out.append(f"no optimisation level -O{self.opt_level} (choose {', '.join(f'-O{k}' for k in LEVELS)})")
+        if self.provider not in PROVIDERS:
+            out.append(f"unknown provider {self.provider!r} (choose {_either(PROVIDERS)})")
+        elif self.provider != "cpu" and command != "genai":
+            if command not in CUDA_RUNS and command in ("compile", "inspect"):
+                out.append(f"--provider is where a model runs: {command} runs none (give it to run, generate "
+                           "or train, or to the compiled model's .run)")
+            elif command not in CUDA_RUNS:
+                out.append(f"--provider {self.provider}: {command} runs on the CPU only for now (its runtimes "
+                           "take no CUDA provider yet)")
+            elif b not in CUDA_RUNS[command]:
+                out.append(f"--provider {self.provider} is for the {_either(CUDA_RUNS[command])} backend; "
+                           f"{b} runs on the CPU")
+        problem = threads_problem(self.threads)
+        if problem:
+            out.append(problem)
+        elif self.threads is not None and b == "tvm":
+            out.append("the TVM backend sizes its own thread pool (TVM_NUM_THREADS); --threads is for onnx")
+        if command == "genai":
+            given = [_spelled(name, getattr(self, name)) for name, want in GENAI.items() if getattr(self, name) != want]
+            if given:
+                out.append(f"{', '.join(given)}: an onnxruntime-genai folder is an ONNX decoder in float32 at -O2, "
+                           "with genai's attention_mask and position_ids (--genai-folder takes --quantize and "
+                           "--contrib-ops)")
+            return out
+        if self.target != "llvm" and b != "tvm":
+            out.append(f"--target {self.target} is for the tvm backend; ONNX files run wherever onnxruntime does")
+        if self.tvm_params is not None and b != "tvm":
+            out.append("--tvm-params is for the tvm backend")
+        elif self.tvm_params not in (None, *TVM_PARAMS):
+            out.append(f"--tvm-params {self.tvm_params}: choose {_either(TVM_PARAMS)}")
+        if self.padding_mask and b != "onnx":
+            out.append("--padding-mask is for the onnx backend")
+        if self.functions and b != "onnx":
+            out.append("--functions is for the onnx backend")
+        if self.contrib_ops and b != "onnx":
+            out.append("--contrib-ops is for the onnx backend (onnxruntime's com.microsoft kernels)")
+        if self.int8_activations and (b != "tvm" or self.quantize is None):
+            out.append("int8 activations are the tvm backend's int4 products: use them with --backend tvm "
+                       "--quantize int4")
+        return out
+
+    def checked(self, command: str = "compile") -> CompileOptions:
+        """These options, if they go together for `command`; else a UsageError naming every problem."""
+        problems = self.problems(command)
+        if problems:
+            raise UsageError("; ".join(problems))
+        return self
+
+
+def _either(names: Any) -> str:
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _spelled(name: str, value: Any) -> str:
+    """How the command line writes an option's value: -O1, --padding-mask, --dtype float16."""
+    flag = next(f.metadata["flag"] for f in fields(CompileOptions) if f.name == name)
+    if flag == "-O":
+        return f"-O{value}"
+    return flag if isinstance(value, bool) or name == "opset" else f"{flag} {value}"
+
+
+def threads_problem(threads: object) -> str | None:
+    """Threads: 1 to THREADS_PER_CORE × the cores this process may use (None: the runtime's default)."""
+    from pseudoformer.base.limits import THREADS_PER_CORE, cores, max_threads
+
+    if threads is None:
+        return None
+    top = max_threads()
+    if not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= top:
+        return (f"--threads must be between 1 and {top} ({THREADS_PER_CORE} × the {cores()} cores this process "
+                f"may use), got {threads!r}")
+    return None

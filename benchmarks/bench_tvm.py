@@ -72,7 +72,7 @@ def time_one(backend: str, model: str, defines: list[str], seqs: list[int], reps
 
     m = load(model, defines=defines)
     if backend == "tvm":
-        run = compile_graph(optimize(m.graph, 2), m.weights, params=params).run
+        run = compile_graph(optimize(m.graph, 2), m.weights, tvm_params=params).run
     else:
         run = OnnxRunner(lower(m, opt_level=2), threads=threads).run
     out: dict[str, Any] = {"load_average": os.getloadavg()[0], "seqs": {}}
@@ -98,7 +98,7 @@ def bench_model(model: str, defines: list[str], seqs: list[int], reps: int, para
 
     m = load(model, defines=defines)
     t0 = time.perf_counter()
-    compiled = compile_graph(optimize(m.graph, 2), m.weights, params=params)
+    compiled = compile_graph(optimize(m.graph, 2), m.weights, tvm_params=params)
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory() as d:
         path = compiled.save(Path(d) / "model.so")

@@ -23,7 +23,7 @@ from pseudoformer.base.limits import MAX_NODES
 from pseudoformer.base.terminal import escape, escape_lines
 from pseudoformer.cli_parser import build_parser
 from pseudoformer.outputs import check_outputs
-from pseudoformer.run_settings import check_seed, check_threads
+from pseudoformer.run_settings import check_seed
 
 if TYPE_CHECKING:  # numpy is imported where it is used: `pseudoformer --version` needs none of it
     import numpy as np
@@ -189,22 +189,14 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _inspect_compile_options(args: argparse.Namespace) -> tuple[Any, str]:
     """The CompileOptions inspect's compile flags ask for (None where none is given), and the backend."""
-    from pseudoformer.quantization import from_arguments
+    from pseudoformer.compile_options import from_arguments
 
-    quantize = from_arguments(args)
-    given = (args.backend, args.dtype, args.opset, quantize, args.padding_mask or None, args.functions or None,
-             args.contrib_ops or None)
-    backend = args.backend or "onnx"
-    if backend not in ("onnx", "tvm"):
-        raise UsageError(f"unknown backend {backend!r} (choose onnx or tvm)")
+    options = from_arguments(args)
+    given = (args.backend, args.dtype, args.opset, options.quantize, args.padding_mask or None,
+             args.functions or None, args.contrib_ops or None)
     if all(v is None for v in given) and not (args.passes and args.opt is not None):
-        return None, backend
-    from pseudoformer.backends.options import CompileOptions
-
-    level = args.opt if args.opt is not None else 2
-    return CompileOptions(opt_level=level, padding_mask=args.padding_mask, quantize=quantize,
-                          dtype=args.dtype or "float32", contrib_ops=args.contrib_ops, opset=args.opset,
-                          functions=args.functions), backend
+        return None, options.backend
+    return options, options.backend
 
 
 def _read_inputs(specs: list[str]) -> dict[str, np.ndarray]:
@@ -240,22 +232,21 @@ def _json_array(name: str, text: str) -> np.ndarray:
 
 
 def _compile(args: argparse.Namespace) -> int:
-    from pseudoformer.deploy import compile
-    from pseudoformer.quantization import from_arguments, int8_activations
+    from pseudoformer.compile_options import from_arguments
+    from pseudoformer.deploy import compile_loaded, streams_weights
+    from pseudoformer.model import load
 
+    options = from_arguments(args)  # --genai-folder's rules too, before any work
     if args.genai_folder is not None:
         from pseudoformer.cli_genai import compile_folder
 
-        return compile_folder(args, _say)
+        return compile_folder(args, options, _say)
     out = Path(args.output)
     check_output(out)  # before compiling: a path that cannot be written should not cost a compile
-    compiled = compile(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
-                       seed=args.seed, backend=args.backend, dtype=args.dtype, opset=args.opset,
-                       opt_level=args.opt, target=args.target, padding_mask=args.padding_mask,
-                       tvm_params=args.tvm_params, include=args.include, max_nodes=args.max_nodes,
-                       allow_nonfinite=args.allow_nonfinite, functions=args.functions,
-                       quantize=from_arguments(args), contrib_ops=args.contrib_ops,
-                       int8_activations=int8_activations(args, args.backend))
+    model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
+                 seed=args.seed, include=args.include, max_nodes=args.max_nodes,
+                 allow_nonfinite=args.allow_nonfinite, lazy_weights=streams_weights(options))
+    compiled = compile_loaded(model, options)
     compiled.save(out)
     n = sum(w.size for w in compiled.model.weights.values())
     inputs = [str(i.attrs['name']) + str(list(i.type.shape)) for i in compiled.model.graph.inputs]
@@ -264,13 +255,13 @@ def _compile(args: argparse.Namespace) -> int:
 
         inputs += padding_mask_inputs(compiled.model.graph)
     where = ""
-    if args.backend == "tvm":
+    if options.backend == "tvm":
         from pseudoformer.backends.tvm.build import weights_path
 
         bound = compiled.compiled.meta["param_mode"] == "bind"
         where = " (weights bound into the library)" if bound else f" (weights in {weights_path(out)})"
     quantized = getattr(compiled, "quantize", None)
-    kind = args.dtype if quantized is None else f"{args.dtype}, weights {quantized.describe()}"
+    kind = options.dtype if quantized is None else f"{options.dtype}, weights {quantized.describe()}"
     _say(f"wrote {escape(str(out))}: {compiled.model.entry}, {n:,} parameters, {kind}, inputs {', '.join(inputs)}{escape(where)}")
     return 0
 
@@ -289,27 +280,20 @@ def _refuse_source_options(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from pseudoformer.compile_options import from_arguments
     from pseudoformer.model import check_inputs, load
 
-    check_threads(args.threads)
     is_onnx = Path(args.file).suffix == ".onnx"
     is_so = Path(args.file).suffix == ".so"
     if is_onnx or is_so:
         _refuse_source_options(args)
     args.seed = 0 if args.seed is None else args.seed
     check_seed(args.seed)
+    options = from_arguments(args)
+    backend = options.backend
     inputs = _read_inputs(args.inputs)
-    backend = args.backend or ("onnx" if is_onnx else "tvm" if is_so else "numpy")
-    if backend not in ("numpy", "onnx", "tvm"):
-        raise UsageError(f"unknown backend {backend!r} (choose numpy, onnx or tvm)")
-    if args.provider not in ("cpu", "cuda"):
-        raise UsageError(f"unknown provider {args.provider!r} (choose cpu or cuda)")
-    if backend != "onnx" and args.provider != "cpu":
-        raise UsageError(f"--provider {args.provider} is for the onnx backend; {backend} runs on the CPU")
     if args.max_memory is not None and not (is_onnx and args.max_memory >= 1):
         raise UsageError("--max-memory BYTES (at least 1) is for running a .onnx file")
-    if backend != "tvm" and args.target != "llvm":
-        raise UsageError(f"--target {args.target} is for the tvm backend")
     if is_so:
         from pseudoformer.deploy_tvm import run_library
 
@@ -321,7 +305,7 @@ def _run(args: argparse.Namespace) -> int:
 
         if backend != "onnx":
             raise UsageError("a .onnx file runs on the onnx backend; run the .alg source for numpy")
-        outputs = run_onnx(args.file, inputs, provider=args.provider, threads=args.threads,
+        outputs = run_onnx(args.file, inputs, provider=options.provider, threads=options.threads,
                            max_memory=args.max_memory)
     else:
         model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
@@ -331,19 +315,17 @@ def _run(args: argparse.Namespace) -> int:
         if backend == "tvm":
             from pseudoformer.deploy_tvm import compile_model
 
-            level = 2 if args.opt is None else args.opt
-            outputs = compile_model(model, target=args.target, opt_level=level).run(feed)
+            outputs = compile_model(model, options).run(feed)
         elif backend == "onnx":
             from pseudoformer.deploy import lower, run_onnx
 
-            level = 2 if args.opt is None else args.opt
-            outputs = run_onnx(lower(model, opt_level=level), feed, provider=args.provider, threads=args.threads)
+            outputs = run_onnx(lower(model, options), feed, provider=options.provider, threads=options.threads)
         else:
             from pseudoformer.ir.interpreter import InterpreterError, run
             from pseudoformer.optimize import optimize
 
             try:
-                outputs = run(optimize(model.graph, args.opt or 0), feed, model.weights)
+                outputs = run(optimize(model.graph, options.opt_level), feed, model.weights)
             except InterpreterError as e:
                 # The interpreter wraps numpy's IndexError (a token id past the vocabulary): the
                 # user's input is at fault, not pseudoformer, as the onnx backend reports it too.

@@ -1,7 +1,7 @@
 """`pseudoformer compile FILE --weights DIR --genai-folder OUT`: an onnxruntime-genai model folder (deploy_genai.py).
 
-The options of a compile that the folder's graph cannot honour are refused by name: genai runs an ONNX
-decoder in float32 here, with the attention mask and positions of its own interface.
+The options of a compile that the folder's graph cannot honour are refused by name, by CompileOptions.problems
+("genai"): genai runs an ONNX decoder in float32 here, with the attention mask and positions of its own interface.
 """
 
 from __future__ import annotations
@@ -9,21 +9,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pseudoformer.base.errors import UsageError
 from pseudoformer.base.terminal import escape
 
-
-def _refuse_options(args: argparse.Namespace) -> None:
-    given = [flag for flag, on in (
-        (f"--backend {args.backend}", args.backend != "onnx"), (f"--dtype {args.dtype}", args.dtype != "float32"),
-        ("--padding-mask", args.padding_mask), ("--functions", args.functions), ("--tvm-params", args.tvm_params),
-        (f"--target {args.target}", args.target != "llvm"), (f"-O{args.opt}", args.opt != 2),
-        ("--opset", args.opset is not None)) if on]
-    if given:
-        raise UsageError(f"{', '.join(given)}: an onnxruntime-genai folder is an ONNX decoder in float32 at -O2, "
-                         "with genai's attention_mask and position_ids (--genai-folder takes --quantize and "
-                         "--contrib-ops)")
+if TYPE_CHECKING:
+    from pseudoformer.backends.options import CompileOptions
 
 
 def _log_of_probabilities(args: argparse.Namespace, entry: str) -> bool:
@@ -41,18 +32,17 @@ def _log_of_probabilities(args: argparse.Namespace, entry: str) -> bool:
     return plan.model == entry and plan.model_output == "probabilities"
 
 
-def compile_folder(args: argparse.Namespace, say: Callable[[str], None]) -> int:
+def compile_folder(args: argparse.Namespace, options: CompileOptions, say: Callable[[str], None]) -> int:
+    """`options`: compile_options.from_arguments', checked for the folder."""
     from pseudoformer.deploy_genai import export
     from pseudoformer.model import load
-    from pseudoformer.quantization import from_arguments
 
-    _refuse_options(args)
-    quantize = from_arguments(args)
+    quantize = options.quantize
     model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,
                  seed=args.seed, include=args.include, max_nodes=args.max_nodes,
                  allow_nonfinite=args.allow_nonfinite)
-    folder = export(model, Path(args.genai_folder), weights=args.weights, quantize=quantize,
-                    contrib_ops=args.contrib_ops, log=_log_of_probabilities(args, model.entry))
+    folder = export(model, Path(args.genai_folder), options, weights=args.weights,
+                    log=_log_of_probabilities(args, model.entry))
     decoder = folder.config["model"]["decoder"]
     kind = "float32" if quantize is None else f"float32, weights {quantize.describe()}"
     tokenizer = ("" if "tokenizer.json" in folder.files else

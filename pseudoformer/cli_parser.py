@@ -12,6 +12,7 @@ import sys
 from pseudoformer.base import limits
 from pseudoformer.base.limits import MAX_NODES
 from pseudoformer.base.terminal import escape
+from pseudoformer.compile_options import add_backend_argument, add_provider_argument
 from pseudoformer.quantization import add_arguments as add_quantize_arguments
 from pseudoformer.version import __version__
 
@@ -54,8 +55,8 @@ def _opt_arg(p: argparse.ArgumentParser, default: int, what: str) -> None:
 def _compile_args(p: argparse.ArgumentParser, defaults: bool) -> None:
     """The options that choose a compile's passes and output; `inspect` takes them too (without defaults:
     given, --passes, --refusals, --diff and the viewer follow the whole compile's pipeline)."""
-    p.add_argument("--backend", default="onnx" if defaults else None,
-                   help="onnx (the default) or tvm (a .so; pip install pseudoformer[tvm])")
+    add_backend_argument(p, "onnx" if defaults else None, "onnx (the default) or tvm (a .so; pip install "
+                         "pseudoformer[tvm])")
     p.add_argument("--dtype", default="float32" if defaults else None, help="float32 (default) or float16")
     p.add_argument("--opset", type=int, help="ONNX opset, 17 to 26 (default 24: the newest at which onnxruntime has a "
                    "kernel for every op written)")
@@ -120,10 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("file", metavar="FILE", help="a .alg file (or a compiled model.onnx or TVM model.so)")
     _model_args(r)
     _weights_args(r, "the random init when no --weights are given")
-    r.add_argument("--backend", help="numpy (the reference interpreter), onnx (ONNX Runtime) or tvm; the default "
-                   "is numpy for a .alg file, onnx for a .onnx file and tvm for a .so file")
+    add_backend_argument(r, None, "numpy (the reference interpreter), onnx (ONNX Runtime) or tvm; the default "
+                         "is numpy for a .alg file, onnx for a .onnx file and tvm for a .so file")
     r.add_argument("--target", default="llvm", help="tvm target for a .alg file: llvm (this CPU) or cuda")
-    r.add_argument("--provider", default="cpu", help="ONNX Runtime provider: cpu or cuda")
+    add_provider_argument(r)
     r.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (1 to 4 × the cores)")
     r.add_argument("-O", dest="opt", type=int, metavar="LEVEL",
                    help="optimisation level (default: -O0 on numpy, the reference; -O2 on onnx and tvm)")

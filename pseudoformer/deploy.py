@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,12 +19,8 @@ from pseudoformer.model import Model, check_inputs, load, model_metadata
 from pseudoformer.run_settings import check_threads
 
 if TYPE_CHECKING:
+    from pseudoformer.backends.options import CompileOptions
     from pseudoformer.deploy_tvm import TVMCompiledModel
-    from pseudoformer.passes.quantize import QuantizeOptions
-
-BACKENDS = ("onnx", "tvm")
-DTYPES = ("float32", "float16")
-
 
 class CompiledModel:
     """An ONNX model compiled from a .alg source, with the interpreter's model it came from.
@@ -32,20 +29,20 @@ class CompiledModel:
     (shared, not copied), so `save` writes the weights from those arrays without building a
     protobuf of them. `.onnx`, the whole ModelProto, is built the first time it is asked for;
     from then on `save` writes that ModelProto, so what `.onnx` shows (changes included) is what
-    is saved.
+    is saved. `.options`: what it was compiled with (its dtype, padding_mask, opt_level, quantize).
     """
 
-    def __init__(self, onnx: Any, model: Model, dtype: str, padding_mask: bool = False, opt_level: int = 2,
-                 quantize: QuantizeOptions | None = None) -> None:
+    def __init__(self, onnx: Any, model: Model, options: CompileOptions) -> None:
         from pseudoformer.backends.onnx.lower import LoweredModel
 
         self._lowered = onnx if isinstance(onnx, LoweredModel) else None  # or a ModelProto:
         self._proto = None if self._lowered is not None else onnx
         self.model = model
-        self.dtype = dtype
-        self.padding_mask = padding_mask  # the model takes an attention_mask per token input (passes/padding_mask.py)
-        self.opt_level = opt_level
-        self.quantize = quantize  # how the weights were quantized (None: they were not)
+        self.options = options
+        self.dtype = options.dtype
+        self.padding_mask = options.padding_mask  # an attention_mask per token input (passes/padding_mask.py)
+        self.opt_level = options.opt_level
+        self.quantize = options.quantize  # how the weights were quantized (None: they were not)
 
     @property
     def onnx(self) -> Any:
@@ -94,17 +91,14 @@ class CompiledModel:
 
 def compile(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,  # noqa: A001
             defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
-            backend: str = "onnx", dtype: str = "float32", opset: int | None = None,
-            opt_level: int = 2, target: str = "llvm", padding_mask: bool = False,
-            tvm_params: str | None = None, include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES,
-            allow_nonfinite: bool = False, functions: bool = False, quantize: str | QuantizeOptions | None = None,
-            block_size: int | None = None, symmetric: bool = False, accuracy_level: int | None = None,
-            quantize_embeddings: bool = False, contrib_ops: bool = False,
-            quantize_output: bool = True, int8_activations: bool = False) -> CompiledModel | TVMCompiledModel:
-    """Compile a .alg model (with its config and weights), optimised at `opt_level` (0, 1, 2).
+            include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False,
+            options: CompileOptions | None = None, **keywords: Any) -> CompiledModel | TVMCompiledModel:
+    """Compile a .alg model (with its config and weights) as `options` say (a CompileOptions), or as
+    keywords naming its fields say, each the command line's flag of the same name:
 
-    backend="onnx" gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so for
-    `target` "llvm", this CPU, or "cuda"; needs pip install pseudoformer[tvm]). Both .save and .run.
+    backend="onnx" (the default) gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so
+    for `target` "llvm", this CPU, or "cuda"; needs pip install pseudoformer[tvm]). Both .save and .run.
+    opt_level: 0, 1 or 2 (the default). dtype: "float32" or "float16". opset: ONNX's.
     tvm_params: "args" (the default) passes a TVM model's weights at run time, saved beside the .so;
     "bind" compiles them into the .so as constants.
     quantize="int4" or "int8" stores the weight matrices in 4 or 8 bits, in blocks of `block_size`
@@ -117,79 +111,61 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
     activations to int8 per block as level 4 does (backends/tvm/nbits_int8.py); see docs/quantization.md.
     padding_mask=True adds an `attention_mask` input per token input (ONNX only; see
     passes/padding_mask.py) so that right-padded batches of different lengths run together.
-    include, max_nodes, allow_nonfinite: as for `load`.
     functions=True writes each algorithm call as an ONNX local function (ONNX only; see
     backends/onnx/functions.py): the same model, folded as the paper writes it, for a viewer such as Netron.
     contrib_ops=True lets onnxruntime's own kernels (com.microsoft GroupQueryAttention) take the ops
     they compute exactly and faster; the file then runs on onnxruntime only (ONNX only).
+    include, max_nodes, allow_nonfinite: as for `load`.
     """
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
-    if dtype not in DTYPES:
-        raise UsageError(f"unknown dtype {dtype!r} (choose {', '.join(DTYPES)})")
-    if backend != "tvm" and target != "llvm":
-        raise UsageError(f"--target {target} is for the tvm backend; ONNX files run wherever onnxruntime does")
-    if padding_mask and backend != "onnx":
-        raise UsageError("--padding-mask is for the onnx backend")
-    if tvm_params is not None and backend != "tvm":
-        raise UsageError("--tvm-params is for the tvm backend")
-    if functions and backend != "onnx":
-        raise UsageError("--functions is for the onnx backend")
-    if contrib_ops and backend != "onnx":
-        raise UsageError("--contrib-ops is for the onnx backend (onnxruntime's com.microsoft kernels)")
-    if int8_activations and (backend != "tvm" or quantize is None):
-        raise UsageError("int8 activations are the tvm backend's int4 products: use them with --backend tvm "
-                         "--quantize int4")
-    from pseudoformer.quantization import options
+    from pseudoformer.compile_options import from_keywords
 
-    quant = options(quantize, block_size=block_size, symmetric=symmetric, accuracy_level=accuracy_level,
-                    embeddings=quantize_embeddings, output=quantize_output)
+    options = from_keywords(options, keywords, "compile", opt_level=2)
     # ONNX: a checkpoint's tensors are read one at a time as the file is written (LazyTensors), never the
     # whole model at once; TVM quantizing likewise, a tensor at a time as it makes its weights
     # (backends/tvm/weight_values.py); TVM in float binds its weights as arrays when it builds.
     model = load(path, entry=entry, config=config, defines=defines, weights=weights, seed=seed, include=include,
-                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite,
-                 lazy_weights=backend == "onnx" or (backend == "tvm" and quant is not None))
-    if backend == "tvm":
+                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite, lazy_weights=streams_weights(options))
+    return compile_loaded(model, options)
+
+
+def streams_weights(options: CompileOptions) -> bool:
+    """Whether a compile with these options reads a checkpoint a tensor at a time (load's lazy_weights)."""
+    return options.backend == "onnx" or (options.backend == "tvm" and options.quantize is not None)
+
+
+def compile_loaded(model: Model, options: CompileOptions) -> CompiledModel | TVMCompiledModel:
+    """`model` compiled for the backend `options` name (checked options: from_keywords, from_arguments)."""
+    if options.backend == "tvm":
         from pseudoformer.deploy_tvm import compile_model
 
-        return compile_model(model, target=target, opt_level=opt_level, dtype=dtype, params=tvm_params or "args",
-                             quantize=quant, int8_activations=int8_activations)
-    lowered = lower(model, dtype=dtype, opset=opset, opt_level=opt_level, padding_mask=padding_mask, whole=False,
-                    functions=functions, quantize=quant, contrib_ops=contrib_ops)
-    return CompiledModel(lowered, model, dtype, padding_mask, opt_level, quant)
+        return compile_model(model, options)
+    return CompiledModel(lower(model, options, whole=False), model, options)
 
 
-def lower(model: Model, *, dtype: str = "float32", opset: int | None = None, opt_level: int = 2,
-          padding_mask: bool = False, whole: bool = True, functions: bool = False,
-          quantize: str | QuantizeOptions | None = None, contrib_ops: bool = False) -> Any:
+def lower(model: Model, options: CompileOptions | None = None, *, whole: bool = True, **keywords: Any) -> Any:
     """The optimised model as an onnx.ModelProto; with whole=False as a LoweredModel (graph + arrays).
-    One pipeline of passes (backends/pipeline.py) takes the model's graph to the one lowered.
-    quantize: "int4", "int8" or a QuantizeOptions, as for `compile`."""
+    One pipeline of passes (backends/pipeline.py) takes the model's graph to the one lowered. `options`,
+    or keywords naming its fields (opt_level, 2 by default; dtype, quantize, ...), as for `compile`."""
     from pseudoformer.backends.onnx import BackendError
     from pseudoformer.backends.onnx.compile import lower_model
-    from pseudoformer.backends.options import CompileOptions
-    from pseudoformer.optimize import check_level, debugging
+    from pseudoformer.compile_options import from_keywords
+    from pseudoformer.optimize import debugging
     from pseudoformer.passes.padding_mask import PaddingMaskError
-    from pseudoformer.quantization import options as quantize_options
 
-    check_level(opt_level)
-    quantize = quantize_options(quantize)
-    metadata = model_metadata(model, opt_level)
-    if quantize is not None:
-        metadata["quantization"] = quantize.describe()
+    options = from_keywords(options, keywords, "compile", opt_level=2)
+    metadata = model_metadata(model, options.opt_level)
+    if options.quantize is not None:
+        metadata["quantization"] = options.quantize.describe()
     # lazy_weights: each matrix quantized as the writer reaches it (save_model), not all of them up front
-    options = CompileOptions(opt_level=opt_level, padding_mask=padding_mask, quantize=quantize, dtype=dtype,
-                             contrib_ops=contrib_ops, opset=opset, functions=functions, metadata=metadata,
-                             lazy_weights=True)
     refused: list = []
     try:
-        lowered = lower_model(model.graph, model.weights, options, verify=debugging(), refusals=refused)
+        lowered = lower_model(model.graph, model.weights, replace(options, metadata=metadata, lazy_weights=True),
+                              verify=debugging(), refusals=refused)
     except PaddingMaskError as e:
         raise UsageError(f"--padding-mask: {e}") from None
     except BackendError as e:
         raise UsageError(str(e)) from None
-    if contrib_ops:
+    if options.contrib_ops:
         say_contrib_fallback(refused)
     return lowered.to_proto() if whole else lowered
 

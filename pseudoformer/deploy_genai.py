@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from pseudoformer.base.errors import UsageError
 from pseudoformer.base.file_access import loads_json, regular_file
 
 if TYPE_CHECKING:
+    from pseudoformer.backends.options import CompileOptions
     from pseudoformer.model import Model
     from pseudoformer.passes.quantize import QuantizeOptions
 
@@ -47,16 +48,18 @@ class GenaiFolder:
     quantize: QuantizeOptions | None
 
 
-def export(model: Model, out: str | Path, *, weights: str | Path | None = None, output: str | None = None,
-           log: bool = False, quantize: QuantizeOptions | None = None, contrib_ops: bool = False) -> GenaiFolder:
+def export(model: Model, out: str | Path, options: CompileOptions | None = None, *,
+           weights: str | Path | None = None, output: str | None = None, log: bool = False,
+           **keywords: Any) -> GenaiFolder:
     """Write `model` (a decoder) as an onnxruntime-genai folder `out`; `weights`, a HuggingFace checkpoint
     directory, gives the tokenizer files and the special tokens. `log`: the model returns probabilities,
-    and the folder's logits are their log (genai takes a softmax of them)."""
+    and the folder's logits are their log (genai takes a softmax of them). `options` (or keywords naming
+    its fields): quantize and contrib_ops; the rest must be what a folder is (CompileOptions.problems)."""
     from pseudoformer.backends.onnx import BackendError
     from pseudoformer.backends.onnx.compile import lower_model
     from pseudoformer.backends.onnx.save import save_model
-    from pseudoformer.backends.options import CompileOptions
     from pseudoformer.backends.pipeline import model_passes, run
+    from pseudoformer.compile_options import from_keywords
     from pseudoformer.inputs import size_limit
     from pseudoformer.model import model_metadata
     from pseudoformer.optimize import debugging
@@ -65,6 +68,8 @@ def export(model: Model, out: str | Path, *, weights: str | Path | None = None, 
     from pseudoformer.passes.generation_passes import incremental
     from pseudoformer.passes.pass_base import PassContext
 
+    options = from_keywords(options, keywords, "genai", opt_level=2)
+    quantize, contrib_ops = options.quantize, options.contrib_ops
     tokens = [n.attrs["name"] for n in model.graph.inputs]
     if len(tokens) != 1:
         raise UsageError(f"{model.entry} takes {', '.join(tokens)}: an onnxruntime-genai decoder takes one "
@@ -72,7 +77,7 @@ def export(model: Model, out: str | Path, *, weights: str | Path | None = None, 
     output = output or model.output_names[0]
     out = _folder(out)
     checkpoint = Path(weights) if weights is not None and Path(weights).is_dir() else None
-    options = CompileOptions(opt_level=2, quantize=quantize, lazy_weights=True)
+    options = replace(options, lazy_weights=True)
     graph, params = run(model.graph, model_passes(options), weights=model.weights, options=options,
                         check=debugging())
     seq = graph.input(tokens[0]).shape[1]

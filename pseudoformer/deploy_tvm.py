@@ -7,7 +7,7 @@ BackendError, into the UsageError that the API raises and the CLI prints (exit 1
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ from pseudoformer.inputs import check_size_against
 from pseudoformer.model import Model, check_inputs, model_metadata
 
 if TYPE_CHECKING:
-    from pseudoformer.quantization import QuantizeOptions
+    from pseudoformer.backends.options import CompileOptions
 
 
 def _build() -> Any:
@@ -62,25 +62,23 @@ class TVMCompiledModel:
             raise UsageError(str(e)) from None
 
 
-def compile_model(model: Model, *, target: str = "llvm", opt_level: int = 2, dtype: str = "float32",
-                  params: str = "args", quantize: QuantizeOptions | None = None,
-                  int8_activations: bool = False) -> TVMCompiledModel:
-    """Optimise `model`'s graph at `opt_level` (and quantize its weights) and compile it with TVM for
-    `target` ("llvm" or "cuda"); int8_activations: build.compile_graph's (4-bit products, CPU)."""
-    from pseudoformer.optimize import check_level, debugging
+def compile_model(model: Model, options: CompileOptions | None = None, **keywords: Any) -> TVMCompiledModel:
+    """Optimise `model`'s graph at options.opt_level (and quantize its weights) and compile it with TVM for
+    options.target ("llvm" or "cuda"); `options` or keywords naming its fields, as for `compile`."""
+    from pseudoformer.compile_options import from_keywords
+    from pseudoformer.optimize import debugging
 
+    options = from_keywords(options, keywords, "compile", backend="tvm", opt_level=2)
     build = _build()
-    check_level(opt_level)
-    metadata = model_metadata(model, opt_level)
-    if quantize is not None:
-        metadata["quantization"] = quantize.describe()
+    metadata = model_metadata(model, options.opt_level)
+    if options.quantize is not None:
+        metadata["quantization"] = options.quantize.describe()
     try:  # one run of the compile's passes (backends/pipeline.py), then TVM
-        compiled = build.compile_graph(model.graph, model.weights, target=target, params=params, dtype=dtype,
-                                       metadata=metadata, opt_level=opt_level, verify=debugging(), quantize=quantize,
-                                       int8_activations=int8_activations)
+        compiled = build.compile_graph(model.graph, model.weights, replace(options, metadata=metadata),
+                                       verify=debugging())
     except BackendError as e:
         raise UsageError(str(e)) from None
-    return TVMCompiledModel(compiled, model, dtype, opt_level=opt_level)
+    return TVMCompiledModel(compiled, model, options.dtype, opt_level=options.opt_level)
 
 
 def run_library(path: str | Path, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -6,12 +6,11 @@ crashes the process: each is a user's mistake, said in one line, here.
 
 from __future__ import annotations
 
+from pseudoformer.backends.options import threads_problem
 from pseudoformer.base.errors import UsageError
-from pseudoformer.base.limits import THREADS_PER_CORE, cores, max_threads
 
-# The backends `generate` runs on (generation/generator.py); here, where the command line reads it cheaply.
-GENERATION_BACKENDS = ("onnx", "numpy", "tvm")
-# The backends `train` runs its step on (training/runtimes.py), for the same reason.
+# The runtimes `train` runs its step on (training/runtimes.py), by their own names; --backend spells them
+# numpy, onnx and tvm as every command does (backends/options.BACKENDS, training/loop._STEP_RUNTIMES).
 TRAINING_BACKENDS = ("interpreter", "onnxruntime", "tvm")
 
 
@@ -27,12 +26,9 @@ def check_seed(seed: object) -> None:
 
 def check_threads(threads: object) -> None:
     """Threads: 1 to THREADS_PER_CORE × the cores this process may use (None: the runtime's default)."""
-    if threads is None:
-        return
-    top = max_threads()
-    if not _whole(threads) or not 1 <= threads <= top:  # type: ignore[operator]
-        raise UsageError(f"--threads must be between 1 and {top} ({THREADS_PER_CORE} × the {cores()} cores "
-                         f"this process may use), got {threads!r}")
+    problem = threads_problem(threads)
+    if problem:
+        raise UsageError(problem)
 
 
 def check_max_nodes(max_nodes: object) -> None:

@@ -292,14 +292,13 @@ def _quiet_stderr() -> contextlib.AbstractContextManager[None]:
     return quiet_native_stderr()
 
 
-def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: str = "llvm",
-                  params: str = "args", schedule: bool = True, dtype: str = "float32",
-                  metadata: Mapping[str, str] | None = None, opt_level: int = 0, verify: bool = False,
-                  quantize: QuantizeOptions | None = None, int8_activations: bool = False,
-                  specialise: Mapping[str, int] | None = None) -> TVMModel:
-    """Lower `graph`, compile it for `target` ("llvm" or "cuda"), and return a runnable TVMModel.
+def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], options: CompileOptions | None = None, *,
+                  schedule: bool = True, verify: bool = False, specialise: Mapping[str, int] | None = None,
+                  **fields: Any) -> TVMModel:
+    """Lower `graph`, compile it for options.target ("llvm" or "cuda"), and return a runnable TVMModel.
+    `options` (a CompileOptions; its opt_level 0 by default: the graph as given), or its fields as keywords.
 
-    params="args" (the default) passes the weights at run time and saves them beside the
+    tvm_params="args" (the default) passes the weights at run time and saves them beside the
     library; "bind" puts them into the library as constants, which for GPT-2 small doubles the
     compile time and makes saving five times slower, for no gain at run time (benchmarks/TVM.md).
     schedule=False leaves TVM's default code, for comparison. dtype="float16" computes in half
@@ -308,7 +307,10 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     accuracy level 4 does: faster, no longer exact (nbits_int8.py); a CPU option. specialise (IR dim name ->
     size, e.g. {"batch": 1, "seq": 1} for a decode step) adds a second VM function, `SPECIALISED`, with those
     sizes fixed: its shapes are constants, not built at run time (TVMModel.run picks it where the inputs fit).
+    metadata: the model's, kept in the library.
     """
+    options = (options or CompileOptions(backend="tvm")).with_fields(fields)
+    target, params, metadata = options.target, options.tvm_params or "args", options.metadata
     if params not in PARAM_MODES:
         raise BackendError(f"params must be one of {', '.join(PARAM_MODES)}, got {params!r}")
     if specialise and params == "bind":
@@ -319,9 +321,9 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], *, target: st
     if missing:
         raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
     _check_shapes(graph, weights)
-    graph, folded = prepare(graph, weights, dtype, opt_level=opt_level, verify=verify, quantize=quantize,
-                            target_kind=tgt.kind.name)
-    int8 = int8_activations and tgt.kind.name == "llvm"
+    graph, folded = prepare(graph, weights, options.dtype, opt_level=options.opt_level, verify=verify,
+                            quantize=options.quantize, target_kind=tgt.kind.name)
+    int8 = options.int8_activations and tgt.kind.name == "llvm"
     lowered = to_relax(graph, target_kind=tgt.kind.name, int8=int8)
     if int8:
         folded = {**folded, **int8_weights(graph, split_params(graph), folded)}

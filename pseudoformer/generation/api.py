@@ -19,7 +19,7 @@ from pseudoformer.generation.generator import Generation, Generator
 from pseudoformer.generation.sampling import Sampling, SamplingError
 
 if TYPE_CHECKING:
-    from pseudoformer.passes.quantize import QuantizeOptions
+    from pseudoformer.backends.options import CompileOptions
 
 DEFAULT_TEMPERATURE = 1.0
 
@@ -34,38 +34,38 @@ class Prepared:
         return None if name is None else self.hyper.get(name)
 
 
-def prepare(path: str | Path, *, inference: str | None = None, config: str | Path | None = None,
-            defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
-            backend: str = "onnx", cache: bool = True, threads: int | None = None,
-            include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False,
-            quantize: str | QuantizeOptions | None = None, contrib_ops: bool = False,
-            int8_activations: bool = False) -> Prepared:
+def prepare(path: str | Path, options: CompileOptions | None = None, *, inference: str | None = None,
+            config: str | Path | None = None, defines: list[str] | None = None, weights: str | Path | None = None,
+            seed: int = 0, cache: bool = True, include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES,
+            allow_nonfinite: bool = False, **keywords: Any) -> Prepared:
     """Check `path`'s inference algorithm and build the generator for the model it calls.
 
-    include, max_nodes, allow_nonfinite: as for `pseudoformer.load`; quantize ("int4", "int8" or a
-    QuantizeOptions) and contrib_ops: as for `generate`; int8_activations: as for `Generator` (tvm).
+    include, max_nodes, allow_nonfinite: as for `pseudoformer.load`; `options` (a CompileOptions) or
+    keywords naming its fields (backend, quantize, contrib_ops, threads, int8_activations, ...): as for
+    `generate`.
     """
+    from pseudoformer.compile_options import from_keywords
+    from pseudoformer.deploy import streams_weights
     from pseudoformer.frontend.inference import plan_inference
     from pseudoformer.frontend.modules import load_program
     from pseudoformer.model import load, resolve_source
 
+    options = from_keywords(options, keywords, "generate", opt_level=2)
     plan = plan_inference(load_program(resolve_source(path), include=include), inference)
     # ONNX: each checkpoint tensor is read (and quantized) as the generator's file is written, so that
     # onnxruntime's copy of the weights is the only one the process ever holds whole; TVM quantizing: as
     # each tensor TVM runs with is made (backends/tvm/weight_values.py), its copy the only one held.
     model = load(path, entry=plan.model, config=config, defines=defines, weights=weights, seed=seed, include=include,
-                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite,
-                 lazy_weights=backend == "onnx" or (backend == "tvm" and quantize is not None))
+                 max_nodes=max_nodes, allow_nonfinite=allow_nonfinite, lazy_weights=streams_weights(options))
     inputs = [n.attrs["name"] for n in model.graph.inputs if n.attrs["name"] != plan.encoder_input]
     if len(inputs) != 1:
         raise UsageError(f"{plan.model} takes {', '.join(inputs) or 'no inputs'}: generation needs exactly one "
                          "sequence fed back to it")
     output = model.output_names[0]
     generator = Generator(model, decoder_input=inputs[0], encoder_input=plan.encoder_input, output=output,
-                          model_output=plan.model_output, backend=backend, cache=cache, threads=threads,
-                          quantize=quantize, contrib_ops=contrib_ops, int8_activations=int8_activations,
+                          model_output=plan.model_output, cache=cache, options=options,
                           # the model was loaded here to generate: onnxruntime's copy of the weights is the only one
-                          keep_weights=backend != "onnx")
+                          keep_weights=options.backend != "onnx")
     return Prepared(plan, generator, dict(model.config.hyperparameters))
 
 
@@ -109,20 +109,21 @@ def generate(path: str | Path, prompt_ids: Sequence[int] | Sequence[Sequence[int
              encoder_ids: Sequence[int] | None = None, max_new_tokens: int | None = None,
              temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
              seed: int | None = None, eos_token: int | None = None, weights: str | Path | None = None,
-             config: str | Path | None = None, defines: list[str] | None = None, backend: str = "onnx",
-             inference: str | None = None, cache: bool = True,
-             quantize: str | QuantizeOptions | None = None, contrib_ops: bool = False) -> list[int] | list[list[int]]:
+             config: str | Path | None = None, defines: list[str] | None = None, inference: str | None = None,
+             cache: bool = True, options: CompileOptions | None = None, **keywords: Any) -> list[int] | list[list[int]]:
     """Run the inference algorithm of `path` (Algorithm 14 or 15 as written there) and return the new
     token ids (prompt excluded): a list for one prompt, a list per row for a batch.
 
     temperature 0 is greedy; None takes τ from the config, else 1. `cache=False` re-runs the model on
-    the whole sequence every step, as the algorithm is written. `quantize` ("int4", "int8" or a
-    QuantizeOptions) generates with block-quantized weights, as `compile(quantize=...)` makes them.
-    `contrib_ops` (ONNX) uses onnxruntime's GroupQueryAttention and Skip(Simplified)LayerNormalization
-    where they compute the same, with the cache kept in buffers they append to (docs/generation.md).
+    the whole sequence every step, as the algorithm is written. The model is compiled as `options` (a
+    CompileOptions) or keywords naming its fields say: backend ("onnx", the default; "tvm", "numpy"),
+    `quantize` ("int4", "int8" or a QuantizeOptions) generates with block-quantized weights, as
+    `compile(quantize=...)` makes them; `contrib_ops` (ONNX) uses onnxruntime's GroupQueryAttention and
+    Skip(Simplified)LayerNormalization where they compute the same, with the cache kept in buffers they
+    append to (docs/generation.md).
     """
-    prepared = prepare(path, inference=inference, config=config, defines=defines, weights=weights,
-                       backend=backend, cache=cache, quantize=quantize, contrib_ops=contrib_ops)
+    prepared = prepare(path, options, inference=inference, config=config, defines=defines, weights=weights,
+                       cache=cache, **keywords)
     result, _ = run_plan(prepared, prompt_ids=prompt_ids, encoder_ids=encoder_ids, max_new_tokens=max_new_tokens,
                          temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, eos_token=eos_token)
     single = prompt_ids is None or isinstance(prompt_ids[0], int)

@@ -14,9 +14,9 @@ from pseudoformer.base.errors import UsageError
 from pseudoformer.base.file_access import regular_file
 from pseudoformer.base.limits import FILE_CAPS
 from pseudoformer.base.terminal import escape, quiet_native_stderr
+from pseudoformer.compile_options import add_backend_argument, add_provider_argument
 from pseudoformer.quantization import add_arguments as add_quantize_arguments
-from pseudoformer.quantization import from_arguments, int8_activations
-from pseudoformer.run_settings import GENERATION_BACKENDS, check_seed
+from pseudoformer.run_settings import check_seed
 
 T = TypeVar("T")
 
@@ -41,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     g.add_argument("--top-p", type=float, metavar="P", help="sample among the fewest tokens holding mass P")
     g.add_argument("--seed", type=int, help="seed of the sampler (a whole number ≥ 0), for reproducible samples")
     g.add_argument("--eos-token-id", type=int, metavar="ID", help="stop a row at this token (default: eos_token)")
-    g.add_argument("--backend", choices=GENERATION_BACKENDS, default="onnx", help="onnx (default), tvm, or numpy")
+    add_backend_argument(g, "onnx", "onnx (default), tvm, or numpy (the reference interpreter)")
+    add_provider_argument(g)
     g.add_argument("--no-cache", action="store_true",
                    help="re-run the model on the whole sequence every step, as the algorithm is written")
     g.add_argument("--threads", type=int, help="onnxruntime threads, 1 to 4 × the cores (default: all cores)")
@@ -87,8 +88,10 @@ class _Progress:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pseudoformer.compile_options import from_arguments
     from pseudoformer.generation.api import prepare, run_plan
 
+    options = from_arguments(args)  # before any work: options that do not go together
     if args.prompt is not None and args.prompt_ids is not None:
         raise UsageError("give the prompt once: as text (--prompt) or as token ids (--prompt-ids)")
     prompt = parse_ids(args.prompt_ids, "--prompt-ids")
@@ -100,11 +103,9 @@ def run(args: argparse.Namespace) -> int:
     if args.prompt is not None:
         prompt = _foreign(path, lambda: _encode(tokenizer, args.prompt))
     check_seed(args.seed)
-    prepared = prepare(args.file, inference=args.inference, config=args.config, defines=args.defines,
-                       weights=args.weights, backend=args.backend, cache=not args.no_cache, threads=args.threads,
-                       include=args.include, max_nodes=args.max_nodes, allow_nonfinite=args.allow_nonfinite,
-                       quantize=from_arguments(args), contrib_ops=args.contrib_ops,
-                       int8_activations=int8_activations(args, args.backend))
+    prepared = prepare(args.file, options, inference=args.inference, config=args.config, defines=args.defines,
+                       weights=args.weights, cache=not args.no_cache, include=args.include,
+                       max_nodes=args.max_nodes, allow_nonfinite=args.allow_nonfinite)
     n = args.max_new_tokens if args.max_new_tokens is not None else prepared.setting(prepared.plan.max_new_tokens)
     progress = _Progress(int(n)) if n else None
     result, _ = run_plan(prepared, prompt_ids=prompt, encoder_ids=encoder, max_new_tokens=args.max_new_tokens,

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,10 +29,10 @@ from pseudoformer.model import Model
 from pseudoformer.passes.generation_passes import incremental
 from pseudoformer.passes.kv_cache import IncrementalDecoder
 from pseudoformer.passes.manager import PassContext, named_pipeline, run_passes
-from pseudoformer.passes.quantize import QuantizeOptions
-from pseudoformer.run_settings import GENERATION_BACKENDS, check_seed, check_threads
+from pseudoformer.run_settings import check_seed
 
-BACKENDS = GENERATION_BACKENDS
+if TYPE_CHECKING:
+    from pseudoformer.backends.options import CompileOptions
 
 
 @dataclass
@@ -57,24 +57,19 @@ class Generator:
     once, by onnxruntime, and not twice; for a caller that made the model only to generate with it."""
 
     def __init__(self, model: Model, *, decoder_input: str = "x", encoder_input: str | None = None,
-                 output: str | None = None, model_output: str = "logits", backend: str = "onnx",
-                 opt_level: int = 2, cache: bool = True, threads: int | None = None, provider: str = "cpu",
-                 quantize: str | QuantizeOptions | None = None, contrib_ops: bool = False, keep_weights: bool = True,
-                 int8_activations: bool = False) -> None:
-        from pseudoformer.backends.options import CompileOptions
+                 output: str | None = None, model_output: str = "logits", cache: bool = True,
+                 keep_weights: bool = True, options: CompileOptions | None = None, **keywords: Any) -> None:
+        """`options` (a CompileOptions, at -O2 by default) or keywords naming its fields: backend ("onnx",
+        "numpy", "tvm"), opt_level, threads, provider, quantize ("int4", "int8" or a QuantizeOptions, as
+        everywhere), contrib_ops, int8_activations (tvm)."""
         from pseudoformer.backends.pipeline import model_passes, run
-        from pseudoformer.optimize import check_level, debugging
-        from pseudoformer.quantization import options as quantize_options
+        from pseudoformer.compile_options import from_keywords
+        from pseudoformer.deploy import streams_weights
+        from pseudoformer.optimize import debugging
 
-        quantize = quantize_options(quantize)  # "int4", "int8" or a QuantizeOptions, as everywhere
-        if backend not in BACKENDS:
-            raise UsageError(f"unknown backend {backend!r} (choose {', '.join(BACKENDS)})")
-        check_threads(threads)
-        if contrib_ops and backend != "onnx":
-            raise UsageError("--contrib-ops is for the onnx backend (onnxruntime's com.microsoft kernels)")
-        if int8_activations and (backend != "tvm" or quantize is None):
-            raise UsageError("int8 activations are for the tvm backend's 4-bit products (--backend tvm --quantize int4)")
-        check_level(opt_level)
+        self.options = options = from_keywords(options, keywords, "generate", opt_level=2)
+        backend, opt_level, threads, provider = options.backend, options.opt_level, options.threads, options.provider
+        contrib_ops = options.contrib_ops
         if cache and opt_level < 2:
             raise UsageError(f"the key/value cache is derived from fused attention, which -O{opt_level} does not "
                              "make: generate at -O2, or without the cache")
@@ -88,9 +83,8 @@ class Generator:
         # the decoder is derived, so that prefill, step and uncached runs read the same weights. For ONNX
         # each matrix is quantized as its file is written (runtimes.OnnxRuntime, lazy_weights); for TVM as
         # the tensors its kernels take are made, one at a time (backends/tvm/weight_values.py).
-        lazy = backend == "onnx" or (backend == "tvm" and quantize is not None)
-        options = CompileOptions(opt_level=opt_level, quantize=quantize, lazy_weights=lazy)
-        graph, self.weights = run(model.graph, model_passes(options), weights=model.weights, options=options,
+        passes = replace(options, lazy_weights=streams_weights(options))
+        graph, self.weights = run(model.graph, model_passes(passes), weights=model.weights, options=passes,
                                   check=debugging())
         seq = graph.input(decoder_input).shape[1]
         self.positions = seq
@@ -114,7 +108,7 @@ class Generator:
             self.decoder: IncrementalDecoder | None = dec
             self.runtime: Runtime = _runtime(backend, dec, self.output, model, self.weights, threads, provider,
                                              contrib_ops, self._release if not keep_weights else None,
-                                             int8_activations)
+                                             options.int8_activations)
         else:
             self.decoder = None
             full = run_passes(graph, named_pipeline("generation-uncached"), ctx=ctx)

@@ -23,8 +23,7 @@ class TvmRuntime:
         from pseudoformer.base.errors import BackendError
         from pseudoformer.deploy_tvm import _build
 
-        if threads is not None:
-            raise UsageError("the TVM backend sizes its own thread pool (TVM_NUM_THREADS); --threads is for onnx")
+        # threads: None, as CompileOptions.problems has it for tvm (TVM sizes its own pool)
         build = _build()
         self.dec, self.output = dec, output
         self._cache_outputs = frozenset(n for s in dec.slots for n in (s.present_key, s.present_value))

@@ -6,8 +6,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
-# run_settings, not runtimes: `pseudoformer --version` builds this parser and must not import numpy
-from pseudoformer.run_settings import TRAINING_BACKENDS as BACKENDS
+# compile_options, not runtimes: `pseudoformer --version` builds this parser and must not import numpy
+from pseudoformer.compile_options import add_backend_argument, add_provider_argument
 
 
 def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None]) -> None:
@@ -36,8 +36,9 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     t.add_argument("--weight-decay", type=float, default=0.01, help="adamw's decoupled weight decay λ")
     t.add_argument("--train", action="append", metavar="NAME",
                    help="train only this parameter (repeatable; the rest stay frozen), e.g. LoRA's A and B")
-    t.add_argument("--backend", choices=BACKENDS, default="onnxruntime", help="onnxruntime (default), tvm or "
-                   "interpreter (the numpy reference)")
+    add_backend_argument(t, "onnx", "onnx (onnxruntime, the default), tvm or numpy (the reference interpreter); "
+                         "the old spellings onnxruntime and interpreter are read as onnx and numpy")
+    add_provider_argument(t)
     t.add_argument("--threads", type=int, help="onnxruntime threads (default: all cores)")
     t.add_argument("--no-arena", dest="arena", action="store_false",
                    help="free each of onnxruntime's tensors after its last use instead of keeping its memory arena "
@@ -49,8 +50,10 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
 
 
 def run(args: argparse.Namespace) -> int:
+    from pseudoformer.compile_options import from_arguments
     from pseudoformer.training.loop import train
 
+    options = from_arguments(args)  # backend, -O, threads, provider: how the step is compiled and run
     if args.save_every and args.output is None:
         print("error: --save-every needs -o DIR to save to", file=sys.stderr)
         return 1
@@ -58,8 +61,8 @@ def run(args: argparse.Namespace) -> int:
                    weights=args.weights, seed=args.seed, tokenizer=args.tokenizer, seq_len=args.seq_len,
                    batch_size=args.batch_size, epochs=args.epochs, steps=args.steps, lr=args.lr,
                    optimizer=args.optimizer, warmup=args.warmup, clip=args.clip, weight_decay=args.weight_decay,
-                   trainable=args.train, backend=args.backend, save_every=args.save_every, out=args.output,
-                   threads=args.threads, arena=args.arena, level=args.opt)
+                   trainable=args.train, save_every=args.save_every, out=args.output, arena=args.arena,
+                   options=options)
     last = f"{result.losses[-1]:.4f}" if result.losses else "none"
     saved = f"; saved to {result.out}" if result.out is not None else ""
     if result.interrupted:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,7 +27,13 @@ from pseudoformer.passes.training_step import STEP, Optimizer
 from pseudoformer.training import data as datasets
 from pseudoformer.training.compile import CompiledStep, compile_step, tied_unembedding
 from pseudoformer.training.outputs import save_checkpoint, write_loss_curve, write_meta
-from pseudoformer.training.runtimes import BACKENDS, make_runtime
+from pseudoformer.training.runtimes import make_runtime
+
+if TYPE_CHECKING:
+    from pseudoformer.backends.options import CompileOptions
+
+# The training step's runtime (training/runtimes.py) on each backend --backend names.
+_STEP_RUNTIMES = {"numpy": "interpreter", "onnx": "onnxruntime", "tvm": "tvm"}
 
 
 class TrainingStopped(UsageError):
@@ -97,17 +103,21 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
           seed: int = 0, tokenizer: str | Path | None = None, seq_len: int = 128, batch_size: int = 8,
           epochs: int | None = None, steps: int | None = None, lr: float | None = None, optimizer: str | None = None,
           warmup: int = 0, schedule: str | None = None, clip: float = 0.0, weight_decay: float = 0.01,
-          trainable: Sequence[str] | None = None, backend: str = "onnxruntime", save_every: int = 0,
-          out: str | Path | None = None, threads: int | None = None, progress: bool = True,
-          level: int = 2, arena: bool = True) -> TrainResult:
+          trainable: Sequence[str] | None = None, save_every: int = 0, out: str | Path | None = None,
+          progress: bool = True, arena: bool = True, options: CompileOptions | None = None,
+          **keywords: Any) -> TrainResult:
     """Train the parameters of a loss algorithm's model (see the module's docstring); returns the losses and
     the trained weights. `trainable`: the parameter names to train (the rest frozen); all by default.
-    `arena=False`: onnxruntime frees each tensor after its last use instead of keeping its arena (slower)."""
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown backend {backend!r}: the backends are {', '.join(BACKENDS)}")
+    `arena=False`: onnxruntime frees each tensor after its last use instead of keeping its arena (slower).
+    How the step is compiled and run: `options` (a CompileOptions) or keywords naming its fields: backend
+    ("onnx", the default; "tvm"; "numpy", the reference interpreter), opt_level (2), threads, provider."""
+    from pseudoformer.compile_options import from_keywords
+
+    options = from_keywords(options, keywords, "train", opt_level=2)
+    backend, level, threads = _STEP_RUNTIMES[options.backend], options.opt_level, options.threads
     if not arena and backend != "onnxruntime":
-        raise UsageError(f"--no-arena is about onnxruntime's memory arena: it does not apply to the {backend} "
-                         "backend")
+        raise UsageError(f"--no-arena is about onnxruntime's memory arena: it does not apply to the "
+                         f"{options.backend} backend")
     model, hf_dir, group = _load(source, weights, seed, entry=entry, config=config, defines=list(defines or []))
     settings = _plan_settings(model)
     lr = lr if lr is not None else settings.get("lr")
@@ -145,10 +155,10 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
                         ties=ties)
     if loss_name is not None and step.graph.outputs[0][0] != "loss":
         raise UsageError(f"the loss output {loss_name!r} was not found")
-    options: dict[str, Any] = {"threads": threads} if backend == "onnxruntime" else {}
+    session: dict[str, Any] = {"threads": threads} if backend == "onnxruntime" else {}
     if not arena:
-        options["session"] = {"enable_cpu_mem_arena": False}
-    runtime = make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **options)
+        session["session"] = {"enable_cpu_mem_arena": False}
+    runtime = make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **session)
     outdir = Path(out) if out is not None else None
     sched = schedule or ("cosine" if opt.kind == "adamw" and warmup else "constant")
     return _loop(model, step, runtime, rows, batch_size, total, lr, warmup, sched, seed, save_every, outdir,

@@ -90,6 +90,6 @@ def test_specialising_wants_the_weights_as_arguments_and_a_dim_of_the_inputs(gen
     gen = generators["tvm"]
     step, weights = gen.decoder.step, gen.weights
     with pytest.raises(BackendError, match="params='args'"):
-        compile_graph(step, weights, params="bind", specialise={"seq": 1})
+        compile_graph(step, weights, tvm_params="bind", specialise={"seq": 1})
     with pytest.raises(BackendError, match="cannot specialise nowhere"):
         compile_graph(step, weights, specialise={"nowhere": 1})

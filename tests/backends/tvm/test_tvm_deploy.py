@@ -81,7 +81,7 @@ def test_a_library_without_its_weights_file_is_a_clear_error(saved: tuple, tmp_p
 
 def test_weights_bound_as_constants_make_one_self_contained_file(tmp_path: Path) -> None:
     m = load("gpt2", config=os.devnull, defines=TINY)
-    compiled = compile_graph(m.graph, m.weights, params="bind")
+    compiled = compile_graph(m.graph, m.weights, tvm_params="bind")
     path = compiled.save(tmp_path / "bound.so")
     assert not weights_path(path).exists()
     assert np.abs(load_model(path).run({"x": X})["Y"] - m.run(x=X)["Y"]).max() <= 1e-4

@@ -48,7 +48,7 @@ def compiled(request: pytest.FixtureRequest) -> tuple:
                  defines=[f"{k}={v}" for k, v in case.hyper.items()])
     weights = _louder(model.weights, seed=len(name))
     graph = optimize(model.graph, level)
-    return case, graph, weights, compile_graph(graph, weights, params="args")
+    return case, graph, weights, compile_graph(graph, weights, tvm_params="args")
 
 
 def test_every_size_from_one_module_matches_the_interpreter(compiled: tuple) -> None:
@@ -73,7 +73,7 @@ GRAPHS = {
 def test_hand_built_graphs_match_the_interpreter(name: str) -> None:
     make, params, inputs = GRAPHS[name]
     graph, weights = make(), params()
-    tvm_model = compile_graph(graph, weights, params="args")
+    tvm_model = compile_graph(graph, weights, tvm_params="args")
     for batch, seq in SIZES:
         feeds = inputs(batch, seq)
         _assert_close(tvm_model.run(feeds), interpreter.run(graph, feeds, weights), f"at {(batch, seq)}")
