@@ -31,8 +31,9 @@ OLD_SPELLINGS = {"interpreter": "numpy", "onnxruntime": "onnx"}
 PROVIDERS = ("cpu", "cuda")
 DTYPES = ("float32", "float16")
 TVM_PARAMS = ("args", "bind")
-# Where a command runs a compiled model on a provider other than the CPU; the rest say why not (problems).
-CUDA_RUNS = {"run": ("onnx",)}
+# Where a command runs a model on a provider other than the CPU, and on which backends; the rest say why
+# not (problems). A compile's provider is where its model's .run runs by default.
+CUDA_RUNS = {"run": ("onnx",), "compile": ("onnx",)}
 # What an onnxruntime-genai folder's graph is (cli_genai.py): an ONNX decoder in float32 at -O2.
 GENAI = {"backend": "onnx", "dtype": "float32", "padding_mask": False, "functions": False, "tvm_params": None,
          "target": "llvm", "opt_level": 2, "opset": None, "provider": "cpu"}
@@ -113,15 +114,12 @@ class CompileOptions:
         if self.provider not in PROVIDERS:
             out.append(f"unknown provider {self.provider!r} (choose {_either(PROVIDERS)})")
         elif self.provider != "cpu" and command != "genai":
-            if command not in CUDA_RUNS and command in ("compile", "inspect"):
-                out.append(f"--provider is where a model runs: {command} runs none (give it to run, generate "
-                           "or train, or to the compiled model's .run)")
-            elif command not in CUDA_RUNS:
+            if command not in CUDA_RUNS:
                 out.append(f"--provider {self.provider}: {command} runs on the CPU only for now (its runtimes "
                            "take no CUDA provider yet)")
             elif b not in CUDA_RUNS[command]:
-                out.append(f"--provider {self.provider} is for the {_either(CUDA_RUNS[command])} backend; "
-                           f"{b} runs on the CPU")
+                where = "tvm builds for --target cuda instead" if b == "tvm" else f"{b} runs on the CPU"
+                out.append(f"--provider {self.provider} is for the {_either(CUDA_RUNS[command])} backend; {where}")
         problem = threads_problem(self.threads)
         if problem:
             out.append(problem)

@@ -69,9 +69,11 @@ class CompiledModel:
         except BackendError as e:
             raise UsageError(str(e)) from None
 
-    def run(self, inputs: Mapping[str, Any] | None = None, *, provider: str = "cpu", threads: int | None = None,
-            **named: Any) -> dict[str, np.ndarray]:
-        """Run on ONNX Runtime (provider "cpu" or "cuda")."""
+    def run(self, inputs: Mapping[str, Any] | None = None, *, provider: str | None = None,
+            threads: int | None = None, **named: Any) -> dict[str, np.ndarray]:
+        """Run on ONNX Runtime: provider "cpu" or "cuda", threads; by default the options' (compile's)."""
+        provider = provider or self.options.provider
+        threads = threads if threads is not None else self.options.threads
         given = {**(inputs or {}), **named}
         masks = {k: np.asarray(v, dtype=np.int64) for k, v in given.items() if k in self.mask_inputs}
         feed = check_inputs(self.model.graph, {k: v for k, v in given.items() if k not in masks})

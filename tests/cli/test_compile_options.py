@@ -104,7 +104,9 @@ RULES = [
     ({"provider": "cuda", "backend": "numpy"}, "run", "--provider cuda is for the onnx backend; numpy runs on the CPU"),
     ({"provider": "cuda"}, "generate", "--provider cuda: generate runs on the CPU only for now"),
     ({"provider": "cuda"}, "train", "--provider cuda: train runs on the CPU only for now"),
-    ({"provider": "cuda"}, "compile", "--provider is where a model runs: compile runs none"),
+    ({"provider": "cuda", "backend": "tvm"}, "compile", "--provider cuda is for the onnx backend; tvm builds for "
+     "--target cuda instead"),
+    ({"provider": "cuda"}, "inspect", "--provider cuda: inspect runs on the CPU only for now"),
     ({"threads": 0}, "generate", "--threads must be between 1 and"),
     ({"threads": 2, "backend": "tvm"}, "generate", "the TVM backend sizes its own thread pool"),
     ({"target": "cuda"}, "compile", "--target cuda is for the tvm backend"),
