@@ -180,3 +180,15 @@ def test_the_command_line_refuses_cuda_where_it_cannot_run_it(capsys: pytest.Cap
     assert main(["generate", "gpt2", "--prompt-ids", "1", "--max-new-tokens", "1", "--provider", "cuda"]) == 1
     assert capsys.readouterr().err.strip() == ("error: --provider cuda: generate runs on the CPU only for now (its "
                                                "runtimes take no CUDA provider yet)")
+
+
+def test_every_compile_flag_is_documented() -> None:
+    """A compile option the command line takes is named in README.md or docs/*.md, in code (`…`)."""
+    from tests.conftest import ROOT
+
+    text = "\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
+    spans = re.findall(r"`([^`]+)`", text)
+    for f in fields(CompileOptions):
+        if "flag" in f.metadata:
+            flag = f.metadata["flag"]
+            assert any(re.search(rf"(^|\s|\[){re.escape(flag)}(\b|$)", s) for s in spans), flag
