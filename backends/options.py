@@ -95,6 +95,11 @@ class CompileOptions:
             raise TypeError(f"no compile option {', '.join(unknown)}")
         return replace(self, **given) if given else self
 
+    def for_derived(self) -> CompileOptions:
+        """These options for a graph derived from the model after its passes ran (generation's prefill, step,
+        genai's step): the backend's part only, since the level, padding and quantization are done."""
+        return replace(self, opt_level=0, padding_mask=False, quantize=None)
+
     def problems(self, command: str = "compile") -> list[str]:
         """What in these options does not go together, or does not go with `command` ("compile", "inspect",
         "run", "generate", "train", or "genai": compile --genai-folder), one sentence each."""

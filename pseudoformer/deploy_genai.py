@@ -77,8 +77,8 @@ def export(model: Model, out: str | Path, options: CompileOptions | None = None,
     output = output or model.output_names[0]
     out = _folder(out)
     checkpoint = Path(weights) if weights is not None and Path(weights).is_dir() else None
-    options = replace(options, lazy_weights=True)
-    graph, params = run(model.graph, model_passes(options), weights=model.weights, options=options,
+    passes = replace(options, lazy_weights=True)
+    graph, params = run(model.graph, model_passes(passes), weights=model.weights, options=passes,
                         check=debugging())
     seq = graph.input(tokens[0]).shape[1]
     dec = incremental(graph, PassContext(decoder_input=tokens[0], output=output, positions=seq))
@@ -91,7 +91,7 @@ def export(model: Model, out: str | Path, options: CompileOptions | None = None,
         step = genai_step(dec, tokens[0], output, log=log, lengths=context)
         metadata["token_bounds"] = json.dumps({INPUT_IDS: dict(step.outputs)[LOGITS].shape[-1]})
         try:
-            lowered = lower_model(step, params, metadata=metadata, contrib_ops=True, fold_weights=True)
+            lowered = lower_model(step, params, options.for_derived(), metadata=metadata, fold_weights=True)
         except KvLengthsError as e:
             say_lengths_fallback(str(e))
             step = None
@@ -101,7 +101,7 @@ def export(model: Model, out: str | Path, options: CompileOptions | None = None,
         step = genai_step(dec, tokens[0], output, log=log)
         metadata["token_bounds"] = json.dumps({INPUT_IDS: dict(step.outputs)[LOGITS].shape[-1]})
         try:
-            lowered = lower_model(step, params, metadata=metadata, contrib_ops=contrib_ops, fold_weights=True)
+            lowered = lower_model(step, params, options.for_derived(), metadata=metadata, fold_weights=True)
         except BackendError as e:
             raise UsageError(str(e)) from None
     hf = _read_json(checkpoint, "config.json") if checkpoint else {}

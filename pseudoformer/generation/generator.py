@@ -112,8 +112,8 @@ class Generator:
         else:
             self.decoder = None
             full = run_passes(graph, named_pipeline("generation-uncached"), ctx=ctx)
-            self.runtime = _FullRuntime(full, self.output, self.weights, backend, decoder_input, threads, provider,
-                                        contrib_ops, self._release if not keep_weights else None)
+            self.runtime = _FullRuntime(full, self.output, self.weights, decoder_input, options,
+                                        self._release if not keep_weights else None)
 
     def _release(self) -> None:
         """Drop the weight arrays (the runtime has written what it needs): the model's and the passes' (a dict
@@ -213,9 +213,9 @@ def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, w
 class _FullRuntime:
     """Algorithm 14 as written: every step runs the model on the whole sequence so far."""
 
-    def __init__(self, graph: Graph, output: str, weights: Mapping[str, np.ndarray], backend: str,
-                 decoder_input: str, threads: int | None, provider: str, contrib_ops: bool,
-                 release: Callable[[], None] | None = None) -> None:
+    def __init__(self, graph: Graph, output: str, weights: Mapping[str, np.ndarray], decoder_input: str,
+                 options: CompileOptions, release: Callable[[], None] | None = None) -> None:
+        backend = options.backend
         self.graph, self.output, self.weights, self.x = graph, output, weights, decoder_input
         self.encoder_values: dict[str, Any] = {}
         if backend == "onnx":
@@ -224,11 +224,11 @@ class _FullRuntime:
             from pseudoformer.generation.onnx_files import OnnxFiles
 
             self.files = OnnxFiles()  # a session from a file, as OnnxRuntime's
-            path = self.files.write("full", lower_model(graph, weights, contrib_ops=contrib_ops, fold_weights=True))
+            path = self.files.write("full", lower_model(graph, weights, options.for_derived(), fold_weights=True))
             if release is not None:
                 release()
                 self.weights = {}
-            self.runner: Any = OnnxRunner(path, provider=provider, threads=threads)
+            self.runner: Any = OnnxRunner(path, provider=options.provider, threads=options.threads)
         elif backend == "numpy":
             self.runner = None
         else:
