@@ -40,6 +40,8 @@ class Program:
     scopes: dict[str, dict[str, list[Algorithm]]] = field(default_factory=dict)
     # (using module, `use` path) → the module it loaded
     targets: dict[tuple[str, str], str] = field(default_factory=dict)
+    # the files read, links resolved: the entry's and each `use`d one's (what an output must never replace)
+    files: list[Path] = field(default_factory=list)
 
     def lookup(self, module: Module, name: str) -> list[Algorithm]:
         return self.scopes[module.path].get(name, [])
@@ -74,6 +76,7 @@ def load_program(path: str | Path, source: str | None = None, include: Sequence[
     diags.errors.extend(errors)
     prog = Program(root=root)
     prog.modules[display] = root
+    prog.files.append(_resolve(Path(path)))
     _load_uses(prog, root, Path(path), diags, [str(_resolve(Path(path)))], roots)
     for mod in prog.modules.values():
         _build_scope(prog, mod, diags)
@@ -156,6 +159,7 @@ def _load_uses(prog: Program, mod: Module, path: Path, diags: Diagnostics, stack
         sub, errors = _parse(text, display)
         diags.errors.extend(errors)
         prog.modules[display] = sub
+        prog.files.append(target)
         _load_uses(prog, sub, target, diags, [*stack, key], roots)
 
 

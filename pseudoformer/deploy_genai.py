@@ -15,14 +15,13 @@ Every file is written as one set (atomic_write.atomic_set), genai_config.json la
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pseudoformer.base.errors import UsageError
-from pseudoformer.base.file_access import loads_json, regular_file
+from pseudoformer.base.file_access import FileCopy, loads_json, read_inside
 
 if TYPE_CHECKING:
     from pseudoformer.model import Model
@@ -34,7 +33,6 @@ CONFIG_FILE = "genai_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja",
                    "chat_template.json")
-MAX_TOKENIZER_FILE = 64 * 2**20  # a tokenizer.json of the largest vocabularies is ~20 MB
 
 
 @dataclass
@@ -101,8 +99,10 @@ def export(model: Model, out: str | Path, *, weights: str | Path | None = None, 
             raise UsageError(str(e)) from None
     hf = _read_json(checkpoint, "config.json") if checkpoint else {}
     config = genai_config(step, dec, model, hf, _read_json(checkpoint, "generation_config.json") if checkpoint else {})
-    extra = {name: _read_file(checkpoint / name) for name in TOKENIZER_FILES
-             if checkpoint is not None and (checkpoint / name).is_file()}
+    extra: dict[str, bytes | FileCopy] = {}
+    for name in TOKENIZER_FILES if checkpoint is not None else ():
+        if (copy := read_inside(checkpoint, name, "tokenizer file", "tokenizer")) is not None:
+            extra[name] = copy
     extra[CONFIG_FILE] = (json.dumps(config, indent=4) + "\n").encode()
     try:
         save_model(lowered, out / MODEL_FILE, beside=extra)
@@ -215,19 +215,14 @@ def _folder(out: str | Path) -> Path:
 
 
 def _read_json(directory: Path, name: str) -> dict[str, Any]:
-    path = directory / name
-    if not path.is_file():
+    """A JSON object the checkpoint holds (config.json, generation_config.json), read from inside it; {} if absent."""
+    copy = read_inside(directory, name, "checkpoint file", "config")
+    if copy is None:
         return {}
     try:
-        value = loads_json(_read_file(path).decode("utf-8"))
+        value = loads_json(copy.data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise UsageError(f"{path}: not a JSON object ({e})") from None
+        raise UsageError(f"{directory / name}: not a JSON object ({e})") from None
     if not isinstance(value, dict):
-        raise UsageError(f"{path}: not a JSON object")
+        raise UsageError(f"{directory / name}: not a JSON object")
     return value
-
-
-def _read_file(path: Path) -> bytes:
-    regular_file(path, "tokenizer file", MAX_TOKENIZER_FILE)
-    with open(os.path.realpath(path), "rb") as f:
-        return f.read(MAX_TOKENIZER_FILE + 1)
