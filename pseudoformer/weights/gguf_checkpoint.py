@@ -262,13 +262,19 @@ def _hf_name(arch: Arch, name: str) -> str:
 _CHUNK = 4 << 20
 
 
-def _dequantize(raw: np.ndarray, info: TensorInfo) -> np.ndarray:
+def _dequantize(f: GGUFFile, raw: np.ndarray, info: TensorInfo) -> np.ndarray:
     rows = int(np.prod(info.shape[:-1], dtype=np.int64))
     blocks = raw.reshape(rows, -1)
     out = np.empty((rows, info.shape[-1]), np.float32)
     step = max(1, _CHUNK // info.shape[-1])
     for start in range(0, rows, step):
-        out[start:start + step] = quants.dequantize(blocks[start:start + step], info.qtype)
+        with np.errstate(all="ignore"):  # a non-finite scale is refused just below, by name, not warned of per block
+            chunk = quants.dequantize(blocks[start:start + step], info.qtype)
+        if not np.isfinite(chunk).all():
+            row = start + int(np.argwhere(~np.isfinite(chunk))[0][0])
+            raise f.error(f"tensor {info.name!r} ({info.qtype.name}) dequantizes to a value that is not finite in row "
+                          f"{row}: a block's scale is infinite or NaN (a damaged file)", at=None)
+        out[start:start + step] = chunk
     return out.reshape(info.shape)
 
 
@@ -285,7 +291,7 @@ def _ref(f: GGUFFile, info: TensorInfo, order: Callable[[np.ndarray], np.ndarray
         if fmt in PLAIN:  # a copy: the map is the file's, and the loader keeps what it is given (private)
             values = raw.view(dtype).reshape(info.shape).copy()
         else:
-            values = _dequantize(raw, info)
+            values = _dequantize(f, raw, info)
         if order is not None:  # llama.cpp's row permutation undone
             values = order(values)
         if shift:  # Gemma's norms: llama.cpp stored 1 + γ for HF's γ

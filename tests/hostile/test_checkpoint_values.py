@@ -82,3 +82,23 @@ def test_a_gguf_refusal_of_the_family_names_the_file_and_key(tmp_path: Path, bas
     r = _run(tmp_path, bytes(data), capfd)
     judge(r, "metadata llama.attention.layer_norm_rms_epsilon = -1.0 is not positive")
     assert "config.json" not in r.err
+
+
+@pytest.mark.parametrize("command", ["run", "compile"])
+@pytest.mark.parametrize("scale", [0x7C00, 0x7E00], ids=["inf", "nan"])
+def test_a_quantized_block_with_a_non_finite_scale_is_refused_naming_the_tensor(
+        command: str, scale: int, tmp_path: Path, base: bytes,  # noqa: F811
+        capfd: pytest.CaptureFixture[str]) -> None:
+    from gguf import GGUFReader
+
+    path = tmp_path / "m.gguf"
+    path.write_bytes(base)
+    tensor = next(t for t in GGUFReader(path).tensors if t.tensor_type.name == "Q8_0" and "blk.0.attn_q" in t.name)
+    data = bytearray(base)
+    data[tensor.data_offset + 34:tensor.data_offset + 36] = struct.pack("<H", scale)  # the second block's f16 scale
+    path.write_bytes(bytes(data))
+    argv = (["run", LLAMA, "--weights", path, "--input", "x=[[1, 2]]", "-o", tmp_path / "y.npz"] if command == "run"
+            else ["compile", LLAMA, "--weights", path, "-o", tmp_path / "m.onnx"])
+    r = run_cli(argv, capfd)
+    judge(r, "'blk.0.attn_q.weight' (Q8_0) dequantizes to a value that is not finite")
+    assert "warning" not in r.err.lower()
