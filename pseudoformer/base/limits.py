@@ -43,6 +43,11 @@ MAX_NESTING = 100
 # softmax) and 3 `use`s.
 MAX_CALL_DEPTH = 64
 MAX_USE_DEPTH = 64
+# A tokenizer's token and pre-tokenizer regex (pseudoformer/tokenizer.py, weights/gguf_tokenizer.py): the longest
+# piece of the real vocabularies is a few hundred characters; recovering a GGUF vocabulary's merges takes time
+# quadratic in a token's length, and a regex is compiled and run by native code.
+MAX_TOKEN_CHARS = 4096
+MAX_TOKENIZER_REGEX = 4096
 # Digits in an integer literal (Python refuses to convert more than 4,300 anyway).
 MAX_INT_DIGITS = 100
 # --threads may be 1 to this many times the cores this process may run on.

@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from pseudoformer.base.errors import UsageError
-from pseudoformer.base.file_access import regular_file
-from pseudoformer.base.limits import FILE_CAPS
-from pseudoformer.base.terminal import escape, quiet_native_stderr
+from pseudoformer.base.terminal import escape
 from pseudoformer.quantization import add_arguments as add_quantize_arguments
 from pseudoformer.quantization import from_arguments, int8_activations
 from pseudoformer.run_settings import GENERATION_BACKENDS, check_seed
+from pseudoformer.tokenizer import open_tokenizer
 
 T = TypeVar("T")
 
@@ -100,9 +99,11 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     path = args.tokenizer or (_checkpoint_tokenizer(args.weights) if args.prompt is not None else None)
-    tokenizer = _tokenizer(path) if path and not path.endswith(".gguf") else _gguf_tokenizer(path) if path else None
+    tokenizer = open_tokenizer(path) if path else None
     if args.prompt is not None:
-        prompt = _foreign(path, lambda: _encode(tokenizer, args.prompt))
+        prompt = tokenizer.encode(args.prompt)
+        if not prompt:
+            raise UsageError(f"the prompt {escape(args.prompt)!r} encodes to no tokens")
     check_seed(args.seed)
     prepared = prepare(args.file, inference=args.inference, config=args.config, defines=args.defines,
                        weights=args.weights, backend=args.backend, cache=not args.no_cache, threads=args.threads,
@@ -120,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     print(" ".join(str(t) for t in tokens))
     if tokenizer is not None:
         # Decoded text is the tokenizer file's to choose: escaped, it cannot drive the terminal.
-        print(escape(_foreign(path, lambda: tokenizer.decode(tokens)), keep="\n\t"))
+        print(escape(tokenizer.decode(tokens), keep="\n\t"))
     return 0
 
 
@@ -137,48 +138,3 @@ def _checkpoint_tokenizer(weights: str | None) -> str:
     return str(path)
 
 
-def _gguf_tokenizer(path: str):  # -> tokenizers.Tokenizer
-    """The tokenizer a GGUF file's metadata describes (--weights FILE.gguf, or --tokenizer FILE.gguf)."""
-    from pseudoformer.weights import WeightsError
-    from pseudoformer.weights.gguf_tokenizer import gguf_tokenizer
-
-    def build():  # -> tokenizers.Tokenizer
-        try:
-            return gguf_tokenizer(path)
-        except WeightsError as e:
-            raise UsageError(str(e)) from None
-
-    return _foreign(path, build, "does not describe a tokenizer tokenizers can build")
-
-
-def _encode(tokenizer, text: str) -> list[int]:  # tokenizer: tokenizers.Tokenizer
-    # The tokenizer's own post-processor decides on special tokens, as HF's tokenizer(text) does
-    # (Llama's adds the beginning-of-sequence token).
-    ids = tokenizer.encode(text).ids
-    if not ids:
-        raise UsageError(f"the prompt {text!r} encodes to no tokens")
-    return list(ids)
-
-
-def _tokenizer(path: str):  # -> tokenizers.Tokenizer
-    regular_file(path, "tokenizer file", FILE_CAPS["tokenizer"])
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise UsageError("--tokenizer needs the tokenizers package: pip install tokenizers") from None
-    return _foreign(path, lambda: Tokenizer.from_file(path), "is not a tokenizers tokenizer.json")
-
-
-def _foreign(path: str | None, call: Callable[[], T], what: str = "failed") -> T:
-    """A call into tokenizers on a file the user gave. A malformed file raises a bare Exception, and a
-    pre-tokenizer regex that backtracks without end makes the Rust code panic: a pyo3 PanicException,
-    which derives from BaseException. Either is the file's fault, and one message naming it."""
-    try:
-        with quiet_native_stderr():  # the panic's own message and backtrace, raw on fd 2
-            return call()
-    except UsageError:
-        raise
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
-        raise
-    except BaseException as e:  # noqa: BLE001 (a Rust panic is not an Exception)
-        raise UsageError(f"tokenizer {path} {what}: {type(e).__name__}: {str(e)[:500]}") from None
