@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pseudoformer.base.limits import MAX_CALL_DEPTH
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, is_inference
 from pseudoformer.frontend.errors import (
     ArityError,
     BadTypeError,
     HyperparameterError,
+    LimitError,
     ShapeError,
     UnknownNameError,
 )
@@ -75,11 +77,15 @@ def call_algorithm(f: Frame, e: Expr) -> Any:
         raise f.error(BadTypeError, f"{callee.name} is an inference algorithm (it samples tokens in a loop), so a "
                       "model cannot call it; `pseudoformer generate` runs it", e.pos)
     caller: Frame | None = f
+    depth = 0
     while caller is not None:  # inlining a recursive call would never end
         if caller.alg is callee:
             raise f.error(BadTypeError, f"{callee.name} calls itself, and algorithms are inlined, so they cannot "
                           "be recursive", e.pos)
-        caller = caller.caller
+        caller, depth = caller.caller, depth + 1
+    if depth >= MAX_CALL_DEPTH:
+        raise f.error(LimitError, f"this call of {callee.name} nests algorithm calls more than {MAX_CALL_DEPTH} "
+                      "deep; calls are inlined, so write the chain with fewer levels", e.pos)
     if not args:
         raise f.error(ArityError, f"{callee.name} needs at least one data argument", e.pos)
     vals = [ev(f, a) for a in args]

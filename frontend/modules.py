@@ -25,6 +25,7 @@ from pathlib import Path
 
 from pseudoformer.base.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
 from pseudoformer.base.file_access import FileAccessError, read_bytes
+from pseudoformer.base.limits import MAX_USE_DEPTH
 from pseudoformer.frontend.assemble import parse_module
 from pseudoformer.frontend.ast import Algorithm, Module, Use
 from pseudoformer.frontend.errors import ModuleError, UnknownNameError
@@ -39,6 +40,8 @@ class Program:
     scopes: dict[str, dict[str, list[Algorithm]]] = field(default_factory=dict)
     # (using module, `use` path) → the module it loaded
     targets: dict[tuple[str, str], str] = field(default_factory=dict)
+    # the files read, links resolved: the entry's and each `use`d one's (what an output must never replace)
+    files: list[Path] = field(default_factory=list)
 
     def lookup(self, module: Module, name: str) -> list[Algorithm]:
         return self.scopes[module.path].get(name, [])
@@ -73,6 +76,7 @@ def load_program(path: str | Path, source: str | None = None, include: Sequence[
     diags.errors.extend(errors)
     prog = Program(root=root)
     prog.modules[display] = root
+    prog.files.append(_resolve(Path(path)))
     _load_uses(prog, root, Path(path), diags, [str(_resolve(Path(path)))], roots)
     for mod in prog.modules.values():
         _build_scope(prog, mod, diags)
@@ -132,6 +136,10 @@ def _load_uses(prog: Program, mod: Module, path: Path, diags: Diagnostics, stack
             continue
         key = str(target)
         prog.targets[(mod.path, use.path)] = display
+        if len(stack) > MAX_USE_DEPTH:  # each level of `use` is a level of recursion here and in the parser
+            diags.add(ModuleError(f"this `use` is the end of a chain of more than {MAX_USE_DEPTH} `use`s; use the "
+                                  "algorithms you need from fewer levels of files", use.pos, _line(mod, use.pos)))
+            continue
         if key in stack:
             cycle = " → ".join(Path(s).name for s in [*stack[stack.index(key):], key])
             diags.add(ModuleError(f"`use` cycle: {cycle}", use.pos, _line(mod, use.pos)))
@@ -151,6 +159,7 @@ def _load_uses(prog: Program, mod: Module, path: Path, diags: Diagnostics, stack
         sub, errors = _parse(text, display)
         diags.errors.extend(errors)
         prog.modules[display] = sub
+        prog.files.append(target)
         _load_uses(prog, sub, target, diags, [*stack, key], roots)
 
 
@@ -164,7 +173,9 @@ def _locate(use: Use, path: Path, mod_display: str, roots: list[Path]) -> tuple[
     if Path(rel).is_absolute() or rel.startswith("~"):
         raise ModuleError(f"`use` takes a path relative to the using file, not {rel!r}", use.pos)
     try:
-        here = _resolve(path.parent / rel)
+        # Beside the using file where it really is: an entry file reached through a link uses its own neighbours,
+        # as a Python script run through a link imports from the directory it lies in.
+        here = _resolve(_resolve(path).parent / rel)
     except OSError as e:
         raise ModuleError(f"`use {rel!r}`: {e.strerror}", use.pos) from None
     if not any(here.is_relative_to(r) for r in roots) or here.suffix != ".alg":

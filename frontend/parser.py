@@ -391,6 +391,8 @@ def parse_line(line: Line, module_path: str, start: str | None = None) -> Tree |
     except LarkError as e:  # pragma: no cover - grammar bugs, reported rather than crashing
         raise AlgSyntaxError(f"cannot parse this line ({type(e).__name__})", line.pos) from None
     _check_nesting(tree, line)
+    if (deep := _too_deep_bracket(line.text)) is not None:  # what the tree does not show
+        raise LimitError(_TOO_DEEP, at_offset(line, deep))
     return _ToAst(line.pos).transform(tree)
 
 
@@ -413,6 +415,24 @@ def parse_script(text: str, pos: Pos) -> Expr | None:
 _LONG_NUMBER = re.compile(rf"\d{{{MAX_INT_DIGITS + 1},}}")
 
 
+_TOO_DEEP = (f"this expression is nested more than {MAX_NESTING} levels deep (each parenthesis, function and "
+             "operator of a chain is a level); split it over several lines")
+
+
+def _too_deep_bracket(text: str) -> int | None:
+    """The offset of the bracket that opens level MAX_NESTING + 1, if any. The grammar drops parentheses from
+    the tree it builds, so ((((x)))) is one level there: they are counted in the text."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+            if depth > MAX_NESTING:
+                return i
+        elif ch in ")]}":
+            depth -= 1
+    return None
+
+
 def _check_nesting(tree: Tree, line: Line) -> None:
     """Refuse a line nested deeper than MAX_NESTING (parentheses, calls, chains of operators), found
     without recursion: turning it into an AST, then a graph, recurses once per level."""
@@ -420,7 +440,5 @@ def _check_nesting(tree: Tree, line: Line) -> None:
     while stack:
         node, depth = stack.pop()
         if depth > MAX_NESTING:
-            raise LimitError(f"this expression is nested more than {MAX_NESTING} levels deep (each parenthesis, "
-                             "function and operator of a chain is a level); split it over several lines",
-                             _pos(line.pos, node.meta) if not node.meta.empty else line.pos)
+            raise LimitError(_TOO_DEEP, _pos(line.pos, node.meta) if not node.meta.empty else line.pos)
         stack.extend((c, depth + 1) for c in node.children if isinstance(c, Tree))

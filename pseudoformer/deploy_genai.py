@@ -15,14 +15,14 @@ Every file is written as one set (atomic_write.atomic_set), genai_config.json la
 from __future__ import annotations
 
 import json
-import os
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pseudoformer.base.errors import UsageError
-from pseudoformer.base.file_access import loads_json, regular_file
+from pseudoformer.base.file_access import FileCopy, loads_json, read_inside
 
 if TYPE_CHECKING:
     from pseudoformer.backends.options import CompileOptions
@@ -35,7 +35,6 @@ CONFIG_FILE = "genai_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja",
                    "chat_template.json")
-MAX_TOKENIZER_FILE = 64 * 2**20  # a tokenizer.json of the largest vocabularies is ~20 MB
 
 
 @dataclass
@@ -106,8 +105,10 @@ def export(model: Model, out: str | Path, options: CompileOptions | None = None,
             raise UsageError(str(e)) from None
     hf = _read_json(checkpoint, "config.json") if checkpoint else {}
     config = genai_config(step, dec, model, hf, _read_json(checkpoint, "generation_config.json") if checkpoint else {})
-    extra = {name: _read_file(checkpoint / name) for name in TOKENIZER_FILES
-             if checkpoint is not None and (checkpoint / name).is_file()}
+    extra: dict[str, bytes | FileCopy] = {}
+    for name in TOKENIZER_FILES if checkpoint is not None else ():
+        if (copy := read_inside(checkpoint, name, "tokenizer file", "tokenizer")) is not None:
+            extra[name] = copy
     extra[CONFIG_FILE] = (json.dumps(config, indent=4) + "\n").encode()
     try:
         save_model(lowered, out / MODEL_FILE, beside=extra)
@@ -144,11 +145,25 @@ def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], gener
     hidden = hf.get("hidden_size", hf.get("n_embd", heads * head_size))
 
     def token(name: str, default: Any) -> Any:
+        source = "generation_config.json" if generation.get(name) is not None else "config.json"
         value = generation.get(name, hf.get(name))
-        return default if value is None else value
+        if value is None:
+            return default
+        ids = value if isinstance(value, list) else [value]
+        if not ids or not all(_whole(i) and 0 <= i < vocab for i in ids):  # genai indexes its logits by them
+            raise UsageError(f"{source}: {name} = {value!r} is not a token id of this model (0 to {vocab - 1}) or a "
+                             "non-empty list of them")
+        return value
+
+    def search(name: str, default: Any, kind: str) -> Any:
+        value = generation.get(name, default)
+        value = default if value is None else value
+        if not _search_value_ok(value, kind):
+            raise UsageError(f"generation_config.json: {name} = {value!r} is not {_SEARCH_KINDS[kind]}")
+        return value
 
     eos = token("eos_token_id", 0)
-    first_eos = eos[0] if isinstance(eos, list) and eos else eos
+    first_eos = eos[0] if isinstance(eos, list) else eos
     return {
         "model": {
             "bos_token_id": token("bos_token_id", first_eos),
@@ -176,7 +191,7 @@ def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], gener
         },
         "search": {
             "diversity_penalty": 0.0,
-            "do_sample": bool(generation.get("do_sample", False)),
+            "do_sample": search("do_sample", False, "flag"),
             "early_stopping": True,
             "length_penalty": 1.0,
             "max_length": context,
@@ -189,12 +204,31 @@ def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], gener
             # buffer of max_length that genai binds as both past and present, as the builder's folders do:
             # nothing else in that graph reads the past's length (benchmarks/README.md measured it).
             "past_present_share_buffer": lengths,
-            "repetition_penalty": float(generation.get("repetition_penalty", 1.0)),
-            "temperature": float(generation.get("temperature", 1.0)),
-            "top_k": int(generation.get("top_k", 50) or 50),
-            "top_p": float(generation.get("top_p", 1.0)),
+            "repetition_penalty": float(search("repetition_penalty", 1.0, "positive")),
+            "temperature": float(search("temperature", 1.0, "positive")),
+            "top_k": int(search("top_k", 50, "count") or 50),
+            "top_p": float(search("top_p", 1.0, "fraction")),
         },
     }
+
+
+# generation_config.json's search fields, by kind: what genai reads each as (a string is never a number or a flag).
+_SEARCH_KINDS = {"flag": "true or false", "positive": "a finite number > 0", "count": "a whole number ≥ 0",
+                 "fraction": "a number in (0, 1]"}
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _search_value_ok(value: object, kind: str) -> bool:
+    if kind == "flag":
+        return isinstance(value, bool)
+    if kind == "count":
+        return _whole(value) and 0 <= value <= 2**31 - 1  # type: ignore[operator]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return value > 0 if kind == "positive" else 0 < value <= 1
 
 
 def say_lengths_fallback(why: str) -> None:
@@ -220,19 +254,14 @@ def _folder(out: str | Path) -> Path:
 
 
 def _read_json(directory: Path, name: str) -> dict[str, Any]:
-    path = directory / name
-    if not path.is_file():
+    """A JSON object the checkpoint holds (config.json, generation_config.json), read from inside it; {} if absent."""
+    copy = read_inside(directory, name, "checkpoint file", "config")
+    if copy is None:
         return {}
     try:
-        value = loads_json(_read_file(path).decode("utf-8"))
+        value = loads_json(copy.data.decode("utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise UsageError(f"{path}: not a JSON object ({e})") from None
+        raise UsageError(f"{directory / name}: not a JSON object ({e})") from None
     if not isinstance(value, dict):
-        raise UsageError(f"{path}: not a JSON object")
+        raise UsageError(f"{directory / name}: not a JSON object")
     return value
-
-
-def _read_file(path: Path) -> bytes:
-    regular_file(path, "tokenizer file", MAX_TOKENIZER_FILE)
-    with open(os.path.realpath(path), "rb") as f:
-        return f.read(MAX_TOKENIZER_FILE + 1)

@@ -18,17 +18,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pseudoformer.base.atomic_write import OutputError, check_output
+from pseudoformer.base.file_access import read_inside
 from pseudoformer.base.model_files import data_path, manifest_path, weights_path
 from pseudoformer.config import default_config_path
 
 
 def outputs_of(args: argparse.Namespace) -> list[Path]:
-    """The files `args`' command writes: -o, and the files of its set."""
+    """The files `args`' command writes: -o, and the files of its set (of its folder, for train)."""
     if args.command == "compile" and getattr(args, "genai_folder", None):
         return _genai_outputs(args)
     out = getattr(args, "output", None)
+    if out and args.command == "train":
+        return _train_outputs(Path(out))
     if not out or args.command not in ("compile", "run", "inspect"):
-        return []  # train's -o is a directory it writes its checkpoints into (training/), checked there
+        return []
     path = Path(out)
     if args.command != "compile":
         return [path]
@@ -44,21 +47,57 @@ def _genai_outputs(args: argparse.Namespace) -> list[Path]:
     from pseudoformer.deploy_genai import CONFIG_FILE, MODEL_FILE, TOKENIZER_FILES
 
     folder = Path(args.genai_folder)
-    if folder.exists() and not folder.is_dir():
-        raise OutputError(f"cannot write --genai-folder {folder}: it is a file; give a folder to write the model's "
-                          "files into")
-    if not folder.exists():
-        if not folder.parent.is_dir():
-            raise OutputError(f"cannot write --genai-folder {folder}: no directory {folder.parent}")
+    if not _writable_folder(folder, "--genai-folder", made_with_parents=False):
         return []
     names = [MODEL_FILE, MODEL_FILE + ".data", CONFIG_FILE, *TOKENIZER_FILES]
     return [folder / name for name in names]
+
+
+def _train_outputs(folder: Path) -> list[Path]:
+    """The files `train -o FOLDER` writes (training/outputs.py): the run's files and its hf/ checkpoint. Checked
+    before the first step, so that a run is never lost to an output it could not write at the end."""
+    from pseudoformer.training.outputs import CHECKPOINT, HF_DIR, HF_FILES, RUN_FILES
+
+    if not _writable_folder(folder, "-o", made_with_parents=True):
+        return []
+    files = [folder / name for name in RUN_FILES]
+    if (folder / HF_DIR).is_dir():
+        files += [folder / HF_DIR / name for name in (*HF_FILES, CHECKPOINT)]
+    return files
+
+
+def _writable_folder(folder: Path, flag: str, *, made_with_parents: bool) -> bool:
+    """Refuse a folder output that is a file (the data, the .alg, /dev/null, a FIFO), or that cannot be made or
+    written; True when it exists already, so that its files are checked too."""
+    try:
+        if folder.exists():
+            if not folder.is_dir():
+                raise OutputError(f"cannot write {flag} {folder}: it is not a folder; give a folder to write the "
+                                  "files into")
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise OutputError(f"cannot write {flag} {folder}: the folder is not writable")
+            return True
+        parent = folder.parent
+        while made_with_parents and not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            raise OutputError(f"cannot write {flag} {folder}: no directory {folder.parent}")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise OutputError(f"cannot write {flag} {folder}: {parent} is not writable")
+    except (OSError, ValueError) as e:  # a name too long, a loop of links, a NUL byte
+        raise OutputError(f"cannot write {flag} {folder}: {getattr(e, 'strerror', None) or e}") from None
+    return False
 
 
 def inputs_of(args: argparse.Namespace) -> Iterator[tuple[str, Path]]:
     """The files `args`' command reads that can be named before it runs."""
     for f in [*(getattr(args, "files", None) or []), *([args.file] if getattr(args, "file", None) else [])]:
         yield "the source", Path(f)
+        if Path(f).suffix == ".alg" and Path(f).is_file():
+            from pseudoformer.frontend.modules import load_program
+
+            for used in load_program(f, include=getattr(args, "include", None) or ()).files[1:]:
+                yield "a file the source uses", used
         if getattr(args, "config", None) is None and (toml := default_config_path(Path(f))) is not None:
             yield "the config", toml
         if Path(f).suffix == ".onnx":
@@ -68,9 +107,9 @@ def inputs_of(args: argparse.Namespace) -> Iterator[tuple[str, Path]]:
             yield "the library's manifest", manifest_path(Path(os.path.realpath(f)))
     if getattr(args, "config", None):
         yield "--config", Path(args.config)
-    for name in ("tokenizer",):
+    for name in ("tokenizer", "data", "val_data"):
         if getattr(args, name, None):
-            yield f"--{name}", Path(getattr(args, name))
+            yield f"--{name.replace('_', '-')}", Path(getattr(args, name))
     weights = getattr(args, "weights", None)
     if weights:
         w = Path(weights)
@@ -95,8 +134,28 @@ def _same(a: Path, b: Path) -> bool:
             return False
 
 
+def _copied(args: argparse.Namespace) -> tuple[Path, tuple[str, ...]] | None:
+    """The checkpoint folder whose files the command copies into its output, and their names."""
+    weights = getattr(args, "weights", None)
+    if not weights or not Path(weights).is_dir():
+        return None
+    if args.command == "train" and getattr(args, "output", None):
+        from pseudoformer.training.outputs import HF_FILES
+
+        return Path(weights), HF_FILES
+    if args.command == "compile" and getattr(args, "genai_folder", None):
+        from pseudoformer.deploy_genai import TOKENIZER_FILES
+
+        return Path(weights), ("config.json", *TOKENIZER_FILES)
+    return None
+
+
 def check_outputs(args: argparse.Namespace) -> None:
-    """Refuse, before any work, an output that cannot be written or that is one of the command's inputs."""
+    """Refuse, before any work, an output that cannot be written or that is one of the command's inputs, and a
+    file to be copied into it from the checkpoint that lies outside the checkpoint (file_access.read_inside)."""
+    if (copied := _copied(args)) is not None:
+        for name in copied[1]:
+            read_inside(copied[0], name, "checkpoint file", "tokenizer")
     outputs = outputs_of(args)
     for out in outputs:
         check_output(out)

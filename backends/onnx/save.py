@@ -35,6 +35,7 @@ from pseudoformer.base.atomic_write import (
     write_atomic,
 )
 from pseudoformer.base.errors import BackendError
+from pseudoformer.base.file_access import FileCopy
 from pseudoformer.base.limits import show_bytes
 from pseudoformer.base.model_files import data_path
 from pseudoformer.ir.lazy_tensor import LazyTensor, materialize
@@ -49,7 +50,7 @@ _ALIGN = 4096
 
 def save_model(model: onnx.ModelProto | LoweredModel, path: str | os.PathLike, *,
                external_threshold: int | None = None, check: bool = True,
-               beside: Mapping[str, bytes] | None = None) -> Path:
+               beside: Mapping[str, bytes | FileCopy] | None = None) -> Path:
     """Write `model` (a ModelProto, or a LoweredModel) to `path` atomically; return the path.
 
     A model bigger than `external_threshold` bytes (default: just under protobuf's 2 GiB limit)
@@ -122,7 +123,7 @@ def _save_external(model: onnx.ModelProto, path: Path, check: bool = True) -> No
 
 
 def _save_external_lowered(lowered: LoweredModel, path: Path, check: bool = True,
-                           beside: Mapping[str, bytes] | None = None) -> None:
+                           beside: Mapping[str, bytes | FileCopy] | None = None) -> None:
     model = onnx.ModelProto()
     model.CopyFrom(lowered.skeleton)
 
@@ -140,16 +141,19 @@ def _save_external_lowered(lowered: LoweredModel, path: Path, check: bool = True
 
 
 def _write_external(model: onnx.ModelProto, tensors: Iterable[tuple[TensorProto, bytes | np.ndarray]],
-                    path: Path, check: bool = True, beside: Mapping[str, bytes] | None = None) -> None:
+                    path: Path, check: bool = True, beside: Mapping[str, bytes | FileCopy] | None = None) -> None:
     """Write each tensor's bytes to `<path>.data`, point the tensor at them, then write `model`."""
     # One set (atomic_write.atomic_set): both files beside the resolved target (through a symbolic
     # link -o, beside the file it leads to), the weights moved into place first and the .onnx, which
     # names them, last.
-    others = [Part(f"beside:{name}", lambda target, name=name: target.with_name(name)) for name in beside or {}]
+    # A file copied from a checkpoint (a tokenizer) is never written more open than its source.
+    others = [Part(f"beside:{name}", lambda target, name=name: target.with_name(name),
+                   mode=content.mode if isinstance(content, FileCopy) else 0o777)
+              for name, content in (beside or {}).items()]
     with atomic_set(path, [Part("data", data_path), *others, MAIN]) as tmps:
         data, data_tmp, model_tmp = data_path(check_output(path)), tmps["data"], tmps["main"]
         for name, content in (beside or {}).items():
-            tmps[f"beside:{name}"].write_bytes(content)
+            tmps[f"beside:{name}"].write_bytes(content.data if isinstance(content, FileCopy) else content)
         with open(data_tmp, "wb") as f:
             for t, raw in tensors:
                 offset = (f.tell() + _ALIGN - 1) // _ALIGN * _ALIGN

@@ -19,8 +19,15 @@ from pseudoformer.ir.ops.elementwise import COMPARE_FNS
 REL_OPS = {"<": Op.LT, "<=": Op.LE, ">": Op.GT, ">=": Op.GE, "==": Op.EQ, "!=": Op.NE}
 
 
+# The largest float32: a model computes in float32 (or narrower), so a literal past it would become ±∞ there.
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 @handles("number")
 def _number(f: Frame, e: Expr) -> Val:
+    if not abs(float(e.args[0])) <= FLOAT32_MAX:  # an integer of 39+ digits too
+        raise f.error(BadTypeError, f"the number {e.text} is beyond float32's range (±3.4·10³⁸), which the model "
+                      "computes in; write ∞ for an infinity", e.pos)
     return const(f, e.args[0])
 
 

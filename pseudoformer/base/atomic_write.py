@@ -66,6 +66,7 @@ class Part:
     name: str
     place: Callable[[Path], Path]
     suffix: str = ""
+    mode: int = 0o777  # the widest permission bits the file may get (a copy's: its source's, file_access.FileCopy)
 
 
 MAIN = Part("main", lambda target: target)
@@ -79,10 +80,10 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], Any]) -> 
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, *, suffix: str = "") -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, *, suffix: str = "", mode: int = 0o777) -> Iterator[Path]:
     """A temporary path to write in full (for libraries that write by name); on a clean exit it is
-    synced and renamed to `path`, on any exception removed."""
-    with atomic_set(path, [Part("main", MAIN.place, suffix)]) as tmps:
+    synced and renamed to `path` (with permission bits no wider than `mode`), on any exception removed."""
+    with atomic_set(path, [Part("main", MAIN.place, suffix, mode)]) as tmps:
         yield tmps["main"]
 
 
@@ -102,7 +103,7 @@ def atomic_set(path: str | os.PathLike, parts: Sequence[Part]) -> Iterator[dict[
             for p in parts:
                 _fsync(tmps[p.name])
             for p in parts:
-                _commit(tmps[p.name], _target(p.place(target)))  # again: the path may have changed meanwhile
+                _commit(tmps[p.name], _target(p.place(target)), p.mode)  # again: the path may have changed meanwhile
         except OSError as e:
             raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
 
@@ -178,8 +179,9 @@ class _Writer:
         os.close(self.fd)
 
 
-def _commit(tmp: Path, target: Path) -> None:
-    """Put `tmp` in `target`'s place, keeping what cp keeps of a file it replaces (mode, owner, hard links)."""
+def _commit(tmp: Path, target: Path, widest: int = 0o777) -> None:
+    """Put `tmp` in `target`'s place, keeping what cp keeps of a file it replaces (mode, owner, hard links), its
+    permission bits no wider than `widest`."""
     mine = os.stat(tmp)
     try:
         st = os.stat(target)
@@ -189,12 +191,12 @@ def _commit(tmp: Path, target: Path) -> None:
         # linker set are kept.
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, (stat.S_IMODE(mine.st_mode) | 0o666) & ~umask & 0o777)
+        os.chmod(tmp, (stat.S_IMODE(mine.st_mode) | 0o666) & ~umask & 0o777 & widest)
         os.replace(tmp, target)
         return
     in_place = st.st_nlink > 1
     if not in_place:
-        os.chmod(tmp, stat.S_IMODE(st.st_mode) & 0o777)
+        os.chmod(tmp, stat.S_IMODE(st.st_mode) & 0o777 & widest)
         if (st.st_uid, st.st_gid) != (mine.st_uid, mine.st_gid):
             try:
                 os.chown(tmp, st.st_uid, st.st_gid)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -155,3 +157,30 @@ def load_npy(path: str | Path, what: str) -> np.ndarray:
         raise FileAccessError(f"{what} {path} changed while it was read")
     array = np.frombuffer(data, dtype=dtype)
     return array.reshape(shape[::-1]).T if fortran else array.reshape(shape)
+
+
+@dataclass(frozen=True)
+class FileCopy:
+    """A file read from inside a checkpoint to be written into an output: its bytes, and the widest permission
+    bits the copy may have (the source's: a 0600 file is never copied world-readable)."""
+
+    data: bytes
+    mode: int
+
+
+def read_inside(directory: str | Path, name: str, what: str, kind: str) -> FileCopy | None:
+    """`directory/name` to copy into an output, or None when there is no such entry.
+
+    It must be a regular file under FILE_CAPS[kind] whose real path, links resolved, lies inside `directory`'s:
+    a tokenizer.json that links to /etc/passwd or a private key is refused, not copied into a folder a user
+    will share. A dangling link is refused as well, since the name is there."""
+    root = Path(os.path.realpath(directory))
+    path = Path(directory) / name
+    if not os.path.lexists(path):
+        return None
+    real = Path(os.path.realpath(path))
+    if not real.is_relative_to(root):
+        raise FileAccessError(f"{what} {path} leads outside {directory} (to {real}); pseudoformer copies only "
+                              "files that lie inside the checkpoint")
+    data = read_bytes(real, what, kind, name=str(path))
+    return FileCopy(data, stat.S_IMODE(os.stat(real).st_mode))

@@ -37,6 +37,17 @@ RUN_MEMORY = 4 * GiB
 # Parentheses, function applications and operator chains nested deeper than this in one line are
 # a diagnostic: each level costs a few Python frames when the line is turned into a graph.
 MAX_NESTING = 100
+# Algorithm calls are inlined, and `use`s read, by recursion: a chain deeper than these (f0 calls f1 … calls
+# f999, or m0.alg uses m1.alg … m999.alg) is a diagnostic at the call or `use` that goes too deep, long before
+# Python's own recursion limit. The deepest real model nests 5 calls (GPT2 → layers → MHAttention → Attention →
+# softmax) and 3 `use`s.
+MAX_CALL_DEPTH = 64
+MAX_USE_DEPTH = 64
+# A tokenizer's token and pre-tokenizer regex (pseudoformer/tokenizer.py, weights/gguf_tokenizer.py): the longest
+# piece of the real vocabularies is a few hundred characters; recovering a GGUF vocabulary's merges takes time
+# quadratic in a token's length, and a regex is compiled and run by native code.
+MAX_TOKEN_CHARS = 4096
+MAX_TOKENIZER_REGEX = 4096
 # Digits in an integer literal (Python refuses to convert more than 4,300 anyway).
 MAX_INT_DIGITS = 100
 # --threads may be 1 to this many times the cores this process may run on.

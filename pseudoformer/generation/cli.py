@@ -8,17 +8,13 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 from pseudoformer.base.errors import UsageError
-from pseudoformer.base.file_access import regular_file
-from pseudoformer.base.limits import FILE_CAPS
-from pseudoformer.base.terminal import escape, quiet_native_stderr
+from pseudoformer.base.terminal import escape
 from pseudoformer.compile_options import add_backend_argument, add_provider_argument
 from pseudoformer.quantization import add_arguments as add_quantize_arguments
 from pseudoformer.run_settings import check_seed
-
-T = TypeVar("T")
+from pseudoformer.tokenizer import open_tokenizer
 
 
 def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None]) -> None:
@@ -57,9 +53,13 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
 def parse_ids(text: str | None, flag: str) -> list[int] | None:
     if text is None:
         return None
-    parts = [p for p in re.split(r"[\s,]+", text.strip().strip("[]")) if p]
-    if not parts or not all(re.fullmatch(r"\d+", p) for p in parts):
-        raise UsageError(f"{flag} takes token ids (non-negative integers separated by spaces), got {text!r}")
+    body = text.strip()
+    listed = body.startswith("[") and body.endswith("]")  # a JSON list, "[464, 2068]": commas separate there
+    parts = [p for p in re.split(r"\s*,\s*|\s+" if listed else r"\s+", body[1:-1] if listed else body) if p]
+    if not parts or not all(re.fullmatch(r"\d+", p) and len(p) <= 18 for p in parts):
+        # "1,000" is not read as the ids 1 and 0: outside a [list], ids are separated by spaces only.
+        raise UsageError(f"{flag} takes token ids: non-negative integers separated by spaces (\"464 2068\") or a list "
+                         f"(\"[464, 2068]\"), got {escape(text)!r}")
     return [int(p) for p in parts]
 
 
@@ -99,9 +99,11 @@ def run(args: argparse.Namespace) -> int:
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}")
     path = args.tokenizer or (_checkpoint_tokenizer(args.weights) if args.prompt is not None else None)
-    tokenizer = _tokenizer(path) if path and not path.endswith(".gguf") else _gguf_tokenizer(path) if path else None
+    tokenizer = open_tokenizer(path) if path else None
     if args.prompt is not None:
-        prompt = _foreign(path, lambda: _encode(tokenizer, args.prompt))
+        prompt = tokenizer.encode(args.prompt)
+        if not prompt:
+            raise UsageError(f"the prompt {escape(args.prompt)!r} encodes to no tokens")
     check_seed(args.seed)
     prepared = prepare(args.file, options, inference=args.inference, config=args.config, defines=args.defines,
                        weights=args.weights, cache=not args.no_cache, include=args.include,
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     print(" ".join(str(t) for t in tokens))
     if tokenizer is not None:
         # Decoded text is the tokenizer file's to choose: escaped, it cannot drive the terminal.
-        print(escape(_foreign(path, lambda: tokenizer.decode(tokens)), keep="\n\t"))
+        print(escape(tokenizer.decode(tokens), keep="\n\t"))
     return 0
 
 
@@ -134,48 +136,3 @@ def _checkpoint_tokenizer(weights: str | None) -> str:
     return str(path)
 
 
-def _gguf_tokenizer(path: str):  # -> tokenizers.Tokenizer
-    """The tokenizer a GGUF file's metadata describes (--weights FILE.gguf, or --tokenizer FILE.gguf)."""
-    from pseudoformer.weights import WeightsError
-    from pseudoformer.weights.gguf_tokenizer import gguf_tokenizer
-
-    def build():  # -> tokenizers.Tokenizer
-        try:
-            return gguf_tokenizer(path)
-        except WeightsError as e:
-            raise UsageError(str(e)) from None
-
-    return _foreign(path, build, "does not describe a tokenizer tokenizers can build")
-
-
-def _encode(tokenizer, text: str) -> list[int]:  # tokenizer: tokenizers.Tokenizer
-    # The tokenizer's own post-processor decides on special tokens, as HF's tokenizer(text) does
-    # (Llama's adds the beginning-of-sequence token).
-    ids = tokenizer.encode(text).ids
-    if not ids:
-        raise UsageError(f"the prompt {text!r} encodes to no tokens")
-    return list(ids)
-
-
-def _tokenizer(path: str):  # -> tokenizers.Tokenizer
-    regular_file(path, "tokenizer file", FILE_CAPS["tokenizer"])
-    try:
-        from tokenizers import Tokenizer
-    except ImportError:
-        raise UsageError("--tokenizer needs the tokenizers package: pip install tokenizers") from None
-    return _foreign(path, lambda: Tokenizer.from_file(path), "is not a tokenizers tokenizer.json")
-
-
-def _foreign(path: str | None, call: Callable[[], T], what: str = "failed") -> T:
-    """A call into tokenizers on a file the user gave. A malformed file raises a bare Exception, and a
-    pre-tokenizer regex that backtracks without end makes the Rust code panic: a pyo3 PanicException,
-    which derives from BaseException. Either is the file's fault, and one message naming it."""
-    try:
-        with quiet_native_stderr():  # the panic's own message and backtrace, raw on fd 2
-            return call()
-    except UsageError:
-        raise
-    except (KeyboardInterrupt, SystemExit, GeneratorExit):
-        raise
-    except BaseException as e:  # noqa: BLE001 (a Rust panic is not an Exception)
-        raise UsageError(f"tokenizer {path} {what}: {type(e).__name__}: {str(e)[:500]}") from None

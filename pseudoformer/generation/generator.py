@@ -91,6 +91,12 @@ class Generator:
         # The model's positions, or --max-seq-len for a model without a position table (inputs.size_limit):
         # prompt + max_new_tokens is bounded before anything is allocated for them.
         self.max_positions, self.positions_why = size_limit(model.graph, seq) if isinstance(seq, str) else (None, "")
+        # A model without a position table still has the context its checkpoint was trained for (config.json's
+        # max_position_embeddings, as ell_max): past it, RoPE's frequencies were never seen, and HF refuses too.
+        context = model.config.hyperparameters.get("ell_max")
+        if self.max_positions is not None and isinstance(context, int) and 0 < context < self.max_positions:
+            self.max_positions = context
+            self.positions_why = f"the context of its checkpoint, ell_max = max_position_embeddings = {context:,}"
         # The generation pipelines of the pass manager (passes/manager.py): the incremental decoder's
         # prefill and step graphs, each cut to the last position and cleaned up.
         ctx = PassContext(decoder_input=decoder_input, output=self.output, positions=seq)
@@ -139,6 +145,12 @@ class Generator:
                              f"{x.shape[1] + max_new_tokens - 1:,} positions; the model takes at most {self.max_positions:,} "
                              f"({self.positions_why})")
         self._check_ids(self.decoder_input, x)
+        if eos_token is not None:  # an id no token has never ends a row: generation would run on silently
+            vocabulary = token_bounds(self.model.graph).get(self.decoder_input)
+            if isinstance(eos_token, bool) or not isinstance(eos_token, int | np.integer) or eos_token < 0 or (
+                    vocabulary is not None and eos_token >= vocabulary):
+                ids = f"0 to {vocabulary - 1:,}" if vocabulary is not None else "whole numbers ≥ 0"
+                raise UsageError(f"the end token {eos_token!r} is no token id of this model: its ids are {ids}")
         rng = np.random.default_rng(seed)
         enc = self._encode(encoder_inputs)
         result = Generation(tokens=[[] for _ in range(x.shape[0])])

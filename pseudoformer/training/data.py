@@ -4,20 +4,24 @@ hold one example per row (`read_pairs`). Each mistake in the data is one message
 
 from __future__ import annotations
 
+import zipfile
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from pseudoformer.base.errors import UsageError
-from pseudoformer.base.file_access import FileAccessError, load_npy, read_text
+from pseudoformer.base.file_access import FileAccessError, load_npy, read_text, regular_file
+from pseudoformer.base.limits import FILE_CAPS, show_bytes
+from pseudoformer.tokenizer import open_tokenizer
 
 
 def read_tokens(path: str | Path, tokenizer: str | Path | None = None) -> np.ndarray:
-    """The file's token ids, one flat int64 stream (a 2-D .npy array: its rows, one after another)."""
+    """The file's token ids, one flat stream in the smallest integer type that holds them (a 2-D .npy array: its
+    rows, one after another); a batch is widened to int64 when it is fed (training/loop.py)."""
     path = Path(path)
-    if not path.exists():
-        raise UsageError(f"no such data file: {path}")
+    _regular(path)
     if path.suffix == ".npy":
         try:
             ids = load_npy(path, "data file")
@@ -29,7 +33,7 @@ def read_tokens(path: str | Path, tokenizer: str | Path | None = None) -> np.nda
         if ids.ndim not in (1, 2):
             raise UsageError(f"data file {path} has shape {list(ids.shape)}: token ids come as one sequence [n] or "
                              "rows of a sequence each [rows, n]")
-        ids = ids.astype(np.int64).reshape(-1)
+        ids = ids.reshape(-1)  # in the file's own integer type: a 700 MB uint8 stream is not widened to 5.6 GB
     else:
         if tokenizer is None:
             raise UsageError(f"data file {path} is text: give --tokenizer tokenizer.json to turn it into token ids "
@@ -38,29 +42,27 @@ def read_tokens(path: str | Path, tokenizer: str | Path | None = None) -> np.nda
             text = read_text(path, "data file", "input")
         except FileAccessError as e:
             raise UsageError(e.message) from None
-        ids = np.asarray(_tokenizer(tokenizer).encode(text).ids, np.int64)
+        encoded = open_tokenizer(tokenizer).encode(text)
+        ids = np.asarray(encoded, np.min_scalar_type(max(encoded, default=0)))  # the smallest type that fits
     if ids.size == 0:
         raise UsageError(f"data file {path} holds no tokens")
     return ids
 
 
-def _tokenizer(path: str | Path):  # type: ignore[no-untyped-def]
-    from tokenizers import Tokenizer
-
-    p = Path(path)
-    if p.is_dir():
-        p = p / "tokenizer.json"
-    if not p.is_file():
-        raise UsageError(f"no tokenizer at {path}: give a tokenizer.json, or a directory that holds one")
+def _regular(path: Path) -> None:
+    """A data file is a regular file: a directory, a device (/dev/zero) or a FIFO is said to be one, before its
+    name's suffix decides how it is read."""
     try:
-        return Tokenizer.from_file(str(p))
-    except Exception as e:  # the tokenizers library's own parse errors
-        raise UsageError(f"cannot read the tokenizer {p}: {e}") from None
+        regular_file(path, "data file", FILE_CAPS["input"])
+    except FileAccessError as e:
+        raise UsageError(e.message) from None
 
 
 def sequences(ids: np.ndarray, seq_len: int, vocabulary: int | None, where: str) -> np.ndarray:
     """The stream cut into rows of seq_len tokens (the last, shorter piece dropped), checked against the
     vocabulary."""
+    if ids.dtype.kind not in "iu":
+        raise UsageError(f"{where} holds {ids.dtype} values: token ids are integers")
     if seq_len < 2:
         raise UsageError(f"--seq-len {seq_len}: a sequence needs at least 2 tokens (a token and the one after it "
                          "that the loss predicts)")
@@ -85,17 +87,12 @@ def read_pairs(data: str | Path | Mapping[str, np.ndarray], names: Sequence[str]
     where = "the data" if isinstance(data, Mapping) else str(data)
     if not isinstance(data, Mapping):
         path = Path(data)
-        if not path.exists():
-            raise UsageError(f"no such data file: {path}")
+        _regular(path)
         if path.suffix != ".npz":
             raise UsageError(f"data file {path}: a training algorithm over pairs ({', '.join(names)}) reads a .npz "
                              f"file with one integer array per member, each [examples, length] "
                              f"(np.savez(path, {', '.join(f'{n}=…' for n in names)}))")
-        try:
-            with np.load(path, allow_pickle=False) as archive:
-                data = {k: archive[k] for k in archive.files}
-        except (OSError, ValueError) as e:
-            raise UsageError(f"cannot read data file {path}: {e}") from None
+        data = _read_npz(path)
     missing = [n for n in names if n not in data]
     if missing:
         raise UsageError(f"{where} has no array {', '.join(missing)} (it has {', '.join(sorted(data)) or 'none'}): "
@@ -120,6 +117,25 @@ def read_pairs(data: str | Path | Mapping[str, np.ndarray], names: Sequence[str]
     if "x" in out and out["x"].shape[1] < 2:
         raise UsageError(f"{where}: x has {out['x'].shape[1]} token per example; the next-token loss needs at least 2")
     return out
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of a .npz file, each member's size checked against the input cap before it is inflated: a
+    member of a few KiB can inflate to gigabytes, and zipfile stops at the size a member declares."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            sizes = {info.filename: info.file_size for info in archive.infolist()}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise UsageError(f"cannot read data file {path}: not a .npz archive ({e})") from None
+    cap = FILE_CAPS["input"]
+    if (total := sum(sizes.values())) > cap:
+        raise UsageError(f"data file {path} inflates to {show_bytes(total)}, more than the {show_bytes(cap)} an "
+                         "input may be")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {k: archive[k] for k in archive.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as e:
+        raise UsageError(f"cannot read data file {path}: {e}") from None
 
 
 def batches(rows: np.ndarray | Mapping[str, np.ndarray], batch_size: int, seed: int, epoch: int,

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pseudoformer.base.errors import UsageError
-from pseudoformer.inputs import token_bounds
+from pseudoformer.inputs import check_size, token_bounds
 from pseudoformer.ir.block_coded import plain_weights
 from pseudoformer.model import Model, load
 from pseudoformer.passes.training_step import STEP, Optimizer
@@ -80,6 +80,8 @@ def _plan_settings(model: Model) -> dict[str, Any]:
 def _feeds(plan: Any, model: Model, rows: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """The loss graph's inputs for a batch of sequences: the tokens, ETraining's masked copy, or
     EDTraining's pairs (a dict by the dataset's member names, z and x)."""
+    # The data stays in its file's integer type (data.read_tokens); each batch is widened as it is fed.
+    rows = {k: np.asarray(a, np.int64) for k, a in rows.items()} if isinstance(rows, dict) else np.asarray(rows, np.int64)
     if plan is None:
         return {model.input_names[0]: rows}
     if isinstance(rows, dict):
@@ -91,6 +93,20 @@ def _feeds(plan: Any, model: Model, rows: Any, rng: np.random.Generator) -> dict
         return {m.masked_input: np.where(hide, token, rows), m.target_input: rows,
                 m.positions_input: hide.astype(np.float32)}
     return {plan.loss_inputs[0]: rows}
+
+
+def _check_lengths(model: Model, plan: Any, rows: np.ndarray | dict[str, np.ndarray]) -> None:
+    """Each sequence fits the positions of the input it feeds (ℓ_max of a position table, else --max-seq-len),
+    said before the step is compiled: past them a lookup would index beyond its table inside a step."""
+    if isinstance(rows, dict):
+        fed = {i: rows[d] for i, d in zip(plan.loss_inputs, plan.data, strict=True)}
+    else:
+        fed = {i: rows for i in ([model.input_names[0]] if plan is None else plan.loss_inputs)}
+    for name, a in fed.items():
+        dim = model.graph.input(name).shape[-1]
+        if isinstance(dim, str):
+            check_size(model.graph, dim, a.shape[-1], f"a sequence of the data for {name} (--seq-len, or the "
+                       "pairs' length)")
 
 
 def _pairs(plan: Any) -> bool:
@@ -142,9 +158,10 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
             raise UsageError("a dict of arrays is data for a training algorithm over pairs (EDTraining); this "
                              "model reads one token stream")
         ids = data if isinstance(data, np.ndarray) else datasets.read_tokens(data, tokenizer)
-        rows = datasets.sequences(np.asarray(ids, np.int64).reshape(-1), seq_len,
+        rows = datasets.sequences(np.asarray(ids).reshape(-1), seq_len,
                                   min(bounds.values()) if bounds else None,
                                   str(data) if not isinstance(data, np.ndarray) else "the data")
+    _check_lengths(model, plan, rows)
     examples = len(next(iter(rows.values()))) if isinstance(rows, dict) else len(rows)
     per_epoch = math.ceil(examples / batch_size)
     total = steps if steps is not None else per_epoch * epochs

@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import numpy as np
 
 from pseudoformer.base.atomic_write import atomic_path, write_atomic
 from pseudoformer.base.errors import UsageError
+from pseudoformer.base.file_access import read_inside
 from pseudoformer.weights import hf_engine
 from pseudoformer.weights.hf_checkpoint import open_hf_tensors, read_hf_config, table_for
 from pseudoformer.weights.hf_table import Table, Tie
@@ -25,6 +25,8 @@ CHECKPOINT = "model.safetensors"
 HF_DIR = "hf"
 HF_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
             "special_tokens_map.json", "vocab.json", "merges.txt")
+# What a run writes into its -o folder besides hf/: checked before the first step (pseudoformer/outputs.py).
+RUN_FILES = (CHECKPOINT, "optimizer.safetensors", "loss.csv", "loss.svg", "training.json")
 
 
 def save_checkpoint(directory: Path, weights: Mapping[str, np.ndarray], hf_source: Path | None = None,
@@ -63,9 +65,9 @@ def export_hf(source: Path, ours: Mapping[str, np.ndarray], target: Path, group:
     _retie(table, out, set(mapped.origin.values()))
     target.mkdir(parents=True, exist_ok=True)
     for f in HF_FILES:
-        if (source / f).is_file():
-            with atomic_path(target / f) as tmp:
-                shutil.copyfile(source / f, tmp)
+        if (copy := read_inside(source, f, "checkpoint file", "tokenizer")) is not None:
+            with atomic_path(target / f, mode=copy.mode) as tmp:  # never more open than its source
+                tmp.write_bytes(copy.data)
     save_weights(out, target / CHECKPOINT)
 
 

@@ -31,6 +31,7 @@ from gguf.constants import GGUFValueType
 from pseudoformer.ir.block_coded import FORMATS, BlockCoded, Codes
 
 from . import hf_engine
+from .config_values import MAX_INT, SourcedConfig, float_problem
 from .errors import WeightsError
 from .gguf_arch import ARCHES, REQUIRED, Arch, row_order
 from .gguf_format import FLOAT_TYPES, INT_TYPES, GGUFFile, TensorInfo
@@ -180,15 +181,25 @@ def _number(f: GGUFFile, key: str, kind: type) -> int | float | bool | None:
     if not ok:
         want = "an integer" if kind is int else "a number"
         raise f.error(f"metadata {key} is {v.describe()}, not {want}", at=None)
-    return kind(v.value)
+    value = kind(v.value)
+    # The bounds config.json's values have (config_values.py); 0 is a GGUF value's "none" (a window, token 0).
+    if kind is int:
+        why = "is negative" if value < 0 else f"is past {MAX_INT:,}, the largest size a model here takes" \
+            if value > MAX_INT else None
+    else:
+        why = float_problem(value, positive=False)
+    if why is not None:
+        raise f.error(f"metadata {key} = {value!r} {why}", at=None)
+    return value
 
 
-def _config(f: GGUFFile, arch: Arch) -> dict[str, Any]:
+def _config(f: GGUFFile, arch: Arch) -> SourcedConfig:
     p = str(f.metadata["general.architecture"].value)  # the keys' prefix: "llama" for a Mistral too
     missing = [f"{p}.{k}" for k in REQUIRED if f"{p}.{k}" not in f.metadata]
     if missing:
         raise f.error(f"metadata lacks {', '.join(missing)}", at=None)
-    config: dict[str, Any] = {"model_type": arch.model_type, "hidden_act": "silu", **arch.fixed}
+    config = SourcedConfig({"model_type": arch.model_type, "hidden_act": "silu", **arch.fixed}, f"GGUF file {f.path}",
+                           {hf_key: f"{p}.{key}" for key, hf_key, _ in arch.keys})
     for key, hf_key, kind in arch.keys:
         value = _number(f, f"{p}.{key}", kind)
         if value is not None and not (hf_key == "sliding_window" and value == 0):  # 0: none (llama.cpp's n_swa)
@@ -251,13 +262,19 @@ def _hf_name(arch: Arch, name: str) -> str:
 _CHUNK = 4 << 20
 
 
-def _dequantize(raw: np.ndarray, info: TensorInfo) -> np.ndarray:
+def _dequantize(f: GGUFFile, raw: np.ndarray, info: TensorInfo) -> np.ndarray:
     rows = int(np.prod(info.shape[:-1], dtype=np.int64))
     blocks = raw.reshape(rows, -1)
     out = np.empty((rows, info.shape[-1]), np.float32)
     step = max(1, _CHUNK // info.shape[-1])
     for start in range(0, rows, step):
-        out[start:start + step] = quants.dequantize(blocks[start:start + step], info.qtype)
+        with np.errstate(all="ignore"):  # a non-finite scale is refused just below, by name, not warned of per block
+            chunk = quants.dequantize(blocks[start:start + step], info.qtype)
+        if not np.isfinite(chunk).all():
+            row = start + int(np.argwhere(~np.isfinite(chunk))[0][0])
+            raise f.error(f"tensor {info.name!r} ({info.qtype.name}) dequantizes to a value that is not finite in row "
+                          f"{row}: a block's scale is infinite or NaN (a damaged file)", at=None)
+        out[start:start + step] = chunk
     return out.reshape(info.shape)
 
 
@@ -274,7 +291,7 @@ def _ref(f: GGUFFile, info: TensorInfo, order: Callable[[np.ndarray], np.ndarray
         if fmt in PLAIN:  # a copy: the map is the file's, and the loader keeps what it is given (private)
             values = raw.view(dtype).reshape(info.shape).copy()
         else:
-            values = _dequantize(raw, info)
+            values = _dequantize(f, raw, info)
         if order is not None:  # llama.cpp's row permutation undone
             values = order(values)
         if shift:  # Gemma's norms: llama.cpp stored 1 + γ for HF's γ

@@ -20,6 +20,8 @@ from typing import Any
 
 from gguf.constants import GGUFValueType
 
+from pseudoformer.base.limits import MAX_TOKEN_CHARS
+
 from .errors import WeightsError
 from .gguf_format import GGUFFile
 
@@ -62,6 +64,10 @@ def gguf_tokenizer(path: str | Path):  # -> tokenizers.Tokenizer
     tokens = _meta(f, "tokenizer.ggml.tokens", A, S)
     if kind is None or tokens is None:
         raise f.error("holds no tokenizer (tokenizer.ggml.model and .tokens): give --tokenizer FILE", at=None)
+    longest = max(range(len(tokens)), key=lambda i: len(tokens[i]), default=None)
+    if longest is not None and len(tokens[longest]) > MAX_TOKEN_CHARS:
+        raise f.error(f"tokenizer.ggml.tokens[{longest}] is {len(tokens[longest]):,} characters long; a token here is "
+                      f"at most {MAX_TOKEN_CHARS:,}", at=None)
     types = _meta(f, "tokenizer.ggml.token_type", A, GGUFValueType.INT32)
     types = [int(t) for t in types] if types is not None else [1] * len(tokens)
     if len(types) != len(tokens):

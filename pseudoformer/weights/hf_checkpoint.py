@@ -25,6 +25,7 @@ from . import (
     hf_phi3,
     hf_qwen3,
 )
+from .config_values import where
 from .errors import WeightsError
 from .hf_engine import Expected, Plan
 from .hf_table import Table
@@ -84,7 +85,7 @@ def hf_hyperparameters(config_json: Mapping[str, object]) -> dict[str, int | flo
     Raises WeightsError naming every config setting that describes a variant our model sources
     do not implement, since loading such weights would compute something else without complaint.
     """
-    return hf_engine.hyperparameters(TABLES[_model_type(config_json, "config.json")], config_json)
+    return hf_engine.hyperparameters(TABLES[_model_type(config_json, where(config_json))], config_json)
 
 
 def _shard_path(directory: Path, name: object) -> Path:
@@ -149,4 +150,4 @@ def map_hf_checkpoint(directory: str | Path, expected: Expected | Collection[str
 
 def table_for(config: Mapping[str, object]) -> Table:
     """The family table of a parsed config.json (its model_type checked)."""
-    return TABLES[_model_type(config, "config.json")]
+    return TABLES[_model_type(config, where(config))]

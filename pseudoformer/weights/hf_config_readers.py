@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .hf_engine import config_float, config_int
+from .config_values import config_bool, config_float, config_int
 from .hf_table import Config, Hyper, Reader
 
 # The rope_scaling types RoPE (models/variants.alg) computes. It is written as Llama 3's ("llama3"):
@@ -23,6 +23,9 @@ def rope(config: Config, hyper: Hyper, refusals: list[str]) -> Hyper:
     """b (rope_theta) and the scaling of the frequencies, from transformers 5's rope_parameters or the
     older rope_theta + rope_scaling; a scaling the model does not compute is a refusal naming it."""
     params = config.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        refusals.append(f"rope_parameters = {params!r} is not an object")
+        return {"b": 10000.0, "kappa": 1.0, **NO_BANDS}
     if isinstance(params, dict) and params and all(isinstance(v, dict) for v in params.values()):
         kinds = {str(k): v for k, v in params.items()}  # per layer type: honoured only if all agree
         if len({repr(sorted(v.items())) for v in kinds.values()}) > 1:
@@ -99,7 +102,7 @@ def full_attention_only(config: Config, hyper: Hyper, refusals: list[str]) -> Hy
 def qwen2_no_window(config: Config, hyper: Hyper, refusals: list[str]) -> Hyper:
     """Qwen2's sliding window, which qwen2.alg does not have, is refused where a layer would use it."""
     layers = int(hyper["L"])
-    if config.get("use_sliding_window", False) and config_int(config, "max_window_layers", layers) < layers:
+    if config_bool(config, "use_sliding_window", False) and config_int(config, "max_window_layers", layers) < layers:
         refusals.append("use_sliding_window = true: qwen2.alg attends to every earlier position")
     return {}
 

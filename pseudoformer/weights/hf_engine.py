@@ -16,6 +16,7 @@ from functools import cache
 
 import numpy as np
 
+from .config_values import config_float, config_int, where
 from .errors import Problem, WeightsError, fmt_shape
 from .hf_stack import stack_rules, stacked
 from .hf_table import (
@@ -38,24 +39,6 @@ from .hf_table import (
     Transpose,
 )
 from .tensor_ref import TensorRef
-
-
-def config_int(config: Config, key: str, default: int) -> int:
-    value = config.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise WeightsError(f"config.json: {key} = {value!r} is not a positive integer")
-    return value
-
-
-def config_float(config: Config, key: str, default: float) -> float:
-    value = config.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise WeightsError(f"config.json: {key} = {value!r} is not a positive number")
-    return float(value)
 
 
 def _token(config: Config, key: str) -> int | None:
@@ -92,7 +75,7 @@ def hyperparameters(table: Table, config: Config) -> dict[str, int | float]:
         if not isinstance(f, Derived | TokenId):  # a Reader, which may refuse too
             hyper.update(f(config, hyper, refusals))
     if refusals:
-        raise WeightsError(f"config.json describes a {table.label} variant this model does not implement", refusals)
+        raise WeightsError(f"{where(config)} describes a {table.label} variant this model does not implement", refusals)
     for f in later:
         if isinstance(f, Derived):
             hyper[f.ours] = f.value(hyper)

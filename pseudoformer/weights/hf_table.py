@@ -20,6 +20,8 @@ from typing import Protocol
 
 import numpy as np
 
+from .config_values import config_bool
+
 Config = Mapping[str, object]
 Hyper = dict[str, int | float]
 Shape = tuple[int, ...]
@@ -113,7 +115,10 @@ class Flag:
     why: str
 
     def refusal(self, config: Config, hyper: Hyper, keys: Mapping[str, str]) -> str | None:
-        if bool(config.get(self.key, self.supported)) == self.supported:
+        value = config.get(self.key, self.supported)
+        if value is not None and not isinstance(value, bool):  # the string "false" is true to bool()
+            return f"{self.key} = {_json(value)}: not true or false"
+        if (self.supported if value is None else value) == self.supported:
             return None
         return f"{self.key} = {_json(not self.supported)}: {self.why}"
 
@@ -280,11 +285,11 @@ def always(ctx: Context) -> bool:
 
 def config_flag(key: str, default: bool = False) -> When:
     """A rule that holds when config.json's ``key`` is true."""
-    return lambda ctx: bool(ctx.config.get(key, default))
+    return lambda ctx: config_bool(ctx.config, key, default)
 
 
 def config_unset(key: str, default: bool = False) -> When:
-    return lambda ctx: not bool(ctx.config.get(key, default))
+    return lambda ctx: not config_bool(ctx.config, key, default)
 
 
 def expects_any(names: Collection[str]) -> When:

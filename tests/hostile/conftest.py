@@ -58,3 +58,11 @@ def judge(r: Result, fragment: str) -> None:
     assert len(starts) == 1, r.err
     assert fragment in r.err, r.err
     assert not RAW_CONTROL.search(r.err + r.out), repr(r.err + r.out)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The prober's totals (tests/hostile/prober.py), when it ran: `N probes, 0 broke`."""
+    from tests.hostile.prober import TALLY
+
+    if TALLY.probes:
+        terminalreporter.write_line(f"hostile prober: {TALLY.probes} probes, {len(TALLY.broke)} broke")

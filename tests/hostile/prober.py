@@ -1,0 +1,144 @@
+"""The suite's own prober: hostile values, files and outputs tried by kind on every command, the probes generated
+from the command line's own parser, so that a flag added later is probed without anyone listing it.
+
+Each probe runs the CLI in-process and is judged by the promise every refusal keeps (conftest.judge): a numeric
+flag given NaN, ±∞ or a negative number, an input that is no regular file, an output that is an input or no
+file at all, is refused with exit 1 (or argparse's 2) and one message; nothing ends in a traceback or an internal
+error, and an input an output would have replaced is left as it was. The totals are printed at the end of the run
+(`N probes, 0 broke`, conftest.pytest_terminal_summary)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pseudoformer.cli_parser import build_parser
+from tests.hostile.conftest import GPT2, SMALL_GPT2, Result
+
+LOSS = str(Path(__file__).resolve().parents[1] / "training" / "gpt2_loss.alg")
+TINY_TRAIN = ["-D", "L=1", "-D", "H=2", "-D", "d_e=16", "-D", "d_mlp=32", "-D", "d_attn=8", "-D", "d_mid=8",
+              "-D", "N_V=50", "-D", "ell_max=32", "-D", "eps=1e-5"]
+# Values no numeric option takes: each must be refused, whatever the option.
+BAD_INT = ("-1",)
+BAD_FLOAT = ("nan", "inf", "-inf", "-1")
+
+
+@dataclass
+class Probe:
+    kind: str
+    argv: list[str]
+    untouched: list[Path] = field(default_factory=list)  # inputs that must be byte for byte as they were
+
+    def __str__(self) -> str:
+        return f"[{self.kind}] pseudoformer {' '.join(self.argv)}"
+
+
+@dataclass
+class Tally:
+    probes: int = 0
+    broke: list[str] = field(default_factory=list)
+
+
+TALLY = Tally()
+
+
+def base_commands(d: Path) -> dict[str, list[str]]:
+    """A small, valid invocation of each command; a probe appends to it (argparse takes a flag's last value)."""
+    ids = d / "ids.npy"
+    if not ids.exists():
+        np.save(ids, np.tile(np.arange(20, dtype=np.int64), 20))
+    return {
+        "check": ["check", GPT2, *SMALL_GPT2],
+        "inspect": ["inspect", GPT2, *SMALL_GPT2],
+        "compile": ["compile", GPT2, *SMALL_GPT2, "-o", str(d / "m.onnx")],
+        "run": ["run", GPT2, *SMALL_GPT2, "--input", "x=[[1, 2]]", "-o", str(d / "y.npz")],
+        "generate": ["generate", GPT2, *SMALL_GPT2, "--prompt-ids", "1 2", "--max-new-tokens", "2"],
+        "train": ["train", LOSS, *TINY_TRAIN, "--data", str(ids), "--seq-len", "8", "--steps", "1", "--lr", "1e-3",
+                  "--batch-size", "2"],
+    }
+
+
+def numeric_flags() -> Iterator[tuple[str, str, type]]:
+    """(command, flag, type) of every int or float option of every subcommand."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for command, sp in sub.choices.items():
+        for action in sp._actions:
+            if action.option_strings and action.type in (int, float):
+                yield command, action.option_strings[-1], action.type
+
+
+def number_probes(d: Path) -> Iterator[Probe]:
+    bases = base_commands(d)
+    for command, flag, kind in numeric_flags():
+        if command not in bases:
+            continue
+        for value in BAD_INT if kind is int else BAD_FLOAT:
+            yield Probe("number", [*bases[command], f"{flag}={value}"])
+
+
+def _not_regular(d: Path) -> dict[str, Path]:
+    fifo = d / "fifo.npy"
+    if not fifo.exists():
+        os.mkfifo(fifo)
+    (d / "adir.npy").mkdir(exist_ok=True)
+    return {"a FIFO": fifo, "a directory": d / "adir.npy", "a device": Path("/dev/zero"),
+            "a missing file": d / "missing.npy"}
+
+
+def file_probes(d: Path) -> Iterator[Probe]:
+    """Every option that reads a file, given something that is not a regular file."""
+    bases = base_commands(d)
+    reading = {"compile": ["--weights", "--config"], "run": ["--weights", "--config"],
+               "generate": ["--weights", "--config", "--tokenizer"], "train": ["--weights", "--config", "--data",
+                                                                              "--tokenizer"],
+               "check": ["--config"], "inspect": ["--config"]}
+    text = d / "text.txt"  # data a tokenizer reads (a .npy stream needs none)
+    text.write_text("hello world " * 20)
+    for name, path in _not_regular(d).items():
+        for command, flags in reading.items():
+            for flag in flags:
+                extra = ["--data", str(text)] if (command, flag) == ("train", "--tokenizer") else []
+                yield Probe(f"file: {flag} {name}", [*bases[command], *extra, flag, str(path)])
+        yield Probe(f"file: --input {name}", [*bases["run"], "--input", f"x={path}"])
+
+
+def output_probes(d: Path) -> Iterator[Probe]:
+    """Every output given an input of the same command, or something that is no file."""
+    bases = base_commands(d)
+    alg = d / "copy.alg"
+    if not alg.exists():
+        alg.write_bytes(Path(GPT2).read_bytes())
+    ids = d / "ids.npy"
+    for command in ("compile", "run", "inspect", "train"):
+        argv = [a if a != GPT2 else str(alg) for a in bases[command]]
+        for what, out in (("the source", alg if command != "train" else Path(LOSS)), ("/dev/null", Path("/dev/null")),
+                          ("a FIFO", _not_regular(d)["a FIFO"])):
+            if command == "inspect":
+                argv = [*argv, "--format", "json"]
+            yield Probe(f"output: {command} -o {what}", [*argv, "-o", str(out)], [alg])
+        if command == "train":
+            yield Probe("output: train -o the data", [*argv, "-o", str(ids)], [ids])
+
+
+def judge_probe(probe: Probe, run: Callable[[list[str]], Result]) -> str | None:
+    """Why the probe broke the promise, or None."""
+    before = {p: p.read_bytes() for p in probe.untouched}
+    r = run(probe.argv)
+    if "Traceback" in r.err or "internal error" in r.err or "panicked" in r.err:
+        return f"{probe}: a traceback or internal error: {r.err[-300:]}"
+    if r.code not in (1, 2):
+        return f"{probe}: exit {r.code}, not a refusal"
+    errors = [line for line in r.err.splitlines() if "error:" in line.split(" ", 2)[0:2][-1] or
+              line.startswith("error:") or ": error:" in line]
+    if r.code == 1 and len(errors) != 1:
+        return f"{probe}: {len(errors)} error lines: {r.err[-300:]}"
+    changed = [str(p) for p, data in before.items() if p.read_bytes() != data]
+    if changed:
+        return f"{probe}: replaced an input: {', '.join(changed)}"
+    return None
