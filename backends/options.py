@@ -125,6 +125,12 @@ class CompileOptions:
             elif b not in CUDA_RUNS[command]:
                 where = "tvm builds for --target cuda instead" if b == "tvm" else f"{b} runs on the CPU"
                 out.append(f"--provider {self.provider} is for the {_either(CUDA_RUNS[command])} backend; {where}")
+        if self.opset is not None:  # said where every option is checked: `inspect` lowers nothing to refuse it later
+            from pseudoformer.backends.onnx.lower import MAX_OPSET, MIN_OPSET
+
+            if isinstance(self.opset, bool) or not isinstance(self.opset, int) or \
+                    not MIN_OPSET <= self.opset <= MAX_OPSET:
+                out.append(f"--opset {self.opset!r}: pick one from {MIN_OPSET} to {MAX_OPSET}")
         problem = threads_problem(self.threads)
         if problem:
             out.append(problem)

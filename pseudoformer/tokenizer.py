@@ -50,8 +50,6 @@ def open_tokenizer(path: str | Path) -> TextTokenizer:
         return TextTokenizer(_gguf(str(p)), str(p))
     if p.is_dir():
         p = p / "tokenizer.json"
-    if not p.is_file():
-        raise UsageError(f"no tokenizer at {path}: give a tokenizer.json, a directory that holds one, or a GGUF file")
     try:
         from tokenizers import Tokenizer
     except ImportError:

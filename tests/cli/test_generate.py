@@ -37,7 +37,7 @@ def test_gpt2_with_config_defaults_and_seed(capsys: pytest.CaptureFixture) -> No
 
 
 def test_greedy_is_the_same_on_every_backend_and_without_the_cache(capsys: pytest.CaptureFixture) -> None:
-    base = ["generate", "models/gpt2.alg", *TINY, "--prompt-ids", "4,5,6", "--max-new-tokens", "6",
+    base = ["generate", "models/gpt2.alg", *TINY, "--prompt-ids", "[4, 5, 6]", "--max-new-tokens", "6",
             "--temperature", "0"]
     want = _ids(capsys, base)
     assert len(want) == 6
