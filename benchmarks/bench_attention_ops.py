@@ -28,7 +28,7 @@ from functools import partial
 import numpy as np
 import onnx
 import onnxruntime as ort
-from interleaved_timing import block_medians  # beside this script
+from common.harness import block_medians, common_arguments
 from onnx import TensorProto as T
 from onnx import helper as h
 
@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seqs", type=int, nargs="+", default=[128, 512])
     ap.add_argument("--blocks", type=int, default=10)
     ap.add_argument("--runs", type=int, default=20, help="timed runs per block")
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((D, 3 * D)) * 0.05).astype(np.float32)

@@ -30,6 +30,8 @@ import sys
 import time
 from pathlib import Path
 
+from common.harness import common_arguments
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 INT4 = ["--quantize", "int4", "--symmetric", "--block-size", "32", "--accuracy-level", "4", "--quantize-embeddings"]
@@ -81,7 +83,7 @@ def main() -> int:
     ap.add_argument("--genai-python", required=True, help="the Python of onnxruntime-genai's environment")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per folder per pass")
     ap.add_argument("--passes", type=int, default=3, help="passes over the folders, interleaved")
     ap.add_argument("--family", choices=sorted(FAMILY_ALG), help="that family's shape and .alg (default: "
@@ -91,7 +93,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="build and time only these folders (names as in the table)")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
-    from scale_checkpoints import FAMILY_SHAPES, SHAPES, write_checkpoint, write_tokenizer
+    from common.checkpoints import FAMILY_SHAPES, SHAPES, write_checkpoint, write_tokenizer
 
     args.work.mkdir(parents=True, exist_ok=True)
     rung = args.family or "SmolLM2-135M"

@@ -20,7 +20,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from interleaved_timing import block_medians  # beside this script
+from common.harness import block_medians, common_arguments
 
 from pseudoformer.backends.onnx import OnnxRunner
 from pseudoformer.deploy import lower
@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--d-e", type=int, default=256)
     ap.add_argument("--d-mlp", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=1)
+    common_arguments(ap, threads=1)
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--runs", type=int, default=10)
     args = ap.parse_args()

@@ -37,7 +37,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from quant_variants import accuracy, file_bytes, ort_folded, ort_quantized, run_logits  # noqa: E402
+from common.harness import common_arguments  # noqa: E402
+from common.quant_variants import accuracy, file_bytes, ort_folded, ort_quantized, run_logits  # noqa: E402
 
 from pseudoformer.passes.quantize import QuantizeOptions  # noqa: E402
 
@@ -57,7 +58,7 @@ def checkpoint(directory: Path, quick: bool) -> int:
 
 def llama_checkpoint(directory: Path, quick: bool) -> int:
     """bench_llama.py's random Llama (SmolLM2-135M's shape, or a tiny one); its vocabulary size."""
-    from bench_llama import SMOLLM2, TINY, make_checkpoint
+    from common.decoding import SMOLLM2, TINY, make_checkpoint
 
     make_checkpoint(directory, quick)
     return int((TINY if quick else SMOLLM2)["vocab_size"])
@@ -178,7 +179,7 @@ def speed_part(args: argparse.Namespace, work: Path, weights: Path, vocab: int) 
 def ops_part(args: argparse.Namespace) -> None:
     """One MatMulNBits (K 768, N 3072: GPT-2's first MLP matrix) by bits, accuracy level and zero-point type."""
     import onnxruntime as ort
-    from interleaved_timing import block_medians
+    from common.harness import block_medians
     from onnx import TensorProto, helper, numpy_helper
 
     from pseudoformer.ir.ops.quantized import pack
@@ -234,7 +235,7 @@ def ops_part(args: argparse.Namespace) -> None:
 def profile_part(args: argparse.Namespace, work: Path, weights: Path) -> None:
     """onnxruntime's time per op type in one decode step after a prompt of args.prompt tokens."""
     import onnxruntime as ort
-    from cpu_measure import ops_of_trace
+    from common.cpu_measure import ops_of_trace
 
     from pseudoformer.backends.onnx import to_onnx
     from pseudoformer.generation import Generator
@@ -289,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--variants", help="speed: the variants to time, separated by ';'")
     ap.add_argument("--bits", type=lambda t: [int(b) for b in t.split(",")], default=[4, 8],
                     help="accuracy: the bit widths (default 4,8)")
@@ -325,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.model == "gpt2":
                 speed_part(args, work, weights, vocab)
             else:
-                from quant_llama import speed_part as llama_speed
+                from common.quant_llama import speed_part as llama_speed
 
                 llama_speed(args, work, weights, vocab)
         if args.part == "profile":

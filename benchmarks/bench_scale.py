@@ -42,7 +42,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scale_checkpoints import SHAPES, parameter_count  # noqa: E402
+from common.checkpoints import SHAPES, parameter_count  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ALG = {"llama": "llama.alg", "qwen2": "qwen2.alg", "mistral": "mistral.alg"}
@@ -121,7 +121,7 @@ def genai_rung(python: Path, ckpt: Path, out: Path, precision: str, log: Path) -
     """The builder, in genai's own environment, from the same checkpoint."""
     if not (ckpt / "tokenizer.json").exists():  # the builder insists on a tokenizer
         code = (f"import sys; from pathlib import Path; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-                f"from scale_checkpoints import write_tokenizer; write_tokenizer(Path({str(ckpt)!r}))")
+                f"from common.checkpoints import write_tokenizer; write_tokenizer(Path({str(ckpt)!r}))")
         subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
     cmd = [str(python), "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt), "-o", str(out), "-p", precision,
            "-e", "cpu", "-c", str(out / "cache")]
@@ -132,7 +132,7 @@ def genai_rung(python: Path, ckpt: Path, out: Path, precision: str, log: Path) -
 
 
 def bandwidth() -> float:
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from bench_llama import read_bandwidth; " \
+    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from common.decoding import read_bandwidth; " \
            f"print(read_bandwidth({os.cpu_count() or 1}))"
     return float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
 

@@ -119,7 +119,7 @@ def main() -> int:
         kw = {"lazy_weights": True} if args.lazy else {}
         model = load(ROOT / args.alg, weights=args.checkpoint, **kw)
     else:
-        from bench_int4 import SHAPES
+        from common.decoding import SHAPES
 
         path, defines = SHAPES[args.shape]
         model = load(ROOT / path, defines=defines, seed=0)

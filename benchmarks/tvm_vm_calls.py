@@ -27,30 +27,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np  # noqa: E402
-
-
-def decode_feed(step: object, past: int, vocab: int) -> dict[str, np.ndarray]:
-    """One token for one row, and `past` cached positions of random keys and values."""
-    rng = np.random.default_rng(0)
-    feed = {}
-    for n in step.inputs:  # type: ignore[attr-defined]
-        name, t = n.attrs["name"], n.type
-        if t.dtype.value == "int64":
-            feed[name] = rng.integers(0, vocab, (1, 1))
-        else:
-            feed[name] = rng.standard_normal([1 if d == "batch" else past if isinstance(d, str) else d
-                                              for d in t.shape]).astype(np.float32)
-    return feed
-
-
-def step_arguments(ap: argparse.ArgumentParser, *, blocks: int, runs: int) -> None:
-    """The options of a script that times one decode step of a shape: --shape, --past, --blocks, --runs,
-    --threads (this one's and tvm_kernels_ab.py's)."""
-    ap.add_argument("--shape", default="smollm2")
-    ap.add_argument("--past", type=int, default=128)
-    ap.add_argument("--blocks", type=int, default=blocks)
-    ap.add_argument("--runs", type=int, default=runs)
-    ap.add_argument("--threads", type=int, default=2)
+from common.decoding import ROOT, SHAPES  # noqa: E402
+from common.harness import block_medians, machine_summary  # noqa: E402
+from common.tvm_step import decode_feed, step_arguments  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,8 +40,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM starts its pool
     import tvm
-    from bench_int4 import ROOT, SHAPES, machine
-    from interleaved_timing import block_medians
 
     from pseudoformer.backends.tvm.specialise import SPECIALISED
     from pseudoformer.generation import Generator
@@ -77,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen = Generator(model, backend="tvm", quantize=opts, int8_activations=args.contender == "tvm8")
     step = gen.runtime.step_model  # type: ignore[attr-defined]
     feed = decode_feed(gen.decoder.step, args.past, vocab)  # type: ignore[union-attr]
-    print(f"# tvm_vm_calls: {args.shape}, {args.contender}, one token after {args.past} positions, on {machine()}")
+    print(f"# tvm_vm_calls: {args.shape}, {args.contender}, one token after {args.past} positions, on {machine_summary()}")
     print()
     print("| function | calls | kernels | VM builtins | make_shape | alloc_tensor | alloc_storage | reshape (views) |"
           " null_value (kills) |")

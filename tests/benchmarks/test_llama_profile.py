@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.llama_profile import profile_ours, summarize
+from benchmarks.common.llama_profile import profile_ours, summarize
 from pseudoformer.generation import Generator
 from pseudoformer.model import load
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from pseudoformer.passes.quantize import QuantizeOptions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MB = 1e6
 TARGET_STEP, TARGET_FILE = 0.9, 1.05
 
@@ -86,9 +86,8 @@ def variants(block_size: int) -> dict[str, tuple[QuantizeOptions, bool]]:
 
 def speed_part(args: argparse.Namespace, work: Path, checkpoint: Path, vocab: int) -> None:
     """Generation time and file size, ours against genai int4, interleaved."""
-    from bench_llama import Genai, genai_venv
-
     import pseudoformer
+    from common.decoding import Genai, genai_venv
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load
 
@@ -156,7 +155,7 @@ def speed_part(args: argparse.Namespace, work: Path, checkpoint: Path, vocab: in
     print(f"greedy tokens equal to genai's ({mine}): {same} of {len(tokens[mine])} (the two quantize differently)")
     print()
     if args.profile is not None:  # where a step goes, per op type, ours (the target's variant) beside genai's
-        from llama_profile import profile_ours, summarize, table
+        from common.llama_profile import profile_ours, summarize, table
 
         profiles = {"ours": summarize(profile_ours(gens[mine], prompt, args.profile / "ours", args.new, args.threads))}
         worker = Genai(python, built, args.threads, args.profile / "genai")
