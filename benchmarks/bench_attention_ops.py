@@ -11,7 +11,7 @@
               (the lowering's form for opsets before 23); the −∞ mask is a precomputed initializer here
 
 Causal, 12 heads of 64, batch 1, fp32, 2 threads. The variants alternate in blocks of tight loops
-(interleaved_timing.py; run by run round-robin, the seq-512 figures contradicted each other); the figure
+(common/harness.py; run by run round-robin, the seq-512 figures contradicted each other); the figure
 is the median over `--blocks` blocks of each block's mean.
 Every variant's output is checked against onnx-4d.
 

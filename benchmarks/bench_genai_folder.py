@@ -14,7 +14,7 @@ folders interleaved round by round in one run. Target (issue 29): ours ≤ 1.0×
 
     python benchmarks/bench_genai_folder.py WORKDIR --genai-python /work/genai-venv/bin/python
 
-`--family Qwen3-0.6B` (or Gemma-3-1B, Gemma-2-2B, Phi-3-mini: scale_checkpoints.FAMILY_SHAPES) takes that
+`--family Qwen3-0.6B` (or Gemma-3-1B, Gemma-2-2B, Phi-3-mini: common/checkpoints.py's FAMILY_SHAPES) takes that
 family's shape and its models/*.alg instead; `--layers N` keeps the first N layers of the shape.
 """
 

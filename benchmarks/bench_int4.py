@@ -27,7 +27,7 @@ both from the same quantized graph, against the weight-bandwidth floor measured 
 
 --dtype fp32: the same two parts in float32, on SmolLM2's shape: contenders tvm (our decode schedule,
 backends/tvm/matvec_schedule.py) and ort (--backend onnx), and where named, tvm-gemm (the GEMM schedule decoding
-took before it; with all three, one process peaks at 4.4 GB on SmolLM2); the products are SmolLM2's (fp32_products.py), against onnxruntime's MatMul.
+took before it; with all three, one process peaks at 4.4 GB on SmolLM2); the products are SmolLM2's (common/fp32_products.py), against onnxruntime's MatMul.
 
 Shapes: smollm2 (SmolLM2-135M), qwen0.5b (Qwen2.5-0.5B: 24 layers, d 896, 14/2 heads, d_mlp 4864,
 vocabulary 151936), qwen1.5b (Qwen2.5-1.5B: 28 layers, d 1536, 12/2 heads, d_mlp 8960; 6 GB of random
@@ -325,7 +325,7 @@ def products_part(args: argparse.Namespace, bandwidth: float) -> None:
 
 
 def measured_bandwidth(threads: int) -> float:
-    """bench_llama.read_bandwidth in a process of its own: its 512 MB arrays and onnxruntime session (3 GB at
+    """common/decoding.py's read_bandwidth in a process of its own: its 512 MB arrays and onnxruntime session (3 GB at
     their peak, some of it kept by the allocators after) leave with it, not in the peak of the models' builds."""
     code = f"import sys; sys.path.insert(0, {str(HERE)!r}); from common.decoding import read_bandwidth; " \
            f"print(read_bandwidth({threads}))"

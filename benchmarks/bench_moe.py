@@ -8,7 +8,7 @@ One MoE layer on ONNX Runtime CPU at -O2, two forms with the same weights:
   dense   benchmarks/moe_dense.alg: every expert runs for every token, gates 0 outside the top two
 
 Both are checked to agree first (1e-4), on one token ([1, 1, d_e], a decode step) and on a prompt ([1, ℓ, d_e],
-prefill). All four runs alternate in blocks of tight loops (interleaved_timing.py); each figure is the median over
+prefill). All four runs alternate in blocks of tight loops (common/harness.py); each figure is the median over
 blocks, per token. The sparse/dense ratio should fall with k/E.
 
     python benchmarks/bench_moe.py [--experts 8] [--seq 128] [--d-e 256] [--d-mlp 1024] [--threads 1]

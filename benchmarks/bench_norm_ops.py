@@ -8,7 +8,7 @@ One GPT-2-small residual junction, h = x + (m + b), y = LayerNorm(h; γ, β), on
 
 Both graphs output y and h (pre-norm: h feeds the next residual add), and both run with ORT's graph
 optimisations off, so each runs exactly the ops written. The variants alternate in blocks of tight
-loops (interleaved_timing.py); the figure is the median over blocks of each block's mean. The outputs are checked against numpy in float64.
+loops (common/harness.py); the figure is the median over blocks of each block's mean. The outputs are checked against numpy in float64.
 
     python benchmarks/bench_norm_ops.py [--seqs 1 128 512] [--blocks 10] [--runs 200] [--provider cpu|cuda]
 """

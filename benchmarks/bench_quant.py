@@ -4,7 +4,7 @@ quantizer, and generation speed and file size of int4 and int8.
 
   accuracy   ours (--quantize int4|int8: balanced, MSE clipping, round to nearest; asymmetric and symmetric,
              with and without the embeddings) and onnxruntime's quantizer on our fp32 .onnx
-             (quant_variants.py), each run by onnxruntime on the same batches of random token ids,
+             (common/quant_variants.py), each run by onnxruntime on the same batches of random token ids,
              compared with the fp32 model's logits
   profile    onnxruntime's time per op type in one decode step, fp32 and int4 (level 4)
   ops        one MatMulNBits by bits, accuracy level and zero points (uint8, none, float as HQQ's)
@@ -296,8 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="accuracy: the bit widths (default 4,8)")
     ap.add_argument("--workdir", help="keep the files here (default: a temporary folder)")
     ap.add_argument("--model", choices=["gpt2", "llama"], default="gpt2",
-                    help="llama: SmolLM2-135M's shape (bench_llama.py's checkpoint); its speed part is against "
-                         "onnxruntime-genai's int4 (quant_llama.py)")
+                    help="llama: SmolLM2-135M's shape (common/decoding.py's checkpoint); its speed part is against "
+                         "onnxruntime-genai's int4 (common/quant_llama.py)")
     ap.add_argument("--genai-venv", type=Path, default=HERE / ".genai-venv",
                     help="llama: onnxruntime-genai's own environment (made on first use)")
     ap.add_argument("--profile", type=Path, help="llama, speed: also profile ours and genai's int4 (ORT traces here)")

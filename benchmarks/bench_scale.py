@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The size ladder: compile and generate at real model shapes, from 135M to 7B parameters.
 
-Per rung (benchmarks/scale_checkpoints.py SHAPES) it writes a random bf16 HF checkpoint tensor by tensor
+Per rung (benchmarks/common/checkpoints.py's SHAPES) it writes a random bf16 HF checkpoint tensor by tensor
 (never a model in memory), then measures, each in a process of its own (peak RSS from wait4):
 
   compile fp32   `pseudoformer compile` to fp32 (where the disk has room): seconds, peak RSS, file bytes

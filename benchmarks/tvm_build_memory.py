@@ -84,7 +84,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", type=Path, help="a HF checkpoint directory (scale_checkpoints.py)")
     ap.add_argument("--alg", default="models/qwen2.alg")
-    ap.add_argument("--shape", help="bench_int4.SHAPES' shape, with random float32 weights (no --checkpoint)")
+    ap.add_argument("--shape", help="common/decoding.py's SHAPES' shape, with random float32 weights (no --checkpoint)")
     ap.add_argument("--lazy", action="store_true", help="load(lazy_weights=True): the checkpoint read tensor by tensor")
     ap.add_argument("--int8", action="store_true", help="int8 activations (the tvm8 contender)")
     ap.add_argument("--quantize-method", choices=["balanced", "mse", "rtn"], default="balanced")

@@ -2,7 +2,7 @@
 """CPU time of a TVM decode step on one thread: a figure that a shared, loaded machine distorts far less than
 wall time (the thread's own seconds, not the time it waited for a core), for comparing two checkouts.
 
-SmolLM2-135M's shape by default (--shape: bench_int4.SHAPES, random weights), a prompt of 128 random ids and `--new` greedy tokens,
+SmolLM2-135M's shape by default (--shape: common/decoding.py's SHAPES, random weights), a prompt of 128 random ids and `--new` greedy tokens,
 TVM_NUM_THREADS=1; the CPU seconds of each step (time.process_time around the runtime's step), median per
 round. Run it once per checkout, at the same time, from outside both (so that neither's folder is the current
 directory): `--root` is the checkout whose pseudoformer is imported: this repository (its editable install

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """The Relax VM's per-step overhead in a TVM decode step: calls of kernels and of VM builtins, and the time a step.
 
-One decode step of a shape (bench_int4.SHAPES, random weights) as the generator compiles it (tvm_runtime.py): one
+One decode step of a shape (common/decoding.py's SHAPES, random weights) as the generator compiles it (tvm_runtime.py): one
 new token for one row after `--past` cached positions. Counted by the VM's instrument (TVMModel.call_counts), so
 the same on every machine whatever its load:
   main         the step with every size symbolic (batch, new positions, cache length), as prefill runs it;
   specialised  the same step with batch and new positions fixed at 1 (backends/tvm/specialise.py): the function a
                one-row decode step runs.
-Timed, interleaved in blocks (interleaved_timing.block_medians), the step three ways: main with the cache passed
+Timed, interleaved in blocks (common/harness.py's block_medians), the step three ways: main with the cache passed
 as numpy arrays (copied in and out each call), main with the cache kept in TVM tensors, and specialised with it.
 
     python benchmarks/tvm_vm_calls.py --shape smollm2 --contender tvm8

@@ -1,7 +1,7 @@
 """The Llama side of bench_quant.py (`--model llama`): ours quantized against onnxruntime-genai's int4 model
 builder (`builder.py -p int4 -e cpu`) on one random SmolLM2-135M-shaped checkpoint.
 
-bench_llama.py (issue 13) supplies the checkpoint, onnxruntime-genai's virtual environment and its worker
+common/decoding.py (bench_llama.py's, issue 13) supplies the checkpoint, onnxruntime-genai's virtual environment and its worker
 process (llama_genai.py: onnxruntime-genai brings its own onnxruntime, so it never shares a process or an
 environment with ours); this file adds genai's int4 build and the comparison:
 
