@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common.harness import common_arguments
+from common.harness import common_arguments, machine_summary
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -113,12 +111,11 @@ def main() -> int:
             runs[name]["step"] += r["step_s"]
             tokens[name] = r["tokens"]
     med = {n: {k: statistics.median(v) * 1e3 for k, v in r.items()} for n, r in runs.items()}
-    load = os.getloadavg()
     layers = f", {args.layers} layers" if args.layers else ""
     print(f"## onnxruntime-genai: our folder ({alg.name}) against its builder's ({rung} shape{layers}, random "
           "weights), "
           f"{time.strftime('%Y-%m-%d')}")
-    print(f"CPU {platform.processor() or platform.machine()}, {args.threads} threads, load {load[0]:.1f}; prompt "
+    print(f"{machine_summary()}, {args.threads} threads; prompt "
           f"{args.prompt}, {args.new} new tokens, greedy, batch 1; medians of {args.passes}×{args.rounds} rounds, "
           "interleaved")
     print("| folder | prefill ms | per-token ms | prefill vs genai | per-token vs genai | same tokens as genai |")

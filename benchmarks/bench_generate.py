@@ -23,8 +23,6 @@ bench_quant.py compares the quantized variants with each other (accuracy levels,
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -34,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from common.decoding import torch_generate
-from common.harness import common_arguments
+from common.harness import common_arguments, machine_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_STEP = 0.55  # ours / torch per-token time
@@ -100,8 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     weights = "fp32" if quantize is None else f"weights {quantize.describe()}"
     print(f"# generate: GPT-2 {'tiny (--quick)' if args.quick else 'small'} (ours: {weights}), prompt {args.prompt}, "
           f"{args.new} new tokens, greedy, {args.threads} threads, batch 1")
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
-          f"{os.getloadavg()[0]:.1f}; {args.rounds} rounds after a warm-up, medians; "
+    print(f"# {machine_summary()}; {args.rounds} rounds after a warm-up, medians; "
           f"torch prefill logits_to_keep={args.logits_to_keep or 'all'}")
     print()
     print("| | prefill ms | per-token ms |")

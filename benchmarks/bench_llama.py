@@ -31,8 +31,6 @@ ORT MatMul of one row).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import tempfile
 import time
@@ -49,7 +47,7 @@ from common.decoding import (
     step_bytes,
     torch_generate,
 )
-from common.harness import common_arguments
+from common.harness import common_arguments, machine_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.9  # ours / genai, per token and prefill
@@ -139,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     what = "the hand-built decoder of llama.alg (--source ir)" if args.source == "ir" else args.model
     print(f"# Llama generation, {shape}, random weights, ours from {what}: prompt {args.prompt}, {args.new} new tokens, greedy, "
           f"{args.threads} threads, batch 1, fp32, CPU")
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; "
+    print(f"# {machine_summary()}; "
           f"{args.rounds} rounds after a warm-up, rotating, medians; onnxruntime-genai {version}")
     print()
     print("| | prefill ms | per-token ms |")

@@ -20,8 +20,6 @@ quantizer, and generation speed and file size of int4 and int8.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -37,7 +35,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from common.harness import common_arguments  # noqa: E402
+from common.harness import common_arguments, machine_summary  # noqa: E402
 from common.quant_variants import accuracy, file_bytes, ort_folded, ort_quantized, run_logits  # noqa: E402
 
 from pseudoformer.passes.quantize import QuantizeOptions  # noqa: E402
@@ -310,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     size = "tiny (--quick)" if args.quick else "small" if args.model == "gpt2" else "SmolLM2-135M-shaped"
     print(f"# bench_quant: {args.model} {size}, random weights (HF init, seed 0)")
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    print(f"# {machine_summary()}")
     print()
     if args.part == "ops":
         ops_part(args)

@@ -43,6 +43,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common.checkpoints import SHAPES, parameter_count  # noqa: E402
+from common.harness import machine_summary  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ALG = {"llama": "llama.alg", "qwen2": "qwen2.alg", "mistral": "mistral.alg"}
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[str] = []
     genai_rows: list[str] = []
     floor_rate = bandwidth()
+    print(f"# {machine_summary()}", flush=True)
     print(f"# memory bandwidth {floor_rate / 1e9:.1f} GB/s; load {os.getloadavg()[0]:.1f}", flush=True)
     for rung in [r for r in args.rungs.split(",") if r]:
         config = SHAPES[rung]

@@ -39,6 +39,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
+from common.harness import machine_summary  # noqa: E402
 
 ROWS: list[str] = []
 _OPEN: list[list[float]] = []  # per stage running, the peaks of the stages run inside it (each reset VmHWM)
@@ -109,6 +110,7 @@ def main() -> int:
     cached = build.TVMModel._param_args
     build.TVMModel._param_args = lambda self: made(self) if self._params is None else cached(self)  # the first only
     opts = QuantizeOptions(bits=4, block_size=32, embeddings=True, accuracy_level=4, method=args.quantize_method)
+    print(f"# {machine_summary()}")
     print(f"# {args}; VmRSS at start {status('VmRSS'):.2f} GB")
     header = "| stage | RSS before, GB | peak RSS, GB | held after, GB" + (" | tracemalloc peak, GB" if args.tracemalloc
                                                                          else "") + " | seconds |"
