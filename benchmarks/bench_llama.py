@@ -42,6 +42,7 @@ from common.decoding import (
     Genai,
     genai_build,
     genai_venv,
+    generation_rounds,
     make_checkpoint,
     read_bandwidth,
     step_bytes,
@@ -104,18 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         variants = {"ours": lambda: ours_generate(gen), "contrib": lambda: ours_generate(fast),
                     "genai": lambda: genai.generate(prompt[0].tolist(), args.new),
                     "eager": lambda: torch_generate(hf, prompt, args.new, logits_to_keep=1)}
-        names = list(variants)
-        rows: dict[str, dict[str, list[float]]] = {k: {"prefill": [], "step": []} for k in names}
-        tokens: dict[str, list[int]] = {}
-        for r in range(args.rounds + 1):  # round 0 warms all of them up
-            k = r % len(names)
-            for name in names[k:] + names[:k]:
-                time.sleep(0.2)  # the last variant's worker threads stop spinning
-                toks, prefill, steps = variants[name]()
-                tokens[name] = toks
-                if r:
-                    rows[name]["prefill"].append(prefill)
-                    rows[name]["step"].append(statistics.median(steps))
+        rows, tokens = generation_rounds(variants, args.rounds)
         genai.close()
         profiles = {}
         if args.profile is not None:

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
+
+from common.harness import interleaved
 
 ROOT = Path(__file__).resolve().parents[2]
 # Each shape's model and defines (bench_int4.py and the tvm_* scripts)
@@ -170,3 +174,14 @@ def torch_generate(hf, prompt: np.ndarray, n: int, logits_to_keep: int) -> tuple
     return tokens, prefill, steps
 
 
+Generation = tuple[list[int], float, list[float]]  # greedy tokens, prefill seconds, each step's seconds
+
+
+def generation_rounds(variants: Mapping[str, Callable[[], Generation]], rounds: int
+                      ) -> tuple[dict[str, dict[str, list[float]]], dict[str, list[int]]]:
+    """Whole generations interleaved: a warm-up round, then `rounds` rotating, 0.2 s apart (the last variant's
+    worker threads stop spinning). Each variant's prefill and median step seconds by round, and its tokens."""
+    results = interleaved(variants, reps=rounds, warmup=1, gap_s=0.2)
+    rows = {k: {"prefill": [g[1] for g in gs], "step": [statistics.median(g[2]) for g in gs]}
+            for k, gs in results.items()}
+    return rows, {k: gs[-1][0] for k, gs in results.items() if gs}

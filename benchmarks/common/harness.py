@@ -12,7 +12,8 @@ The whole API:
 - `machine_facts(*packages)`: a dict of the CPU (`model name` in /proc/cpuinfo), logical CPUs, AVX-512,
   load average, Python, the pseudoformer commit and the versions of the named packages (read from their
   installed metadata, nothing imported). `machine_summary()`: the one line a script prints above its table.
-- `round_robin(calls, reps=…)`: each round runs every variant once, for whole-model runs (bench_cpu.py,
+- `round_robin(calls, reps=…)`: each round runs every variant once (`interleaved`: the same rounds, giving
+  what each call returned, for variants that time themselves), for whole-model runs (bench_cpu.py,
   bench_tvm.py), with an idle gap before each timed call: ORT's and OpenMP's worker threads spin on for tens
   of milliseconds after a run and would slow whatever runs next (TVM's first run after ORT's: 30 ms instead
   of 1 on a toy model).
@@ -37,9 +38,10 @@ import time
 from collections.abc import Callable, Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 
 
 def common_arguments(parser: argparse.ArgumentParser, *, threads: int | None = 2) -> argparse.ArgumentParser:
@@ -88,6 +90,24 @@ def machine_summary() -> str:
     return f"{f['cpu']}, {f['logical_cpus']} CPUs, load average {load:.1f}, commit {f['pseudoformer_commit'] or '?'}"
 
 
+def interleaved(calls: Mapping[str, Callable[[], T]], *, reps: int, warmup: int = 1, gap_s: float = 0.0,
+                rotate: bool = True) -> dict[str, list[T]]:
+    """What every timed call of each of `calls` returned, by name, in rounds as `round_robin`'s: for variants
+    that time themselves (a generation returning its prefill and step seconds)."""
+    names = list(calls)
+    for _ in range(warmup):
+        for n in names:
+            calls[n]()
+    results: dict[str, list[T]] = {n: [] for n in names}
+    for r in range(reps):
+        k = r % len(names) if rotate else 0
+        for n in names[k:] + names[:k]:
+            if len(names) > 1:
+                time.sleep(gap_s)
+            results[n].append(calls[n]())
+    return results
+
+
 def round_robin(calls: Mapping[str, Callable[[], object]], *, reps: int, warmup: int = 1, gap_s: float = 0.0,
                 rotate: bool = True) -> dict[str, list[float]]:
     """Seconds of every timed call of each of `calls`, by name: `warmup` untimed rounds, then `reps` rounds.
@@ -96,20 +116,14 @@ def round_robin(calls: Mapping[str, Callable[[], object]], *, reps: int, warmup:
     same neighbour. The `gap_s` pause before each timed call is left out when there is one variant: then
     there is no other variant's threads to wait for.
     """
-    names = list(calls)
-    for _ in range(warmup):
-        for n in names:
-            calls[n]()
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(reps):
-        k = r % len(names) if rotate else 0
-        for n in names[k:] + names[:k]:
-            if len(names) > 1:
-                time.sleep(gap_s)
+    def timed(call: Callable[[], object]) -> Callable[[], float]:
+        def seconds() -> float:
             t = time.perf_counter()
-            calls[n]()
-            times[n].append(time.perf_counter() - t)
-    return times
+            call()
+            return time.perf_counter() - t
+        return seconds
+
+    return interleaved({n: timed(c) for n, c in calls.items()}, reps=reps, warmup=warmup, gap_s=gap_s, rotate=rotate)
 
 
 def block_times(calls: Mapping[str, Callable[[], object]], *, blocks: int, runs: int, warmup: int = 3,

@@ -87,7 +87,7 @@ def variants(block_size: int) -> dict[str, tuple[QuantizeOptions, bool]]:
 def speed_part(args: argparse.Namespace, work: Path, checkpoint: Path, vocab: int) -> None:
     """Generation time and file size, ours against genai int4, interleaved."""
     import pseudoformer
-    from common.decoding import Genai, genai_venv
+    from common.decoding import Genai, genai_venv, generation_rounds
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load
 
@@ -118,18 +118,7 @@ def speed_part(args: argparse.Namespace, work: Path, checkpoint: Path, vocab: in
 
     run = {**{name: (lambda n=name: ours(n)) for name in gens},
            "genai int4": lambda: genai.generate(prompt[0].tolist(), args.new)}
-    names = list(run)
-    rows: dict[str, dict[str, list[float]]] = {k: {"prefill": [], "step": []} for k in names}
-    tokens: dict[str, list[int]] = {}
-    for r in range(args.rounds + 1):  # round 0 warms up
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            time.sleep(0.2)  # the previous variant's threads stop spinning
-            toks, prefill, steps = run[name]()
-            tokens[name] = toks
-            if r:
-                rows[name]["prefill"].append(prefill)
-                rows[name]["step"].append(statistics.median(steps))
+    rows, tokens = generation_rounds(run, args.rounds)
     genai.close()
     med = {k: {m: statistics.median(v) * 1e3 for m, v in d.items()} for k, d in rows.items()}
     g_step, g_file = med["genai int4"]["step"], sizes["genai int4"]
@@ -140,7 +129,7 @@ def speed_part(args: argparse.Namespace, work: Path, checkpoint: Path, vocab: in
     print()
     print("| variant | prefill ms | per-token ms | per-token vs genai | file MB | file vs genai |")
     print("|---|---|---|---|---|---|")
-    for name in names:
+    for name in run:
         m = med[name]
         print(f"| {name} | {m['prefill']:.1f} | {m['step']:.2f} | {m['step'] / g_step:.2f}× | {sizes[name]:.1f} | "
               f"{sizes[name] / g_file:.2f}× |")

@@ -101,3 +101,20 @@ def test_links_into_and_within_the_benchmarks_pages_resolve() -> None:
                 if anchor not in slugs:
                     broken.append(f"{page.name}: {target}")
     assert broken == []
+
+
+def test_generation_rounds_take_each_variants_own_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench_llama.py's and bench_quant.py's rounds: the warm-up round left out, a step figure per round."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    from common import harness
+    from common.decoding import generation_rounds
+
+    monkeypatch.setattr(harness.time, "sleep", lambda s: None)
+    calls = iter(range(100))
+
+    def variant(tokens: list[int]):  # noqa: ANN202
+        return lambda: (tokens, float(next(calls)), [0.1, 0.3, 0.2])
+
+    rows, tokens = generation_rounds({"a": variant([1, 2]), "b": variant([1, 3])}, rounds=2)
+    assert tokens == {"a": [1, 2], "b": [1, 3]}
+    assert rows == {"a": {"prefill": [2.0, 5.0], "step": [0.2, 0.2]}, "b": {"prefill": [3.0, 4.0], "step": [0.2, 0.2]}}
