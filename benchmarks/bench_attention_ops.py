@@ -11,7 +11,7 @@
               (the lowering's form for opsets before 23); the −∞ mask is a precomputed initializer here
 
 Causal, 12 heads of 64, batch 1, fp32, 2 threads. The variants alternate in blocks of tight loops
-(interleaved_timing.py; run by run round-robin, the seq-512 figures contradicted each other); the figure
+(common/harness.py; run by run round-robin, the seq-512 figures contradicted each other); the figure
 is the median over `--blocks` blocks of each block's mean.
 Every variant's output is checked against onnx-4d.
 
@@ -28,7 +28,7 @@ from functools import partial
 import numpy as np
 import onnx
 import onnxruntime as ort
-from interleaved_timing import block_medians  # beside this script
+from common.harness import block_medians, common_arguments
 from onnx import TensorProto as T
 from onnx import helper as h
 
@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seqs", type=int, nargs="+", default=[128, 512])
     ap.add_argument("--blocks", type=int, default=10)
     ap.add_argument("--runs", type=int, default=20, help="timed runs per block")
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     args = ap.parse_args(argv)
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((D, 3 * D)) * 0.05).astype(np.float32)

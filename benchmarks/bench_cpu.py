@@ -31,10 +31,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from cpu_compile_time import compile_child, compile_rounds  # beside this script
-from cpu_measure import bench_model, warm_up_tools  # beside this script
-from cpu_report import machine_facts, render, render_compile, to_json  # beside this script
-from cpu_variants import SPECS, log  # beside this script
+from common.cpu_compile_time import compile_child, compile_rounds
+from common.cpu_measure import bench_model, warm_up_tools
+from common.cpu_report import render, render_compile, to_json
+from common.cpu_variants import SPECS, log
+from common.harness import common_arguments, machine_facts
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -48,7 +49,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="sequence lengths (default 128,512; --quick: 16,32)")
     ap.add_argument("--reps", type=int, default=None, help="timed repetitions per variant (default 15; --quick: 3)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed runs per variant first (default 3; --quick: 1)")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads and ORT intra-op threads (default 2)")
+    common_arguments(ap)
     ap.add_argument("--opt-level", type=int, default=None,
                     help="passed to pseudoformer.compile(opt_level=...) if it takes one; default: its own")
     ap.add_argument("--exporters", type=csv, default=["legacy", "dynamo"],
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     with contextlib.suppress(RuntimeError):  # only settable before torch's first parallel work
         torch.set_num_interop_threads(1)
-    facts = machine_facts()
+    facts = machine_facts("torch", "transformers", "onnxruntime")
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if args.workdir is not None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from interleaved_timing import round_robin  # beside this script
+from common.harness import common_arguments, round_robin
 
 from pseudoformer.backends.onnx import OnnxRunner, save_model
 from pseudoformer.deploy import lower
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seqs", type=int, nargs="+", default=[128, 512])
     ap.add_argument("--reps", type=int, default=20, help="timed runs per variant and length")
     ap.add_argument("--sessions", type=int, default=7, help="timed session creations per variant")
-    ap.add_argument("--threads", type=int, help="ORT intra-op threads (default: ORT's)")
+    common_arguments(ap, threads=None)
     ap.add_argument("--opt-level", type=int, default=2)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--gap", type=float, default=0.05, help="idle seconds before each timed run")

@@ -14,7 +14,7 @@ folders interleaved round by round in one run. Target (issue 29): ours ≤ 1.0×
 
     python benchmarks/bench_genai_folder.py WORKDIR --genai-python /work/genai-venv/bin/python
 
-`--family Qwen3-0.6B` (or Gemma-3-1B, Gemma-2-2B, Phi-3-mini: scale_checkpoints.FAMILY_SHAPES) takes that
+`--family Qwen3-0.6B` (or Gemma-3-1B, Gemma-2-2B, Phi-3-mini: common/checkpoints.py's FAMILY_SHAPES) takes that
 family's shape and its models/*.alg instead; `--layers N` keeps the first N layers of the shape.
 """
 
@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from common.harness import common_arguments, machine_summary
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -81,7 +81,7 @@ def main() -> int:
     ap.add_argument("--genai-python", required=True, help="the Python of onnxruntime-genai's environment")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per folder per pass")
     ap.add_argument("--passes", type=int, default=3, help="passes over the folders, interleaved")
     ap.add_argument("--family", choices=sorted(FAMILY_ALG), help="that family's shape and .alg (default: "
@@ -91,7 +91,7 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="build and time only these folders (names as in the table)")
     args = ap.parse_args()
     sys.path.insert(0, str(HERE))
-    from scale_checkpoints import FAMILY_SHAPES, SHAPES, write_checkpoint, write_tokenizer
+    from common.checkpoints import FAMILY_SHAPES, SHAPES, write_checkpoint, write_tokenizer
 
     args.work.mkdir(parents=True, exist_ok=True)
     rung = args.family or "SmolLM2-135M"
@@ -111,12 +111,11 @@ def main() -> int:
             runs[name]["step"] += r["step_s"]
             tokens[name] = r["tokens"]
     med = {n: {k: statistics.median(v) * 1e3 for k, v in r.items()} for n, r in runs.items()}
-    load = os.getloadavg()
     layers = f", {args.layers} layers" if args.layers else ""
     print(f"## onnxruntime-genai: our folder ({alg.name}) against its builder's ({rung} shape{layers}, random "
           "weights), "
           f"{time.strftime('%Y-%m-%d')}")
-    print(f"CPU {platform.processor() or platform.machine()}, {args.threads} threads, load {load[0]:.1f}; prompt "
+    print(f"{machine_summary()}, {args.threads} threads; prompt "
           f"{args.prompt}, {args.new} new tokens, greedy, batch 1; medians of {args.passes}×{args.rounds} rounds, "
           "interleaved")
     print("| folder | prefill ms | per-token ms | prefill vs genai | per-token vs genai | same tokens as genai |")

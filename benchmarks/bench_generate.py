@@ -23,8 +23,6 @@ bench_quant.py compares the quantized variants with each other (accuracy levels,
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -33,31 +31,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from common.decoding import torch_generate
+from common.harness import common_arguments, machine_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_STEP = 0.55  # ours / torch per-token time
 TARGET_PREFILL = 0.35  # ours / torch prefill time
-
-
-def torch_generate(hf, prompt: np.ndarray, n: int, logits_to_keep: int) -> tuple[list[int], float, list[float]]:
-    import torch
-
-    with torch.inference_mode():
-        ids = torch.from_numpy(prompt)
-        start = time.perf_counter()
-        kw = {"logits_to_keep": logits_to_keep} if logits_to_keep else {}
-        out = hf(ids, use_cache=True, **kw)
-        y = out.logits[:, -1].argmax(-1)
-        prefill = time.perf_counter() - start
-        tokens, steps, past = [int(y)], [], out.past_key_values
-        for _ in range(n - 1):
-            start = time.perf_counter()
-            out = hf(y[:, None], past_key_values=past, use_cache=True)
-            y = out.logits[:, -1].argmax(-1)
-            past = out.past_key_values
-            steps.append(time.perf_counter() - start)
-            tokens.append(int(y))
-    return tokens, prefill, steps
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--logits-to-keep", type=int, default=0, help="pass logits_to_keep to HF's prefill")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--contrib-ops", action="store_true", help="also time ours with --contrib-ops")
@@ -119,8 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     weights = "fp32" if quantize is None else f"weights {quantize.describe()}"
     print(f"# generate: GPT-2 {'tiny (--quick)' if args.quick else 'small'} (ours: {weights}), prompt {args.prompt}, "
           f"{args.new} new tokens, greedy, {args.threads} threads, batch 1")
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
-          f"{os.getloadavg()[0]:.1f}; {args.rounds} rounds after a warm-up, medians; "
+    print(f"# {machine_summary()}; {args.rounds} rounds after a warm-up, medians; "
           f"torch prefill logits_to_keep={args.logits_to_keep or 'all'}")
     print()
     print("| | prefill ms | per-token ms |")

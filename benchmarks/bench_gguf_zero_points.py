@@ -5,10 +5,11 @@ the figures are in docs/models.md (GGUF files)."""
 
 from __future__ import annotations
 
-import time
+import argparse
 
 import numpy as np
 import onnxruntime as ort
+from common.harness import block_times, machine_summary
 from onnx import TensorProto, helper
 from onnx import numpy_helper as nh
 
@@ -39,17 +40,15 @@ def session(kind: str, level: int) -> ort.InferenceSession:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__).parse_args()
+    print(f"# {machine_summary()}, one thread")
     sessions = {f"{kind} zero points, level {level}": session(kind, level)
                 for kind in ("uint8", "float") for level in (0, 4)}
     sessions["fp32 MatMul"] = session("fp32", 0)
     feed = {"A": RNG.standard_normal((1, K)).astype(np.float32)}
-    times: dict[str, list[float]] = {name: [] for name in sessions}
-    for _ in range(30):
-        for name, s in sessions.items():
-            start = time.perf_counter()
-            for _ in range(50):
-                s.run(None, feed)
-            times[name].append((time.perf_counter() - start) / 50 * 1e6)
+    blocks = block_times({name: (lambda s=s: s.run(None, feed)) for name, s in sessions.items()},
+                         blocks=30, runs=50, warmup=0)
+    times = {name: [b * 1e6 for b in t] for name, t in blocks.items()}
     for name, t in times.items():
         print(f"{name:28s} 10th percentile {np.percentile(t, 10):8.1f} µs, median {np.median(t):8.1f} µs")
 

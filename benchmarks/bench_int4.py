@@ -20,14 +20,14 @@ both from the same quantized graph, against the weight-bandwidth floor measured 
              A prompt of 128 random ids and --new greedy tokens; rounds interleave the contenders after a
              warm-up round. Reported: prefill and the median time per token (medians over rounds), and the
              floor: the bytes of weights a step reads (all of them but the tables only gathered from) over
-             the bandwidth of a large streaming read (bench_llama.read_bandwidth). Greedy tokens must agree.
+             the bandwidth of a large streaming read (common/decoding.read_bandwidth). Greedy tokens must agree.
   products   each distinct matrix of Qwen2.5-1.5B at one token, and a tall one of small K (2048 × 256): our
              kernels (float32 and int8 activations) and one MatMulNBits (levels 0 and 4), as GB/s of int4 weights
              (codes and scales) against that bandwidth.
 
 --dtype fp32: the same two parts in float32, on SmolLM2's shape: contenders tvm (our decode schedule,
 backends/tvm/matvec_schedule.py) and ort (--backend onnx), and where named, tvm-gemm (the GEMM schedule decoding
-took before it; with all three, one process peaks at 4.4 GB on SmolLM2); the products are SmolLM2's (fp32_products.py), against onnxruntime's MatMul.
+took before it; with all three, one process peaks at 4.4 GB on SmolLM2); the products are SmolLM2's (common/fp32_products.py), against onnxruntime's MatMul.
 
 Shapes: smollm2 (SmolLM2-135M), qwen0.5b (Qwen2.5-0.5B: 24 layers, d 896, 14/2 heads, d_mlp 4864,
 vocabulary 151936), qwen1.5b (Qwen2.5-1.5B: 28 layers, d 1536, 12/2 heads, d_mlp 8960; 6 GB of random
@@ -48,12 +48,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -64,27 +62,15 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from common.decoding import SHAPES  # noqa: E402
+from common.harness import block_medians as harness_block_medians  # noqa: E402
+from common.harness import common_arguments, machine_summary, round_robin  # noqa: E402
 
-SHAPES: dict[str, tuple[str, list[str]]] = {
-    "smollm2": ("models/llama.alg", ["L=30", "H=9", "H_kv=3", "d_e=576", "d_attn=64", "d_mlp=1536", "N_V=49152"]),
-    "qwen0.5b": ("models/qwen2.alg", ["L=24", "H=14", "H_kv=2", "d_e=896", "d_attn=64", "d_mlp=4864",
-                                      "N_V=151936"]),
-    "qwen1.5b": ("models/qwen2.alg", ["L=28", "H=12", "H_kv=2", "d_e=1536", "d_attn=128", "d_mlp=8960",
-                                      "N_V=151936"]),
-    "tiny": ("models/llama.alg", ["L=2", "H=4", "H_kv=2", "d_e=64", "d_attn=16", "d_mlp=128", "N_V=1000"]),
-}
 # (N, K) of each distinct product of Qwen2.5-1.5B: q, k and v, o, gate and up, down, the unembedding
 PRODUCTS = {"q, o": (1536, 1536), "k, v": (256, 1536), "gate, up": (8960, 1536), "down": (1536, 8960),
             "unembedding": (151936, 1536),
             "tall, small K": (2048, 256)}  # not the 1.5B's: a 256 KB product that runs on one thread (parallel_gate)
 QUICK_PRODUCTS = {"small": (256, 512), "tall": (2048, 256)}
-
-
-def machine() -> str:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{cpu}, {os.cpu_count()} CPUs, load average {load:.1f}"
 
 
 def step_bytes(graph: object) -> int:
@@ -155,8 +141,7 @@ def _genai_call(folder: Path, args: argparse.Namespace, vocab: int) -> Callable[
 def time_shape(shape: str, args: argparse.Namespace, opts: object, bandwidth: float) -> tuple[list[str], list[str]]:
     """The rows of one shape, each contender generating on the same prompt length, rounds interleaved; and
     notes for below the table (llama.cpp's check against HF, or why it did not run)."""
-    from interleaved_timing import round_robin
-    from llamacpp_bench import LlamaCpp, skip_reason
+    from common.llamacpp_bench import LlamaCpp, skip_reason
 
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load
@@ -270,20 +255,10 @@ def _ort_matmulnbits(n: int, k: int, level: int, operands: list[np.ndarray], thr
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def block_medians(calls: dict[str, object], *, blocks: int, runs: int, gap_s: float = 0.3) -> dict[str, float]:
-    """interleaved_timing.block_medians with a pause before each block: onnxruntime's worker threads spin
-    on after its runs and take the cores TVM's pool is waiting for (6 ms for a 10 µs product, measured)."""
-    per_block: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(blocks):
-        for name, call in calls.items():
-            time.sleep(gap_s)
-            for _ in range(3):
-                call()  # type: ignore[operator]
-            start = time.perf_counter()
-            for _ in range(runs):
-                call()  # type: ignore[operator]
-            per_block[name].append((time.perf_counter() - start) / runs)
-    return {name: statistics.median(t) for name, t in per_block.items()}
+def block_medians(calls: dict[str, Callable[[], object]], *, blocks: int, runs: int) -> dict[str, float]:
+    """The harness's block_medians with a pause before each block: onnxruntime's worker threads spin on after
+    its runs and take the cores TVM's pool is waiting for."""
+    return harness_block_medians(calls, blocks=blocks, runs=runs, gap_s=0.3)
 
 
 def int8_product(shape: Any, ops: list[np.ndarray], x: np.ndarray, target: Any) -> Callable[[], None]:
@@ -350,9 +325,9 @@ def products_part(args: argparse.Namespace, bandwidth: float) -> None:
 
 
 def measured_bandwidth(threads: int) -> float:
-    """bench_llama.read_bandwidth in a process of its own: its 512 MB arrays and onnxruntime session (3 GB at
+    """common/decoding.py's read_bandwidth in a process of its own: its 512 MB arrays and onnxruntime session (3 GB at
     their peak, some of it kept by the allocators after) leave with it, not in the peak of the models' builds."""
-    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); from bench_llama import read_bandwidth; " \
+    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); from common.decoding import read_bandwidth; " \
            f"print(read_bandwidth({threads}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
@@ -362,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", choices=["models", "products", "both"], default="both")
     ap.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["smollm2", "qwen0.5b", "qwen1.5b"])
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=4)
@@ -394,13 +369,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.shapes, args.prompt, args.new, args.rounds = ["tiny"], 16, 4, 2
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM starts its pool (build.py keeps a set value)
-    print(f"# bench_int4 on {machine()}")
+    print(f"# bench_int4 on {machine_summary()}")
     bandwidth = measured_bandwidth(args.threads)
-    print(f"# streaming read bandwidth: {bandwidth / 1e9:.1f} GB/s (bench_llama.read_bandwidth, {args.threads} threads)")
+    print(f"# streaming read bandwidth: {bandwidth / 1e9:.1f} GB/s (common/decoding.read_bandwidth, {args.threads} threads)")
     print()
     if args.part in ("products", "both"):
         if args.dtype == "fp32":
-            from fp32_products import products_part as fp32_products
+            from common.fp32_products import products_part as fp32_products
 
             fp32_products(args, bandwidth, block_medians)
         else:

@@ -8,7 +8,7 @@ One MoE layer on ONNX Runtime CPU at -O2, two forms with the same weights:
   dense   benchmarks/moe_dense.alg: every expert runs for every token, gates 0 outside the top two
 
 Both are checked to agree first (1e-4), on one token ([1, 1, d_e], a decode step) and on a prompt ([1, ℓ, d_e],
-prefill). All four runs alternate in blocks of tight loops (interleaved_timing.py); each figure is the median over
+prefill). All four runs alternate in blocks of tight loops (common/harness.py); each figure is the median over
 blocks, per token. The sparse/dense ratio should fall with k/E.
 
     python benchmarks/bench_moe.py [--experts 8] [--seq 128] [--d-e 256] [--d-mlp 1024] [--threads 1]
@@ -20,7 +20,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-from interleaved_timing import block_medians  # beside this script
+from common.harness import block_medians, common_arguments
 
 from pseudoformer.backends.onnx import OnnxRunner
 from pseudoformer.deploy import lower
@@ -48,7 +48,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--d-e", type=int, default=256)
     ap.add_argument("--d-mlp", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=1)
+    common_arguments(ap, threads=1)
     ap.add_argument("--blocks", type=int, default=5)
     ap.add_argument("--runs", type=int, default=10)
     args = ap.parse_args()

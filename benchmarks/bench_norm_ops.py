@@ -8,7 +8,7 @@ One GPT-2-small residual junction, h = x + (m + b), y = LayerNorm(h; γ, β), on
 
 Both graphs output y and h (pre-norm: h feeds the next residual add), and both run with ORT's graph
 optimisations off, so each runs exactly the ops written. The variants alternate in blocks of tight
-loops (interleaved_timing.py); the figure is the median over blocks of each block's mean. The outputs are checked against numpy in float64.
+loops (common/harness.py); the figure is the median over blocks of each block's mean. The outputs are checked against numpy in float64.
 
     python benchmarks/bench_norm_ops.py [--seqs 1 128 512] [--blocks 10] [--runs 200] [--provider cpu|cuda]
 """
@@ -23,7 +23,7 @@ from functools import partial
 import numpy as np
 import onnx
 import onnxruntime as ort
-from interleaved_timing import block_medians  # beside this script
+from common.harness import block_medians, common_arguments
 from onnx import TensorProto as T
 from onnx import helper as h
 
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seqs", type=int, nargs="+", default=[1, 128, 512])
     ap.add_argument("--blocks", type=int, default=10)
     ap.add_argument("--runs", type=int, default=200, help="timed runs per block")
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--provider", choices=sorted(PROVIDERS), default="cpu")
     args = ap.parse_args(argv)
     provider = PROVIDERS[args.provider]

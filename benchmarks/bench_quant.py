@@ -4,7 +4,7 @@ quantizer, and generation speed and file size of int4 and int8.
 
   accuracy   ours (--quantize int4|int8: balanced, MSE clipping, round to nearest; asymmetric and symmetric,
              with and without the embeddings) and onnxruntime's quantizer on our fp32 .onnx
-             (quant_variants.py), each run by onnxruntime on the same batches of random token ids,
+             (common/quant_variants.py), each run by onnxruntime on the same batches of random token ids,
              compared with the fp32 model's logits
   profile    onnxruntime's time per op type in one decode step, fp32 and int4 (level 4)
   ops        one MatMulNBits by bits, accuracy level and zero points (uint8, none, float as HQQ's)
@@ -20,8 +20,6 @@ quantizer, and generation speed and file size of int4 and int8.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -37,7 +35,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from quant_variants import accuracy, file_bytes, ort_folded, ort_quantized, run_logits  # noqa: E402
+from common.harness import common_arguments, machine_summary  # noqa: E402
+from common.quant_variants import accuracy, file_bytes, ort_folded, ort_quantized, run_logits  # noqa: E402
 
 from pseudoformer.passes.quantize import QuantizeOptions  # noqa: E402
 
@@ -57,7 +56,7 @@ def checkpoint(directory: Path, quick: bool) -> int:
 
 def llama_checkpoint(directory: Path, quick: bool) -> int:
     """bench_llama.py's random Llama (SmolLM2-135M's shape, or a tiny one); its vocabulary size."""
-    from bench_llama import SMOLLM2, TINY, make_checkpoint
+    from common.decoding import SMOLLM2, TINY, make_checkpoint
 
     make_checkpoint(directory, quick)
     return int((TINY if quick else SMOLLM2)["vocab_size"])
@@ -178,7 +177,7 @@ def speed_part(args: argparse.Namespace, work: Path, weights: Path, vocab: int) 
 def ops_part(args: argparse.Namespace) -> None:
     """One MatMulNBits (K 768, N 3072: GPT-2's first MLP matrix) by bits, accuracy level and zero-point type."""
     import onnxruntime as ort
-    from interleaved_timing import block_medians
+    from common.harness import block_medians
     from onnx import TensorProto, helper, numpy_helper
 
     from pseudoformer.ir.ops.quantized import pack
@@ -234,7 +233,7 @@ def ops_part(args: argparse.Namespace) -> None:
 def profile_part(args: argparse.Namespace, work: Path, weights: Path) -> None:
     """onnxruntime's time per op type in one decode step after a prompt of args.prompt tokens."""
     import onnxruntime as ort
-    from cpu_measure import ops_of_trace
+    from common.cpu_measure import ops_of_trace
 
     from pseudoformer.backends.onnx import to_onnx
     from pseudoformer.generation import Generator
@@ -289,14 +288,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--variants", help="speed: the variants to time, separated by ';'")
     ap.add_argument("--bits", type=lambda t: [int(b) for b in t.split(",")], default=[4, 8],
                     help="accuracy: the bit widths (default 4,8)")
     ap.add_argument("--workdir", help="keep the files here (default: a temporary folder)")
     ap.add_argument("--model", choices=["gpt2", "llama"], default="gpt2",
-                    help="llama: SmolLM2-135M's shape (bench_llama.py's checkpoint); its speed part is against "
-                         "onnxruntime-genai's int4 (quant_llama.py)")
+                    help="llama: SmolLM2-135M's shape (common/decoding.py's checkpoint); its speed part is against "
+                         "onnxruntime-genai's int4 (common/quant_llama.py)")
     ap.add_argument("--genai-venv", type=Path, default=HERE / ".genai-venv",
                     help="llama: onnxruntime-genai's own environment (made on first use)")
     ap.add_argument("--profile", type=Path, help="llama, speed: also profile ours and genai's int4 (ORT traces here)")
@@ -309,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     size = "tiny (--quick)" if args.quick else "small" if args.model == "gpt2" else "SmolLM2-135M-shaped"
     print(f"# bench_quant: {args.model} {size}, random weights (HF init, seed 0)")
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+    print(f"# {machine_summary()}")
     print()
     if args.part == "ops":
         ops_part(args)
@@ -325,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.model == "gpt2":
                 speed_part(args, work, weights, vocab)
             else:
-                from quant_llama import speed_part as llama_speed
+                from common.quant_llama import speed_part as llama_speed
 
                 llama_speed(args, work, weights, vocab)
         if args.part == "profile":

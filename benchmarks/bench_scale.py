@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The size ladder: compile and generate at real model shapes, from 135M to 7B parameters.
 
-Per rung (benchmarks/scale_checkpoints.py SHAPES) it writes a random bf16 HF checkpoint tensor by tensor
+Per rung (benchmarks/common/checkpoints.py's SHAPES) it writes a random bf16 HF checkpoint tensor by tensor
 (never a model in memory), then measures, each in a process of its own (peak RSS from wait4):
 
   compile fp32   `pseudoformer compile` to fp32 (where the disk has room): seconds, peak RSS, file bytes
@@ -42,7 +42,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scale_checkpoints import SHAPES, parameter_count  # noqa: E402
+from common.checkpoints import SHAPES, parameter_count  # noqa: E402
+from common.harness import machine_summary  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ALG = {"llama": "llama.alg", "qwen2": "qwen2.alg", "mistral": "mistral.alg"}
@@ -121,7 +122,7 @@ def genai_rung(python: Path, ckpt: Path, out: Path, precision: str, log: Path) -
     """The builder, in genai's own environment, from the same checkpoint."""
     if not (ckpt / "tokenizer.json").exists():  # the builder insists on a tokenizer
         code = (f"import sys; from pathlib import Path; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
-                f"from scale_checkpoints import write_tokenizer; write_tokenizer(Path({str(ckpt)!r}))")
+                f"from common.checkpoints import write_tokenizer; write_tokenizer(Path({str(ckpt)!r}))")
         subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
     cmd = [str(python), "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt), "-o", str(out), "-p", precision,
            "-e", "cpu", "-c", str(out / "cache")]
@@ -132,7 +133,7 @@ def genai_rung(python: Path, ckpt: Path, out: Path, precision: str, log: Path) -
 
 
 def bandwidth() -> float:
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from bench_llama import read_bandwidth; " \
+    code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from common.decoding import read_bandwidth; " \
            f"print(read_bandwidth({os.cpu_count() or 1}))"
     return float(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
 
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[str] = []
     genai_rows: list[str] = []
     floor_rate = bandwidth()
+    print(f"# {machine_summary()}", flush=True)
     print(f"# memory bandwidth {floor_rate / 1e9:.1f} GB/s; load {os.getloadavg()[0]:.1f}", flush=True)
     for rung in [r for r in args.rungs.split(",") if r]:
         config = SHAPES[rung]

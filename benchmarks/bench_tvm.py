@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from interleaved_timing import round_robin  # beside this script
+from common.harness import common_arguments, round_robin
 
 MATMULS = [(768, 2304), (768, 768), (768, 3072), (3072, 768)]  # GPT-2 small's (K, N) per layer
 # Seconds before each timed run when two backends alternate (round_robin): ORT's idle worker threads
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", choices=["bind", "args"], default="args")
     ap.add_argument("--quick", action="store_true", help="a 2-layer toy model, few repetitions")
     ap.add_argument("--no-matmuls", action="store_true", help="skip the matmul kernel rates")
-    ap.add_argument("--threads", type=int, help="threads for both TVM and ORT (default: every CPU)")
+    common_arguments(ap, threads=None)
     ap.add_argument("--generate", action="store_true",
                     help="time generation instead (Generator on tvm and onnx, greedy): --prompt, --new-tokens")
     ap.add_argument("--prompt", type=int, default=128, help="prompt length for --generate (default 128)")

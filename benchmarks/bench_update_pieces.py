@@ -14,7 +14,6 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -24,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import bench_train  # noqa: E402
+from common import training  # noqa: E402
+from common.harness import common_arguments, round_robin  # noqa: E402
 
 
 def update_session(split, arrays: dict[str, np.ndarray], lr: np.ndarray, chunk: int, threads: int):  # type: ignore[no-untyped-def]
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workload", default="gpt2")
     ap.add_argument("--chunks", default="0,8192,32768,131072")
     ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--layers", type=int)
     ap.add_argument("--workdir")
@@ -66,11 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pseudoformer.training.compile import compile_step
     from pseudoformer.training.loop import _load
 
-    hf = bench_train.hf_model(args.workload, args)
+    hf = training.hf_model(args.workload, args)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         hf.save_pretrained(tmp)
         del hf
-        model, _, _ = _load(bench_train.LOSSES / "gpt2_loss.alg", Path(tmp), 0)
+        model, _, _ = _load(training.LOSSES / "gpt2_loss.alg", Path(tmp), 0)
     step = compile_step(model.graph, model.weights, train=list(model.weights), optimizer=Optimizer("adamw"))
     del model
     rng = np.random.default_rng(0)
@@ -78,15 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     arrays |= {GRAD + k: rng.standard_normal(arrays[k].shape, np.float32) * 1e-3 for k in step.trainable}
     lr = np.asarray(1e-4, np.float32)
     runs = {c: update_session(step.split, arrays, lr, c, args.threads) for c in map(int, args.chunks.split(","))}
-    for fn, _ in runs.values():  # warm-up: the arenas take what they need
-        fn()
-    times: dict[int, list[float]] = {c: [] for c in runs}
-    for i in range(args.runs):
-        order = list(runs)[i % len(runs):] + list(runs)[:i % len(runs)]
-        for c in order:
-            t = time.perf_counter()
-            runs[c][0]()
-            times[c].append(time.perf_counter() - t)
+    # one warm-up round (the arenas take what they need), then the runs interleaved, the order rotating
+    times = round_robin({c: fn for c, (fn, _) in runs.items()}, reps=args.runs, warmup=1)
     n = sum(int(np.prod(arrays[k].shape)) for k in step.trainable)
     print(f"{args.workload}: {len(step.trainable)} tensors, {n} elements, {args.threads} threads, {args.runs} runs\n")
     print("| pieces of | update nodes | ms (median) | min |\n|---|---|---|---|")

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common.harness import common_arguments
 
 
 def generate(og: object, model: object, prompt: np.ndarray, new: int) -> tuple[float, float, list[int]]:
@@ -44,7 +45,7 @@ def main() -> int:
     ap.add_argument("folders", type=Path, nargs="+")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--vocab", type=int, required=True)
     args = ap.parse_args()

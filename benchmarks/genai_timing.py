@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common.harness import common_arguments
 
 
 def main() -> int:
@@ -28,7 +29,7 @@ def main() -> int:
     ap.add_argument("model", type=Path)
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--vocab", type=int, required=True)
     ap.add_argument("--max-length", type=int, help="the cache's capacity (default prompt + new); genai's "

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from common.harness import machine_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -146,6 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if reason is not None:
         print(f"gpu_int4: {reason}; `--check` compiles the kernels without one", file=sys.stderr)
         return 2
+    print(f"# host: {machine_summary()}")
     bandwidth = device_bandwidth()
     print(f"# device-to-device copy: {bandwidth / 1e9:.0f} GB/s")
     products(bandwidth)

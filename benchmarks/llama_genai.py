@@ -13,22 +13,28 @@ generate_next_token (pick the token from the logits, run the model on it). Greed
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model_dir")
+    ap.add_argument("threads", type=int)
+    ap.add_argument("profile", nargs="?", help="ORT profile files' prefix")
+    args = ap.parse_args()
     import onnxruntime_genai as og
 
-    model_dir, threads = sys.argv[1], int(sys.argv[2])
+    model_dir, threads = args.model_dir, args.threads
     config_path = f"{model_dir}/genai_config.json"
     with open(config_path) as f:
         config = json.load(f)
     options = config["model"]["decoder"].setdefault("session_options", {})
     options.update({"intra_op_num_threads": threads, "inter_op_num_threads": 1})
-    if len(sys.argv) > 3:
-        options["enable_profiling"] = sys.argv[3]
+    if args.profile:
+        options["enable_profiling"] = args.profile
     else:
         options.pop("enable_profiling", None)
     with open(config_path, "w") as f:

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from common.harness import common_arguments
 
 
 def quantize(args: argparse.Namespace) -> dict[str, object]:
@@ -91,12 +92,12 @@ def main() -> int:
     q.add_argument("input", type=Path)
     q.add_argument("output", type=Path)
     q.add_argument("--pure", action="store_true", help="the unembedding Q4_0 too")
-    q.add_argument("--threads", type=int, default=2)
+    common_arguments(q)
     t = sub.add_parser("time")
     t.add_argument("model", type=Path)
     t.add_argument("--prompt", type=int, default=128)
     t.add_argument("--new", type=int, default=16)
-    t.add_argument("--threads", type=int, default=2)
+    common_arguments(t)
     t.add_argument("--rounds", type=int, default=1)
     t.add_argument("--vocab", type=int, required=True)
     t.add_argument("--save-logits", type=Path)

@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import bench_train  # noqa: E402
+from common import training  # noqa: E402
+from common.harness import common_arguments  # noqa: E402
 
 
 def summarize(trace: list[dict], skip_runs: int = 1) -> tuple[dict[str, float], list[tuple[int, str, str, str]]]:
@@ -95,20 +96,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--layers", type=int)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--live", action="store_true", help="the tensors live together at the static peak")
     ap.add_argument("--ort", action="append", default=[], help="KEY=VALUE: a SessionOptions attribute")
-    ap.set_defaults(ort_b=[])  # bench_train.ours reads it: a second session's options, none here
+    ap.set_defaults(ort_b=[])  # training.ours reads it: a second session's options, none here
     ap.add_argument("--workdir", help="where the HF checkpoint is written (default: the system's temp dir)")
     args = ap.parse_args(argv)
     import torch
 
     torch.set_num_threads(args.threads)
-    hf = bench_train.hf_model(args.workload, args)
+    hf = training.hf_model(args.workload, args)
     vocab = hf.config.vocab_size
     optimized = Path(tempfile.mkdtemp(dir=args.workdir)) / "gradient.onnx"
     if args.live:  # the graph onnxruntime runs, after its own rewrites: the profile names its nodes
@@ -117,10 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         hf.save_pretrained(tmp)
         del hf
         t0 = time.perf_counter()
-        (rt,), nodes = bench_train.ours(args.workload, Path(tmp), args, profile=not args.no_profile)
+        (rt,), nodes = training.ours(args.workload, Path(tmp), args, profile=not args.no_profile)
         build = time.perf_counter() - t0
     rss_built = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    xs = bench_train.batches(vocab, args, args.steps + 1)
+    xs = training.batches(vocab, args, args.steps + 1)
     times = []
     for x in xs:
         t = time.perf_counter()

@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import bench_train  # noqa: E402
+from common import training  # noqa: E402
+from common.harness import common_arguments  # noqa: E402
 
 PRODUCTS = {"MatMul", "FusedMatMul", "Gemm", "aten::mm", "aten::addmm", "aten::bmm"}
 ATTENTION = ("Attention", "aten::_scaled_dot_product", "aten::_flash_attention")
@@ -83,22 +84,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--layers", type=int)
     ap.add_argument("--steps", type=int, default=3, help="profiled steps of each, after one warm-up step")
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--workdir", help="where the HF checkpoint is written (default: the system's temp dir)")
     args = ap.parse_args(argv)
-    args.ort, args.ort_b = [], []  # bench_train.ours reads them
+    args.ort, args.ort_b = [], []  # training.ours reads them
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     torch.set_num_threads(args.threads)
-    hf = bench_train.hf_model(args.workload, args)
+    hf = training.hf_model(args.workload, args)
     vocab = hf.config.vocab_size
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         hf.save_pretrained(tmp)
-        (rt,), _ = bench_train.ours(args.workload, Path(tmp), args, profile=True)
-    torch_step = bench_train.torch_step(hf, args.workload, False, args)
-    xs = bench_train.batches(vocab, args, args.steps + 1)
+        (rt,), _ = training.ours(args.workload, Path(tmp), args, profile=True)
+    torch_step = training.torch_step(hf, args.workload, False, args)
+    xs = training.batches(vocab, args, args.steps + 1)
     rt.step({"x": xs[0]}, 1e-4)
     torch_step(xs[0])
     ours_ms, update_ms, torch_ms = [], [], []

@@ -39,6 +39,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
+from common.harness import machine_summary  # noqa: E402
 
 ROWS: list[str] = []
 _OPEN: list[list[float]] = []  # per stage running, the peaks of the stages run inside it (each reset VmHWM)
@@ -84,7 +85,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", type=Path, help="a HF checkpoint directory (scale_checkpoints.py)")
     ap.add_argument("--alg", default="models/qwen2.alg")
-    ap.add_argument("--shape", help="bench_int4.SHAPES' shape, with random float32 weights (no --checkpoint)")
+    ap.add_argument("--shape", help="common/decoding.py's SHAPES' shape, with random float32 weights (no --checkpoint)")
     ap.add_argument("--lazy", action="store_true", help="load(lazy_weights=True): the checkpoint read tensor by tensor")
     ap.add_argument("--int8", action="store_true", help="int8 activations (the tvm8 contender)")
     ap.add_argument("--quantize-method", choices=["balanced", "mse", "rtn"], default="balanced")
@@ -109,6 +110,7 @@ def main() -> int:
     cached = build.TVMModel._param_args
     build.TVMModel._param_args = lambda self: made(self) if self._params is None else cached(self)  # the first only
     opts = QuantizeOptions(bits=4, block_size=32, embeddings=True, accuracy_level=4, method=args.quantize_method)
+    print(f"# {machine_summary()}")
     print(f"# {args}; VmRSS at start {status('VmRSS'):.2f} GB")
     header = "| stage | RSS before, GB | peak RSS, GB | held after, GB" + (" | tracemalloc peak, GB" if args.tracemalloc
                                                                          else "") + " | seconds |"
@@ -119,7 +121,7 @@ def main() -> int:
         kw = {"lazy_weights": True} if args.lazy else {}
         model = load(ROOT / args.alg, weights=args.checkpoint, **kw)
     else:
-        from bench_int4 import SHAPES
+        from common.decoding import SHAPES
 
         path, defines = SHAPES[args.shape]
         model = load(ROOT / path, defines=defines, seed=0)

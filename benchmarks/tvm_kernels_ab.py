@@ -28,7 +28,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np  # noqa: E402
-from tvm_vm_calls import decode_feed, step_arguments  # noqa: E402
+from common.decoding import ROOT, SHAPES  # noqa: E402
+from common.harness import block_medians, machine_summary  # noqa: E402
+from common.tvm_step import decode_feed, step_arguments  # noqa: E402
 
 
 def tvms_table(ours: dict[Any, Any]) -> dict[Any, Any]:
@@ -49,8 +51,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM starts its pool
     import tvm
-    from bench_int4 import ROOT, SHAPES, machine
-    from interleaved_timing import block_medians
 
     from pseudoformer.backends.tvm.lowerings import LOWERINGS
     from pseudoformer.backends.tvm.specialise import SPECIALISED
@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     on_device = {k: tvm.runtime.tensor(v) if v.dtype == np.float32 else v for k, v in feed.items()}
     prompt = np.random.default_rng(0).integers(0, vocab, (1, args.prompt))
     print(f"# tvm_kernels_ab: {args.shape}, tvm8, one token after {args.past} positions, prefill {args.prompt}, "
-          f"on {machine()}\n")
+          f"on {machine_summary()}\n")
     steps: dict[str, Callable[[], Any]] = {}
     prefills: dict[str, Callable[[], Any]] = {}
     logits = {}

@@ -2,7 +2,7 @@
 """CPU time of a TVM decode step on one thread: a figure that a shared, loaded machine distorts far less than
 wall time (the thread's own seconds, not the time it waited for a core), for comparing two checkouts.
 
-SmolLM2-135M's shape by default (--shape: bench_int4.SHAPES, random weights), a prompt of 128 random ids and `--new` greedy tokens,
+SmolLM2-135M's shape by default (--shape: common/decoding.py's SHAPES, random weights), a prompt of 128 random ids and `--new` greedy tokens,
 TVM_NUM_THREADS=1; the CPU seconds of each step (time.process_time around the runtime's step), median per
 round. Run it once per checkout, at the same time, from outside both (so that neither's folder is the current
 directory): `--root` is the checkout whose pseudoformer is imported: this repository (its editable install
@@ -22,6 +22,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from common.decoding import SHAPES
+from common.harness import machine_summary
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -34,7 +37,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ["TVM_NUM_THREADS"] = "1"  # one thread: its CPU time is the step's work and overhead
     sys.path[:0] = [str(args.root / "benchmarks"), str(args.root)]
     import numpy as np
-    from bench_int4 import ROOT, SHAPES, machine
 
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load
@@ -42,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     path, defines = SHAPES[args.shape]
     vocab = int(dict(d.split("=") for d in defines)["N_V"])
-    model = load(ROOT / path, defines=defines, seed=0)
+    model = load(args.root / path, defines=defines, seed=0)
     if args.contender == "tvm8":
         opts = QuantizeOptions(bits=4, block_size=32, embeddings=True, accuracy_level=4)
         gen = Generator(model, backend="tvm", quantize=opts, int8_activations=True)
@@ -60,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     runtime.step = timed  # type: ignore[method-assign]  (prefill calls it too: the first of each round)
     prompt = np.random.default_rng(0).integers(0, vocab, (1, 128))
-    print(f"# {args.contender} from {args.root}, on {machine()}")
+    print(f"# {args.contender} from {args.root}, on {machine_summary()}")
     for r in range(args.rounds):
         seconds.clear()
         out = gen.generate(prompt, max_new_tokens=args.new, sampling=Sampling(temperature=0))

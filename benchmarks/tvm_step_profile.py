@@ -21,6 +21,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np  # noqa: E402
+from common.harness import common_arguments  # noqa: E402
 
 
 def group(symbol: str) -> str:
@@ -35,11 +36,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="smollm2")
     ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--int4", action="store_true", help="--quantize int4 with the embeddings, as bench_int4 does")
     args = ap.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
-    from bench_int4 import SHAPES
+    from common.decoding import SHAPES
 
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """The Relax VM's per-step overhead in a TVM decode step: calls of kernels and of VM builtins, and the time a step.
 
-One decode step of a shape (bench_int4.SHAPES, random weights) as the generator compiles it (tvm_runtime.py): one
+One decode step of a shape (common/decoding.py's SHAPES, random weights) as the generator compiles it (tvm_runtime.py): one
 new token for one row after `--past` cached positions. Counted by the VM's instrument (TVMModel.call_counts), so
 the same on every machine whatever its load:
   main         the step with every size symbolic (batch, new positions, cache length), as prefill runs it;
   specialised  the same step with batch and new positions fixed at 1 (backends/tvm/specialise.py): the function a
                one-row decode step runs.
-Timed, interleaved in blocks (interleaved_timing.block_medians), the step three ways: main with the cache passed
+Timed, interleaved in blocks (common/harness.py's block_medians), the step three ways: main with the cache passed
 as numpy arrays (copied in and out each call), main with the cache kept in TVM tensors, and specialised with it.
 
     python benchmarks/tvm_vm_calls.py --shape smollm2 --contender tvm8
@@ -27,30 +27,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 import numpy as np  # noqa: E402
-
-
-def decode_feed(step: object, past: int, vocab: int) -> dict[str, np.ndarray]:
-    """One token for one row, and `past` cached positions of random keys and values."""
-    rng = np.random.default_rng(0)
-    feed = {}
-    for n in step.inputs:  # type: ignore[attr-defined]
-        name, t = n.attrs["name"], n.type
-        if t.dtype.value == "int64":
-            feed[name] = rng.integers(0, vocab, (1, 1))
-        else:
-            feed[name] = rng.standard_normal([1 if d == "batch" else past if isinstance(d, str) else d
-                                              for d in t.shape]).astype(np.float32)
-    return feed
-
-
-def step_arguments(ap: argparse.ArgumentParser, *, blocks: int, runs: int) -> None:
-    """The options of a script that times one decode step of a shape: --shape, --past, --blocks, --runs,
-    --threads (this one's and tvm_kernels_ab.py's)."""
-    ap.add_argument("--shape", default="smollm2")
-    ap.add_argument("--past", type=int, default=128)
-    ap.add_argument("--blocks", type=int, default=blocks)
-    ap.add_argument("--runs", type=int, default=runs)
-    ap.add_argument("--threads", type=int, default=2)
+from common.decoding import ROOT, SHAPES  # noqa: E402
+from common.harness import block_medians, machine_summary  # noqa: E402
+from common.tvm_step import decode_feed, step_arguments  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,8 +40,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM starts its pool
     import tvm
-    from bench_int4 import ROOT, SHAPES, machine
-    from interleaved_timing import block_medians
 
     from pseudoformer.backends.tvm.specialise import SPECIALISED
     from pseudoformer.generation import Generator
@@ -77,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     gen = Generator(model, backend="tvm", quantize=opts, int8_activations=args.contender == "tvm8")
     step = gen.runtime.step_model  # type: ignore[attr-defined]
     feed = decode_feed(gen.decoder.step, args.past, vocab)  # type: ignore[union-attr]
-    print(f"# tvm_vm_calls: {args.shape}, {args.contender}, one token after {args.past} positions, on {machine()}")
+    print(f"# tvm_vm_calls: {args.shape}, {args.contender}, one token after {args.past} positions, on {machine_summary()}")
     print()
     print("| function | calls | kernels | VM builtins | make_shape | alloc_tensor | alloc_storage | reshape (views) |"
           " null_value (kills) |")

@@ -20,10 +20,10 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-from llamacpp_bench import TINY, rung_config  # noqa: E402
+from common.checkpoints import SHAPES, write_checkpoint  # noqa: E402
+from common.llamacpp_bench import TINY, rung_config  # noqa: E402
+from common.llamacpp_gguf import convert  # noqa: E402
 from llamacpp_check import agreement  # noqa: E402
-from llamacpp_gguf import convert  # noqa: E402
-from scale_checkpoints import SHAPES, write_checkpoint  # noqa: E402
 
 from pseudoformer.weights.gguf_checkpoint import open_gguf  # noqa: E402
 from pseudoformer.weights.safetensors_io import read_safetensors  # noqa: E402
@@ -65,7 +65,7 @@ def test_agreement_measures() -> None:
 
 
 def test_tiny_rung_is_bench_int4s_tiny_llama() -> None:
-    from bench_int4 import SHAPES as BENCH_SHAPES
+    from common.decoding import SHAPES as BENCH_SHAPES
 
     defines = dict(d.split("=") for d in BENCH_SHAPES["tiny"][1])
     c = rung_config("tiny-llama")

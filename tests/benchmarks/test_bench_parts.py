@@ -51,7 +51,7 @@ def variants(clock: FakeClock, seconds: dict[str, float], log: list[str]) -> dic
 
 
 def test_round_robin_warms_up_rotates_and_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
-    timing = bench_module("interleaved_timing", monkeypatch)
+    timing = bench_module("common.harness", monkeypatch)
     clock = FakeClock()
     monkeypatch.setattr(timing, "time", clock.namespace())
     log: list[str] = []
@@ -63,7 +63,7 @@ def test_round_robin_warms_up_rotates_and_pauses(monkeypatch: pytest.MonkeyPatch
 
 
 def test_round_robin_fixed_order_and_one_variant_without_pause(monkeypatch: pytest.MonkeyPatch) -> None:
-    timing = bench_module("interleaved_timing", monkeypatch)
+    timing = bench_module("common.harness", monkeypatch)
     clock = FakeClock()
     monkeypatch.setattr(timing, "time", clock.namespace())
     log: list[str] = []
@@ -76,8 +76,8 @@ def test_round_robin_fixed_order_and_one_variant_without_pause(monkeypatch: pyte
 
 
 def test_measure_reports_milliseconds_of_each_runner(monkeypatch: pytest.MonkeyPatch) -> None:
-    timing = bench_module("interleaved_timing", monkeypatch)
-    measure = bench_module("cpu_measure", monkeypatch)
+    timing = bench_module("common.harness", monkeypatch)
+    measure = bench_module("common.cpu_measure", monkeypatch)
     clock = FakeClock()
     monkeypatch.setattr(timing, "time", clock.namespace())
     seen: list[object] = []
@@ -95,7 +95,7 @@ def test_measure_reports_milliseconds_of_each_runner(monkeypatch: pytest.MonkeyP
 
 
 def test_stage_clock_counts_exclusive_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    stages = bench_module("cpu_compile_time", monkeypatch)
+    stages = bench_module("common.cpu_compile_time", monkeypatch)
     clock = FakeClock()
     monkeypatch.setattr(stages, "time", clock.namespace())
     sc = stages.StageClock()
@@ -116,7 +116,7 @@ def test_stage_clock_counts_exclusive_time(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_stage_clock_wraps_the_compiler_and_restores_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    stages = bench_module("cpu_compile_time", monkeypatch)
+    stages = bench_module("common.cpu_compile_time", monkeypatch)
     model = importlib.import_module("pseudoformer.model")
 
     loader = importlib.import_module("pseudoformer.weights.loader")

@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
-from quant_variants import accuracy  # noqa: E402
+from common.quant_variants import accuracy  # noqa: E402
 
 
 def test_speed_part_times_every_variant_asked_for() -> None:

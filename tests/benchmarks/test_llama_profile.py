@@ -1,4 +1,4 @@
-"""benchmarks/llama_profile.py: our generator profiled as it runs, with the standard ops and with contrib_ops
+"""benchmarks/common/llama_profile.py: our generator profiled as it runs, with the standard ops and with contrib_ops
 (whose cache lives in buffers the profiled session must bind the same way)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.llama_profile import profile_ours, summarize
+from benchmarks.common.llama_profile import profile_ours, summarize
 from pseudoformer.generation import Generator
 from pseudoformer.model import load
 

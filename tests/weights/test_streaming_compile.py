@@ -26,7 +26,7 @@ from pseudoformer.weights import load_weights, open_weights
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from scale_checkpoints import parameter_count, write_checkpoint  # noqa: E402
+from common.checkpoints import parameter_count, write_checkpoint  # noqa: E402
 
 SHAPE = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu", "rms_norm_eps": 1e-5,
          "attention_bias": False, "mlp_bias": False, "bos_token_id": 1, "eos_token_id": 2, "vocab_size": 512,

@@ -29,7 +29,7 @@ from pseudoformer.passes.quantize import QuantizeOptions  # noqa: E402
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from scale_checkpoints import write_checkpoint  # noqa: E402
+from common.checkpoints import write_checkpoint  # noqa: E402
 
 LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu", "rms_norm_eps": 1e-5,
          "attention_bias": False, "mlp_bias": False, "bos_token_id": 1, "eos_token_id": 2, "vocab_size": 96,

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 # beside this script
-from cpu_variants import SPECS, Spec, build_hf, compile_ours, load_hf, log, quiet, torch_export
+from common.cpu_variants import SPECS, Spec, build_hf, compile_ours, load_hf, log, quiet, torch_export
 
-SCRIPT = Path(__file__).resolve().with_name("bench_cpu.py")  # what a child process runs
+SCRIPT = Path(__file__).resolve().parents[1] / "bench_cpu.py"  # what a child process runs
 
 # Where ours spends its compile time: (module, attribute, stage). Each is wrapped while ours compiles
 # and its exclusive time (without the wrapped calls inside it) is added to its stage; what no wrapper

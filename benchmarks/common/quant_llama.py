@@ -1,7 +1,7 @@
 """The Llama side of bench_quant.py (`--model llama`): ours quantized against onnxruntime-genai's int4 model
 builder (`builder.py -p int4 -e cpu`) on one random SmolLM2-135M-shaped checkpoint.
 
-bench_llama.py (issue 13) supplies the checkpoint, onnxruntime-genai's virtual environment and its worker
+common/decoding.py (bench_llama.py's, issue 13) supplies the checkpoint, onnxruntime-genai's virtual environment and its worker
 process (llama_genai.py: onnxruntime-genai brings its own onnxruntime, so it never shares a process or an
 environment with ours); this file adds genai's int4 build and the comparison:
 
@@ -30,7 +30,7 @@ import numpy as np
 
 from pseudoformer.passes.quantize import QuantizeOptions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MB = 1e6
 TARGET_STEP, TARGET_FILE = 0.9, 1.05
 
@@ -86,9 +86,8 @@ def variants(block_size: int) -> dict[str, tuple[QuantizeOptions, bool]]:
 
 def speed_part(args: argparse.Namespace, work: Path, checkpoint: Path, vocab: int) -> None:
     """Generation time and file size, ours against genai int4, interleaved."""
-    from bench_llama import Genai, genai_venv
-
     import pseudoformer
+    from common.decoding import Genai, genai_venv, generation_rounds
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load
 
@@ -119,18 +118,7 @@ def speed_part(args: argparse.Namespace, work: Path, checkpoint: Path, vocab: in
 
     run = {**{name: (lambda n=name: ours(n)) for name in gens},
            "genai int4": lambda: genai.generate(prompt[0].tolist(), args.new)}
-    names = list(run)
-    rows: dict[str, dict[str, list[float]]] = {k: {"prefill": [], "step": []} for k in names}
-    tokens: dict[str, list[int]] = {}
-    for r in range(args.rounds + 1):  # round 0 warms up
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            time.sleep(0.2)  # the previous variant's threads stop spinning
-            toks, prefill, steps = run[name]()
-            tokens[name] = toks
-            if r:
-                rows[name]["prefill"].append(prefill)
-                rows[name]["step"].append(statistics.median(steps))
+    rows, tokens = generation_rounds(run, args.rounds)
     genai.close()
     med = {k: {m: statistics.median(v) * 1e3 for m, v in d.items()} for k, d in rows.items()}
     g_step, g_file = med["genai int4"]["step"], sizes["genai int4"]
@@ -141,7 +129,7 @@ def speed_part(args: argparse.Namespace, work: Path, checkpoint: Path, vocab: in
     print()
     print("| variant | prefill ms | per-token ms | per-token vs genai | file MB | file vs genai |")
     print("|---|---|---|---|---|---|")
-    for name in names:
+    for name in run:
         m = med[name]
         print(f"| {name} | {m['prefill']:.1f} | {m['step']:.2f} | {m['step'] / g_step:.2f}× | {sizes[name]:.1f} | "
               f"{sizes[name] / g_file:.2f}× |")
@@ -156,7 +144,7 @@ def speed_part(args: argparse.Namespace, work: Path, checkpoint: Path, vocab: in
     print(f"greedy tokens equal to genai's ({mine}): {same} of {len(tokens[mine])} (the two quantize differently)")
     print()
     if args.profile is not None:  # where a step goes, per op type, ours (the target's variant) beside genai's
-        from llama_profile import profile_ours, summarize, table
+        from common.llama_profile import profile_ours, summarize, table
 
         profiles = {"ours": summarize(profile_ours(gens[mine], prompt, args.profile / "ours", args.new, args.threads))}
         worker = Genai(python, built, args.threads, args.profile / "genai")

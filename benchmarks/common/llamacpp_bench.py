@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # benchmarks/: the scripts this runs as subprocesses
 
 # bench_int4's tiny Llama (SHAPES["tiny"]) as a HF checkpoint, for --quick and the tests
 TINY = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
@@ -40,7 +40,7 @@ def skip_reason(args: argparse.Namespace) -> str | None:
 
 
 def rung_config(rung: str) -> dict[str, Any]:
-    from scale_checkpoints import SHAPES
+    from common.checkpoints import SHAPES
 
     return {**SHAPES["SmolLM2-135M"], **TINY} if rung == "tiny-llama" else SHAPES[rung]
 
@@ -57,8 +57,8 @@ class LlamaCpp:
     """One shape's llama.cpp files, made when missing, and the calls that time and check them."""
 
     def __init__(self, args: argparse.Namespace, shape: str, rung: str, vocab: int) -> None:
-        from llamacpp_gguf import convert
-        from scale_checkpoints import write_checkpoint, write_tokenizer
+        from common.checkpoints import write_checkpoint, write_tokenizer
+        from common.llamacpp_gguf import convert
 
         self.args, self.shape, self.vocab = args, shape, vocab
         self.python = str(args.llamacpp_python)

@@ -22,7 +22,7 @@ CELLS = ("decode", "gemm", "ort")
 
 
 def _ort_matmul(w: np.ndarray, threads: int) -> object:
-    from bench_llama import ort_gemv
+    from common.decoding import ort_gemv
 
     return ort_gemv(w, threads)
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from cpu_variants import (  # beside this script
+
+from common.cpu_variants import (
     SPECS,
     Spec,
     build_hf,
@@ -34,7 +35,7 @@ from cpu_variants import (  # beside this script
     quiet,
     torch_export,
 )
-from interleaved_timing import round_robin  # beside this script
+from common.harness import round_robin
 
 ATTENTION_OPS = {"Attention", "MultiHeadAttention", "GroupQueryAttention", "PackedAttention"}
 

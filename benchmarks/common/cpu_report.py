@@ -3,51 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
-import platform
-import subprocess
-from pathlib import Path
 from typing import Any
 
-from cpu_measure import ModelResult, best_torch, median  # beside this script
-from cpu_variants import ROOT, SPECS  # beside this script
+from common.cpu_measure import ModelResult, best_torch, median
+from common.cpu_variants import SPECS
 
 # Targets of the project (docs: benchmarks/README.md).
 TARGET_VS_TORCH_ORT = 0.95  # ours / best torch-export ORT, at every measured sequence length
 TARGET_VS_EAGER = 2.6  # eager / ours
 TARGET_COMPILE = 0.1  # ours compile+save / torch.onnx.export
-
-
-def machine_facts() -> dict[str, Any]:
-    import onnxruntime
-    import torch
-    import transformers
-
-    cpu = platform.processor()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    commit = ""
-    with contextlib.suppress(Exception):
-        commit = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-                                capture_output=True, text=True, timeout=10).stdout.strip()
-    flags = ""
-    with contextlib.suppress(OSError):
-        flags = Path("/proc/cpuinfo").read_text()
-    return {
-        "cpu": cpu,
-        "logical_cpus": os.cpu_count(),
-        "avx512f": "avx512f" in flags,
-        "loadavg_at_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "onnxruntime": onnxruntime.__version__,
-        "pseudoformer_commit": commit,
-    }
 
 
 def render(results: list[ModelResult], args: argparse.Namespace, facts: dict[str, Any]) -> str:
