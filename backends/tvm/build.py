@@ -15,10 +15,10 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -48,9 +48,6 @@ from pseudoformer.ir.token_bounds import out_of_range, token_bounds
 from pseudoformer.ir.types import TensorType
 from pseudoformer.weights.errors import WeightsError
 from pseudoformer.weights.safetensors_io import read_safetensors, write_safetensors
-
-if TYPE_CHECKING:
-    from pseudoformer.passes.quantize import QuantizeOptions
 
 tvm = require_tvm()
 from tvm import relax  # noqa: E402
@@ -321,8 +318,7 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], options: Comp
     if missing:
         raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
     _check_shapes(graph, weights)
-    graph, folded = prepare(graph, weights, options.dtype, opt_level=options.opt_level, verify=verify,
-                            quantize=options.quantize, target_kind=tgt.kind.name)
+    graph, folded = prepare(graph, weights, options, verify=verify, target_kind=tgt.kind.name)
     int8 = options.int8_activations and tgt.kind.name == "llvm"
     lowered = to_relax(graph, target_kind=tgt.kind.name, int8=int8)
     if int8:
@@ -351,17 +347,18 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], options: Comp
     return TVMModel(ex, meta, kept, timings={"lower_s": t1 - t0, "compile_s": t2 - t1})
 
 
-def prepare(graph: Graph, weights: Mapping[str, np.ndarray], dtype: str = "float32", *, opt_level: int = 0,
-            verify: bool = False, quantize: QuantizeOptions | None = None,
-            target_kind: str = "llvm") -> tuple[Graph, dict[str, np.ndarray]]:
-    """`graph` optimised at `opt_level` (0: as given), quantized if asked, and as this backend lowers it for
-    `target_kind` ("llvm", "cuda"), and the weights it then takes (4-bit weights in the nibble order of our
-    kernels, nbits.py): one run of the passes backends/pipeline.py assembles. `verify` checks the IR after each."""
-    if dtype not in ("float32", "float16"):
-        raise BackendError(f"dtype must be 'float32' or 'float16', got {dtype!r}")
+def prepare(graph: Graph, weights: Mapping[str, np.ndarray], options: CompileOptions | None = None, *,
+            verify: bool = False, target_kind: str = "llvm") -> tuple[Graph, dict[str, np.ndarray]]:
+    """`graph` optimised at options.opt_level (0, the default: as given), quantized if asked, and as this backend
+    lowers it for `target_kind` ("llvm", "cuda"), and the weights it then takes (4-bit weights in the nibble order
+    of our kernels, nbits.py): one run of the passes backends/pipeline.py assembles. `verify` checks the IR after
+    each."""
+    options = options or CompileOptions(backend="tvm")
+    if options.dtype not in ("float32", "float16"):
+        raise BackendError(f"dtype must be 'float32' or 'float16', got {options.dtype!r}")
     # quantizing: each matrix when its codes are first loaded (passes/quantized_params.py), so that the
     # weights TVM takes are made a tensor at a time (weight_values.stream), never all in float32 at once
-    options = CompileOptions(opt_level=opt_level, dtype=dtype, quantize=quantize, lazy_weights=quantize is not None)
+    options = replace(options, lazy_weights=options.quantize is not None)
     given = {k: v if isinstance(v, LazyTensor) else np.asarray(v) for k, v in weights.items()}
     cpu = target_kind == "llvm"
     graph, folded = run(graph, compile_pipeline(options, "tvm"), weights=given, options=options,
