@@ -31,6 +31,10 @@ OLD_SPELLINGS = {"interpreter": "numpy", "onnxruntime": "onnx"}
 PROVIDERS = ("cpu", "cuda")
 DTYPES = ("float32", "float16")
 TVM_PARAMS = ("args", "bind")
+# The ONNX opsets --opset takes (backends/onnx/lower.py): Shape(start, end) needs 15, single-axis Softmax 13,
+# Min/Max on every dtype 17; onnxruntime 1.31, the version pyproject requires, loads opsets up to 26.
+MIN_OPSET = 17
+MAX_OPSET = 26
 # Where a command runs a model on a provider other than the CPU, and on which backends; the rest say why
 # not (problems). A compile's provider is where its model's .run runs by default.
 CUDA_RUNS = {"run": ("onnx",), "compile": ("onnx",)}
@@ -126,8 +130,6 @@ class CompileOptions:
                 where = "tvm builds for --target cuda instead" if b == "tvm" else f"{b} runs on the CPU"
                 out.append(f"--provider {self.provider} is for the {_either(CUDA_RUNS[command])} backend; {where}")
         if self.opset is not None:  # said where every option is checked: `inspect` lowers nothing to refuse it later
-            from pseudoformer.backends.onnx.lower import MAX_OPSET, MIN_OPSET
-
             if isinstance(self.opset, bool) or not isinstance(self.opset, int) or \
                     not MIN_OPSET <= self.opset <= MAX_OPSET:
                 out.append(f"--opset {self.opset!r}: pick one from {MIN_OPSET} to {MAX_OPSET}")

@@ -20,7 +20,7 @@ from pseudoformer.backends.onnx.calls import plan_calls
 from pseudoformer.backends.onnx.emitter import ELEM, NUMPY, Emitter, value_info
 from pseudoformer.backends.onnx.functions import DOMAIN, DOMAIN_VERSION, to_functions
 from pseudoformer.backends.onnx.lowerings import LOWERINGS
-from pseudoformer.backends.options import CompileOptions
+from pseudoformer.backends.options import MAX_OPSET, MIN_OPSET, CompileOptions
 from pseudoformer.base.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.lazy_tensor import LazyTensor, materialize
@@ -34,10 +34,6 @@ from pseudoformer.version import __version__
 # Pass an older opset (down to MIN_OPSET) for runtimes older than the 1.31 pyproject asks for: opset=21 for
 # onnxruntime 1.20.
 DEFAULT_OPSET = 24
-# Shape(start, end) needs 15, single-axis Softmax 13, Min/Max on every dtype 17.
-MIN_OPSET = 17
-# onnxruntime 1.31, the version pyproject requires, loads opsets up to 26.
-MAX_OPSET = 26
 # Weights up to this size are real initializers in the checker's copy of a model, bigger ones typed inputs.
 _INLINE_CHECK_BYTES = 1024
 

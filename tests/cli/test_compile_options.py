@@ -100,6 +100,7 @@ RULES = [
     ({"backend": "numpy"}, "compile", "compile does not take --backend numpy (choose onnx or tvm)"),
     ({"dtype": "bfloat16"}, "compile", "unknown dtype 'bfloat16' (choose float32 or float16)"),
     ({"opt_level": 3}, "compile", "no optimisation level -O3"),
+    ({"opset": 99}, "inspect", "--opset 99: pick one from 17 to 26"),
     ({"provider": "tpu"}, "run", "unknown provider 'tpu' (choose cpu or cuda)"),
     ({"provider": "cuda", "backend": "numpy"}, "run", "--provider cuda is for the onnx backend; numpy runs on the CPU"),
     ({"provider": "cuda"}, "generate", "--provider cuda: generate runs on the CPU only for now"),
