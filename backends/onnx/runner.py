@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import onnx
 
+from pseudoformer.backends.onnx.providers import device as provider_device
+from pseudoformer.backends.onnx.providers import require, session_providers
 from pseudoformer.base.errors import BackendError
-
-PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 
 _NUMPY = {
     "tensor(float)": np.float32,
@@ -64,17 +64,7 @@ class OnnxRunner:
         """memory_limit: the most bytes onnxruntime's CPU allocator may hold for this process (weights it
         copies and every intermediate); an allocation past it fails the run instead of being made."""
         ort = _onnxruntime()
-        if provider not in PROVIDERS:
-            raise BackendError(f"unknown provider {provider!r}: the valid ones are {', '.join(PROVIDERS)}")
-        available = ort.get_available_providers()
-        if PROVIDERS[provider] not in available:
-            if provider == "cuda":
-                raise BackendError(
-                    "CUDA was asked for, but this onnxruntime has no CUDAExecutionProvider "
-                    f"(installed: {', '.join(available)}); install pseudoformer[gpu] (onnxruntime-gpu) "
-                    "in an environment without the CPU onnxruntime, or use provider='cpu'"
-                )
-            raise BackendError(f"this onnxruntime has no {PROVIDERS[provider]} (installed: {', '.join(available)})")
+        require(ort, provider)
         options = ort.SessionOptions()
         if threads is not None:
             if threads < 1:
@@ -100,10 +90,10 @@ class OnnxRunner:
             source = str(model)
         self._ort = ort
         self.provider = provider
-        self.device = "cuda" if provider == "cuda" else "cpu"
+        self.device = provider_device(provider)
         try:
             # Naming only the asked provider is what rules out a quiet fallback to the CPU.
-            self.session = ort.InferenceSession(source, sess_options=options, providers=[PROVIDERS[provider]])
+            self.session = ort.InferenceSession(source, sess_options=options, providers=session_providers(provider))
         except Exception as e:  # onnxruntime raises its own exception types for load failures
             raise BackendError(f"onnxruntime could not load the model: {e}") from e
         try:  # a file's names and metadata are its own bytes: onnxruntime hands back invalid UTF-8 as an error

@@ -5,7 +5,9 @@ and optimizer state kept by the runtime between steps.
     onnxruntime   OrtValues bound with IOBinding, so parameters and state never pass through numpy: the
                   step as a gradient graph and an update graph that writes θ and the state over their own
                   buffers (OrtSplitStep, training/split_step.py), or as one graph that reads one set of
-                  buffers and writes the other, the two swapping (OrtStep)
+                  buffers and writes the other, the two swapping (OrtStep). On provider "cuda" every one of
+                  those OrtValues is on the GPU and the update runs there: per step only the batch goes to
+                  the device and the loss comes back
     tvm           the Relax VM's tensors, each step's outputs handed back as the next step's arguments
 """
 
@@ -85,19 +87,18 @@ class InterpreterStep(StepRuntime):
 class OrtStep(StepRuntime):
     def __init__(self, graph: Graph, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray], *,
                  threads: int | None = None, opset: int | None = None, profile: bool = False,
-                 session: Mapping[str, Any] | None = None) -> None:
-        import onnxruntime as ort
-
-        self.ort = ort
+                 session: Mapping[str, Any] | None = None, provider: str = "cpu") -> None:
+        ort = _onnxruntime(provider)
+        self.ort, self.memory = ort, DeviceValues(ort, provider)
         self.session, self._frozen, self.proto = _ort_session(ort, graph, frozen, threads=threads, opset=opset,
-                                                              profile=profile, session=session)
+                                                              profile=profile, session=session, provider=provider)
         super().__init__(graph, {}, state)  # onnxruntime reads the frozen weights from self._frozen
 
     def _load(self, state: dict[str, np.ndarray]) -> None:
-        value = self.ort.OrtValue.ortvalue_from_numpy
-        self.buffers = [{k: value(v) for k, v in state.items()},
-                        {k: value(np.empty_like(v)) for k, v in state.items()}]
-        self.loss = value(np.zeros((), np.float32))
+        on = self.memory
+        self.buffers = [{k: on.copy(v) for k, v in state.items()},
+                        {k: on.empty(v.shape, v.dtype) for k, v in state.items()}]
+        self.loss = on.empty((), np.float32)
         self.binding = self.session.io_binding()
 
     def step(self, batch: Mapping[str, np.ndarray], lr: float) -> float:
@@ -133,23 +134,27 @@ class OrtSplitStep(StepRuntime):
 
     def __init__(self, graph: Graph, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray],
                  split: SplitStep, *, threads: int | None = None, opset: int | None = None, profile: bool = False,
-                 session: Mapping[str, Any] | None = None, update_chunk: int = CHUNK) -> None:
-        import onnxruntime as ort
-
-        self.ort = ort
+                 session: Mapping[str, Any] | None = None, update_chunk: int = CHUNK, provider: str = "cpu") -> None:
+        ort = _onnxruntime(provider)
+        self.ort, self.memory = ort, DeviceValues(ort, provider)
+        if not self.memory.host_arrays:
+            # The pieces are views of host arrays (and sized for a CPU's cache): on a GPU the update's
+            # elementwise kernels take whole tensors.
+            update_chunk = 0
         carried = [name[len(NEW):] for name, _ in graph.outputs if name.startswith(NEW)]
         update, self.pieces = chunked_update(split.update, update_chunk) if update_chunk else (split.update, [])
         # Each session keeps its own arena. One arena shared through onnxruntime's environment peaked 168 MiB
         # lower (GPT-2, batch 8), but onnxruntime registers that arena once a process and ignores any later
         # one: it silently replaced the memory limit `run` puts on a foreign file (backends/onnx/runner.py).
         self.update, _, update_proto = _ort_session(ort, update, {}, threads=threads, opset=opset,
-                                                    optimize=False)
+                                                    optimize=False, provider=provider)
         self.update_outputs = [o.name for o in self.update.get_outputs()]
         problems = in_place_problems(update_proto, {o: self._target(o) for o in self.update_outputs})
         if problems:
             raise InPlaceError("; ".join(problems[:5]))
         self.session, self._frozen, self.proto = _ort_session(ort, split.gradient, frozen, threads=threads,
-                                                              opset=opset, profile=profile, session=session)
+                                                              opset=opset, profile=profile, session=session,
+                                                              provider=provider)
         self.theta = [n.attrs["name"] for n in split.gradient.inputs if n.attrs["name"] in carried]
         self.update_inputs = [i.name for i in self.update.get_inputs()]
         super().__init__(graph, {}, state)
@@ -160,15 +165,21 @@ class OrtSplitStep(StepRuntime):
         return whole[len(NEW):] + (f"@{piece}" if piece else "")
 
     def _load(self, state: dict[str, np.ndarray]) -> None:
+        on = self.memory
         value = self.ort.OrtValue.ortvalue_from_numpy
-        arrays = dict(state)
-        arrays.update({GRAD + k: np.empty_like(arrays[k]) for k in self.theta})
-        self.arrays = arrays  # the memory every OrtValue below is a view of
-        self.buffers = [{k: value(arrays[k]) for k in state}]  # one set, updated in place
-        self.grads = {GRAD + k: value(arrays[GRAD + k]) for k in self.theta}
-        self.loss = value(np.zeros((), np.float32))
-        self.lr = np.zeros((), np.float32)
-        views = {**self.buffers[0], **self.grads, LR: value(self.lr)}
+        if on.host_arrays:
+            arrays = dict(state)
+            arrays.update({GRAD + k: np.empty_like(arrays[k]) for k in self.theta})
+            self.arrays = arrays  # the memory every OrtValue below is a view of
+            self.buffers = [{k: value(arrays[k]) for k in state}]  # one set, updated in place
+            self.grads = {GRAD + k: value(arrays[GRAD + k]) for k in self.theta}
+        else:  # θ, the state and the gradients on the device, each copied there once
+            self.arrays = {}
+            self.buffers = [{k: on.copy(v) for k, v in state.items()}]
+            self.grads = {GRAD + k: on.empty(state[k].shape, state[k].dtype) for k in self.theta}
+        self.loss = on.empty((), np.float32)
+        self.lr = on.copy(np.zeros((), np.float32))  # rewritten in place each step (update_inplace)
+        views = {**self.buffers[0], **self.grads, LR: self.lr}
         for p in self.pieces:  # an output piece is bound to the input piece it overwrites
             name, whole = (self._target(p.name), self._target(p.whole)) if p.whole.startswith(NEW) else (p.name, p.whole)
             views.setdefault(name, value(arrays[whole].reshape(-1)[p.start:p.stop]))
@@ -188,12 +199,12 @@ class OrtSplitStep(StepRuntime):
         for k in self.batch_names:  # binding a name again replaces its value
             self.binding.bind_cpu_input(k, np.ascontiguousarray(batch[k]))
         self.session.run_with_iobinding(self.binding)
-        self.lr[...] = lr
+        self.lr.update_inplace(np.asarray(lr, np.float32))
         self.update.run_with_iobinding(self.update_binding)
         # The gradients are rewritten in full by the next step: their pages go back to the system until then, as
         # torch's zero_grad(set_to_none=True) drops them, so at the step's peak (the loss's backward, where no
-        # layer's gradient exists yet) they are not all resident (GPT-2: 148 MiB).
-        _release_pages([self.arrays[k] for k in self.grads])
+        # layer's gradient exists yet) they are not all resident (GPT-2: 148 MiB). Host memory only.
+        _release_pages([self.arrays[k] for k in self.grads if k in self.arrays])
         return float(self.loss.numpy())
 
     def values(self) -> dict[str, np.ndarray]:
@@ -230,9 +241,10 @@ class InPlaceError(Exception):
 
 def _ort_session(ort: Any, graph: Graph, frozen: Mapping[str, np.ndarray], *, threads: int | None = None,
                  opset: int | None = None, profile: bool = False, session: Mapping[str, Any] | None = None,
-                 optimize: bool = True) -> tuple[Any, dict[str, Any], Any]:
-    """An onnxruntime session of `graph`, the OrtValues of the frozen weights it reads, and its proto
-    without weights (a few hundred KB). `optimize=False` runs the ONNX nodes as lowered (the in-place update)."""
+                 optimize: bool = True, provider: str = "cpu") -> tuple[Any, dict[str, Any], Any]:
+    """An onnxruntime session of `graph` on `provider`, the OrtValues of the frozen weights it reads, and its
+    proto without weights (a few hundred KB). `optimize=False` runs the ONNX nodes as lowered (the in-place
+    update). The frozen weights are host OrtValues either way: a CUDA session copies them to the GPU once."""
     from pseudoformer.backends.onnx.compile import lower_model
 
     lowered = lower_model(graph, frozen, **({"opset": opset} if opset is not None else {}))
@@ -262,7 +274,7 @@ def _ort_session(ort: Any, graph: Graph, frozen: Mapping[str, np.ndarray], *, th
         options.add_initializer(name, value)
     for key, value in (session or {}).items():  # onnxruntime.SessionOptions attributes
         setattr(options, key, value)
-    return _session_without_weights(ort, lowered, options, values), values, lowered.skeleton
+    return _session_without_weights(ort, lowered, options, values, provider), values, lowered.skeleton
 
 
 # Weights up to this size stay inline: onnxruntime's graph optimizers read an initializer's own bytes (constant
@@ -270,7 +282,8 @@ def _ort_session(ort: Any, graph: Graph, frozen: Mapping[str, np.ndarray], *, th
 _INLINE_BYTES = 1 << 16
 
 
-def _session_without_weights(ort: Any, lowered: Any, options: Any, outside: Mapping[str, Any]) -> Any:
+def _session_without_weights(ort: Any, lowered: Any, options: Any, outside: Mapping[str, Any],
+                             provider: str = "cpu") -> Any:
     """An InferenceSession of `lowered` in which the initializers named in `outside` (given to `options` with
     add_initializer) hold no bytes: each is declared as external data of an empty file, so an optimizer that
     tried to read one would fail rather than see wrong values. (A model given as bytes cannot name external
@@ -282,6 +295,7 @@ def _session_without_weights(ort: Any, lowered: Any, options: Any, outside: Mapp
     from onnx import numpy_helper
 
     from pseudoformer.backends.onnx.lower import initializer_header
+    from pseudoformer.backends.onnx.providers import session_providers
 
     model = onnx.ModelProto()
     model.CopyFrom(lowered.skeleton)
@@ -300,8 +314,44 @@ def _session_without_weights(ort: Any, lowered: Any, options: Any, outside: Mapp
         onnx.save_model(model, str(Path(tmp) / "step.onnx"))
         # Constant folding would read the frozen weights' (absent) bytes, and what it folded from them (a
         # transposed or sliced weight) it would keep as a second copy; unfolded, each step recomputes it.
-        return ort.InferenceSession(str(Path(tmp) / "step.onnx"), options, providers=["CPUExecutionProvider"],
+        return ort.InferenceSession(str(Path(tmp) / "step.onnx"), options, providers=session_providers(provider),
                                     disabled_optimizers=["ConstantFolding"] if outside else None)
+
+
+class DeviceValues:
+    """OrtValues in the memory of one onnxruntime provider ("cpu" or "cuda"): a training step's parameters,
+    state, gradients, loss and step size are made here, so the one code path serves both."""
+
+    def __init__(self, ort: Any, provider: str) -> None:
+        from pseudoformer.backends.onnx.providers import device
+
+        self.ort, self.device = ort, device(provider)
+        # On the CPU the values are views of numpy arrays the runtime keeps (cut into pieces, their pages
+        # released); elsewhere OrtValues the device allocates. Tests turn this off to run the device's path on
+        # the CPU.
+        self.host_arrays = self.device == "cpu"
+
+    def copy(self, array: np.ndarray) -> Any:
+        """`array` as an OrtValue on the device: on the CPU a view of the array itself, on a GPU a copy."""
+        return self.ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array), self.device, 0)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An uninitialised OrtValue of `shape` on the device, for an output that is written before it is read."""
+        return self.ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.dtype(dtype), self.device, 0)
+
+
+def _onnxruntime(provider: str) -> Any:
+    """onnxruntime, checked to have `provider` (a missing CUDA provider is one line naming pseudoformer[gpu])."""
+    import onnxruntime as ort
+
+    from pseudoformer.backends.onnx.providers import require
+    from pseudoformer.base.errors import BackendError
+
+    try:
+        require(ort, provider)
+    except BackendError as e:
+        raise UsageError(str(e)) from None
+    return ort
 
 
 class TvmStep(StepRuntime):
@@ -342,6 +392,9 @@ def make_runtime(backend: str, graph: Graph, frozen: Mapping[str, np.ndarray], s
                  *, split: SplitStep | None = None, **options: Any) -> StepRuntime:
     """`split` (CompiledStep.split): onnxruntime runs the step as its two graphs, updating in place, unless
     the update graph fails the in-place check; the other backends run the one graph."""
+    provider = options.get("provider", "cpu")
+    if backend != "onnxruntime" and provider != "cpu":
+        raise UsageError(f"--provider {provider} is for the onnxruntime backend; {backend} runs on the CPU")
     if backend == "interpreter":
         return InterpreterStep(graph, frozen, state)
     if backend == "onnxruntime":
