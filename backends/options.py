@@ -37,7 +37,11 @@ MIN_OPSET = 17
 MAX_OPSET = 26
 # Where a command runs a model on a provider other than the CPU, and on which backends; the rest say why
 # not (problems). A compile's provider is where its model's .run runs by default.
-CUDA_RUNS = {"run": ("onnx",), "compile": ("onnx",)}
+CUDA_RUNS = {"run": ("onnx",), "compile": ("onnx",), "generate": ("onnx",), "train": ("onnx",)}
+# The commands that run a model as they are given: a provider the installed onnxruntime lacks is refused before
+# anything is compiled for it (backends/onnx/providers.require_installed). A compile's provider is where its
+# .run runs later, perhaps on another machine.
+RUNS_NOW = ("run", "generate", "train")
 # What an onnxruntime-genai folder's graph is (cli_genai.py): an ONNX decoder in float32 at -O2.
 GENAI = {"backend": "onnx", "dtype": "float32", "padding_mask": False, "functions": False, "tvm_params": None,
          "target": "llvm", "opt_level": 2, "opset": None, "provider": "cpu"}
@@ -167,6 +171,14 @@ class CompileOptions:
         problems = self.problems(command)
         if problems:
             raise UsageError("; ".join(problems))
+        if command in RUNS_NOW and self.provider != "cpu" and self.backend in CUDA_RUNS[command]:
+            from pseudoformer.backends.onnx.providers import require_installed
+            from pseudoformer.base.errors import BackendError
+
+            try:
+                require_installed(self.provider)
+            except BackendError as e:
+                raise UsageError(str(e)) from None
         return self
 
 

@@ -172,7 +172,7 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
                         ties=ties)
     if loss_name is not None and step.graph.outputs[0][0] != "loss":
         raise UsageError(f"the loss output {loss_name!r} was not found")
-    session: dict[str, Any] = {"threads": threads} if backend == "onnxruntime" else {}
+    session: dict[str, Any] = {"threads": threads, "provider": options.provider} if backend == "onnxruntime" else {}
     if not arena:
         session["session"] = {"enable_cpu_mem_arena": False}
     runtime = make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **session)
