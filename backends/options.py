@@ -133,6 +133,8 @@ class CompileOptions:
             elif b not in CUDA_RUNS[command]:
                 where = "tvm builds for --target cuda instead" if b == "tvm" else f"{b} runs on the CPU"
                 out.append(f"--provider {self.provider} is for the {_either(CUDA_RUNS[command])} backend; {where}")
+        if command == "generate" and self.dtype != "float32" and b in BACKENDS and b != "onnx":
+            out.append(f"--dtype {self.dtype} is for the onnx backend; {b} generates in float32")
         if self.opset is not None:  # said where every option is checked: `inspect` lowers nothing to refuse it later
             if isinstance(self.opset, bool) or not isinstance(self.opset, int) or \
                     not MIN_OPSET <= self.opset <= MAX_OPSET:

@@ -25,10 +25,24 @@ _MOVES_DATA = {"transpose", "unsqueeze", "squeeze", "reshape", "axis", "gather"}
 
 
 def fp32_nodes(graph: Graph) -> set[int]:
-    """ids of the float nodes that compute in fp32: the anchors, and followers only fp32 nodes read."""
+    """ids of the float nodes that compute in fp32: the anchors, followers only fp32 nodes read, and tables.
+
+    A table is a float value computed from constants and integers alone, read from no weight and no float
+    input: rotary embeddings' angles, position × b^(−2i/d). In fp16 their base (Llama's b = 10⁵, past fp16's
+    65504) is ∞, and an angle at position 1000 is off by half a radian; they are [positions, d/2], cheap in
+    fp32, and cast where the rotation reads them, as transformers computes its cos and sin."""
     nodes = graph.nodes()
     c = graph.consumers()
     keep: set[int] = set()
+    reads_data: set[int] = set()
+    for n in nodes:  # topological: every operand before its user
+        if n.op in (Op.PARAM, Op.INPUT):
+            if isinstance(n.type, TensorType) and n.dtype.is_float:
+                reads_data.add(id(n))
+        elif any(id(s) in reads_data for s in n.src):
+            reads_data.add(id(n))
+        elif n.op is not Op.CONST and isinstance(n.type, TensorType) and n.dtype.is_float:
+            keep.add(id(n))
     # Reverse topological order visits every user before the value it uses.
     for n in reversed(nodes):
         if isinstance(n.type, TensorType) and not n.dtype.is_float:
@@ -42,7 +56,8 @@ def fp32_nodes(graph: Graph) -> set[int]:
 
 
 class _Half:
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, float_inputs: bool = False) -> None:
+        self.float_inputs = float_inputs
         self.wide = fp32_nodes(graph)
         self.memo: dict[int, Node] = {}
         self.casts: dict[tuple[int, DType], Node] = {}
@@ -75,7 +90,10 @@ class _Half:
     def node(self, n: Node) -> Node:
         op, attrs = n.op, dict(n.attrs)
         if op is Op.INPUT:
-            return n
+            t = n.type
+            if not (self.float_inputs and isinstance(t, TensorType) and t.dtype is F32):
+                return n
+            return Node(Op.INPUT, (), {**attrs, "type": TensorType(F16, t.shape)}, span=n.span, scope=n.scope)
         if op is Op.PARAM:
             t = n.type
             return n if not t.dtype.is_float else \
@@ -118,14 +136,17 @@ class _Half:
         return Node(op, src, attrs, span=n.span, scope=n.scope)
 
 
-def to_float16(graph: Graph) -> tuple[Graph, bool]:
-    """The graph computing in float16 as the module docstring says; float outputs are float16."""
-    h = _Half(graph)
+def to_float16(graph: Graph, *, float_inputs: bool = False) -> tuple[Graph, bool]:
+    """The graph computing in float16 as the module docstring says; float outputs are float16.
+
+    float_inputs: the fp32 inputs become fp16 too, for a graph whose float inputs are its own outputs fed
+    back (a decode step's past keys and values: the cache stays fp16 from one step to the next)."""
+    h = _Half(graph, float_inputs)
     for n in graph.nodes():
         h.memo[id(n)] = h.node(n)
     outputs = []
     for name, n in graph.outputs:
         out = h.value(n, F16 if isinstance(n.type, TensorType) and n.dtype.is_float else None)
         outputs.append((name, out))
-    new = Graph(list(graph.inputs), outputs, dict(graph.meta))
+    new = Graph([h.memo.get(id(i), i) for i in graph.inputs], outputs, dict(graph.meta))
     return new, any(a is not b for (_, a), (_, b) in zip(graph.outputs, outputs, strict=True))

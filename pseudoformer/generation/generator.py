@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pseudoformer.base.errors import UsageError
+from pseudoformer.generation.precision import half_decoder, half_weights
 from pseudoformer.generation.runtimes import Cache, NumpyRuntime, OnnxRuntime, Runtime
 from pseudoformer.generation.sampling import Sampling, log_probabilities, sample
 from pseudoformer.inputs import check_input, size_limit, token_bounds
@@ -111,6 +112,9 @@ class Generator:
             else:
                 dec = IncrementalDecoder(prefill=dec.prefill, step=dec.step, encoder=encoder, slots=dec.slots,
                                          positions=seq)
+            if options.dtype == "float16":  # the cached decoder in fp16, its cache too (uncached: the backend's pass)
+                dec = half_decoder(dec)
+                half_weights((dec.prefill, dec.step, dec.encoder), self.weights)
             self.decoder: IncrementalDecoder | None = dec
             self.runtime: Runtime = _runtime(backend, dec, self.output, model, self.weights, threads, provider,
                                              contrib_ops, self._release if not keep_weights else None,
