@@ -42,9 +42,9 @@ CUDA_RUNS = {"run": ("onnx",), "compile": ("onnx",), "generate": ("onnx",), "tra
 # anything is compiled for it (backends/onnx/providers.require_installed). A compile's provider is where its
 # .run runs later, perhaps on another machine.
 RUNS_NOW = ("run", "generate", "train")
-# What an onnxruntime-genai folder's graph is (cli_genai.py): an ONNX decoder in float32 at -O2.
-GENAI = {"backend": "onnx", "dtype": "float32", "padding_mask": False, "functions": False, "tvm_params": None,
-         "target": "llvm", "opt_level": 2, "opset": None, "provider": "cpu"}
+# What an onnxruntime-genai folder's graph is (cli_genai.py): an ONNX decoder in float32 or float16 at -O2.
+GENAI = {"backend": "onnx", "padding_mask": False, "functions": False, "tvm_params": None,
+         "target": "llvm", "opt_level": 2, "opset": None}
 
 
 def _flag(default: Any, name: str) -> Any:
@@ -147,9 +147,9 @@ class CompileOptions:
         if command == "genai":
             given = [_spelled(name, getattr(self, name)) for name, want in GENAI.items() if getattr(self, name) != want]
             if given:
-                out.append(f"{', '.join(given)}: an onnxruntime-genai folder is an ONNX decoder in float32 at -O2, "
-                           "with genai's attention_mask and position_ids (--genai-folder takes --quantize and "
-                           "--contrib-ops)")
+                out.append(f"{', '.join(given)}: an onnxruntime-genai folder is an ONNX decoder in float32 or "
+                           "float16 at -O2, with genai's attention_mask and position_ids (--genai-folder takes "
+                           "--dtype, --provider, --quantize and --contrib-ops)")
             return out
         if self.target != "llvm" and b != "tvm":
             out.append(f"--target {self.target} is for the tvm backend; ONNX files run wherever onnxruntime does")

@@ -241,6 +241,9 @@ def _compile(args: argparse.Namespace) -> int:
         from pseudoformer.cli_genai import compile_folder
 
         return compile_folder(args, options, _say)
+    if options.provider != "cpu":
+        raise UsageError(f"--provider {options.provider} is for --genai-folder (a genai config names its provider); "
+                         "a compiled .onnx file runs on either: run it with --provider")
     out = Path(args.output)
     check_output(out)  # before compiling: a path that cannot be written should not cost a compile
     model = load(args.file, entry=args.entry, config=args.config, defines=args.defines, weights=args.weights,

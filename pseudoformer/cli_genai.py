@@ -1,7 +1,8 @@
 """`pseudoformer compile FILE --weights DIR --genai-folder OUT`: an onnxruntime-genai model folder (deploy_genai.py).
 
 The options of a compile that the folder's graph cannot honour are refused by name, by CompileOptions.problems
-("genai"): genai runs an ONNX decoder in float32 here, with the attention mask and positions of its own interface.
+("genai"): genai runs an ONNX decoder in float32 or float16 here, with the attention mask and positions of its own
+interface, on the CPU or (--provider cuda, onnxruntime-genai-cuda) on CUDA.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def compile_folder(args: argparse.Namespace, options: CompileOptions, say: Calla
     folder = export(model, Path(args.genai_folder), options, weights=args.weights,
                     log=_log_of_probabilities(args, model.entry))
     decoder = folder.config["model"]["decoder"]
-    kind = "float32" if quantize is None else f"float32, weights {quantize.describe()}"
+    kind = options.dtype if quantize is None else f"{options.dtype}, weights {quantize.describe()}"
+    kind += ", for onnxruntime-genai-cuda" if options.provider == "cuda" else ""
     tokenizer = ("" if "tokenizer.json" in folder.files else
                  "; no tokenizer.json in the checkpoint: genai's Tokenizer will not load, give it token ids")
     say(escape(f"wrote {folder.path}: {model.entry} for onnxruntime-genai, {kind}, "

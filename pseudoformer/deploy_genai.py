@@ -8,7 +8,9 @@ onnxruntime-genai (C, C#, Java and Python APIs; mobile builds) loads a decoder f
 
 The graph is the decode step the compiler derives for generation (passes/kv_cache.py) with genai's
 interface; it is compiled as `pseudoformer generate` compiles its step (the model's passes, quantization
-included, then the onnx backend's), so that genai's tokens are those of `pseudoformer generate`.
+included, float16 as generation/precision.py makes it, then the onnx backend's), so that genai's tokens
+are those of `pseudoformer generate` with the same options. Provider "cuda" names genai's CUDA provider
+in the config (onnxruntime-genai-cuda), with TF32 off as our own CUDA sessions have it.
 Every file is written as one set (atomic_write.atomic_set), genai_config.json last but for model.onnx.
 """
 
@@ -35,6 +37,11 @@ CONFIG_FILE = "genai_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
                    "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja",
                    "chat_template.json")
+# genai_config.json's provider_options per provider: the CUDA options genai's builder writes (CUDA graphs off:
+# genai captures one only where every buffer is fixed, which a cache grown by concatenation is not) and TF32
+# off, so that an fp32 folder computes what `generate --provider cuda` does.
+GENAI_PROVIDERS: dict[str, list[dict[str, dict[str, str]]]] = {
+    "cpu": [], "cuda": [{"cuda": {"enable_cuda_graph": "0", "use_tf32": "0"}}]}
 
 
 @dataclass
@@ -53,12 +60,14 @@ def export(model: Model, out: str | Path, options: CompileOptions | None = None,
     """Write `model` (a decoder) as an onnxruntime-genai folder `out`; `weights`, a HuggingFace checkpoint
     directory, gives the tokenizer files and the special tokens. `log`: the model returns probabilities,
     and the folder's logits are their log (genai takes a softmax of them). `options` (or keywords naming
-    its fields): quantize and contrib_ops; the rest must be what a folder is (CompileOptions.problems)."""
+    its fields): quantize, contrib_ops, dtype ("float16": the step and its cache in fp16) and provider (the
+    one genai's config names); the rest must be what a folder is (CompileOptions.problems)."""
     from pseudoformer.backends.onnx import BackendError
     from pseudoformer.backends.onnx.compile import lower_model
     from pseudoformer.backends.onnx.save import save_model
     from pseudoformer.backends.pipeline import model_passes, run
     from pseudoformer.compile_options import from_keywords
+    from pseudoformer.generation.precision import half, half_weights
     from pseudoformer.inputs import size_limit
     from pseudoformer.model import model_metadata
     from pseudoformer.optimize import debugging
@@ -86,25 +95,37 @@ def export(model: Model, out: str | Path, options: CompileOptions | None = None,
         metadata["quantization"] = quantize.describe()
     context = size_limit(model.graph, seq)[0]
     step = lowered = None
+    # The step is put in its dtype here, float inputs included (genai binds an fp16 cache), so the backend's own
+    # float16 pass, which keeps inputs fp32, is not run again on it.
+    lowering = replace(options.for_derived(), dtype="float32")
+
+    def precision(graph: Any) -> Any:
+        if options.dtype != "float16":
+            return graph
+        graph = half(graph)
+        half_weights((graph,), params)
+        return graph
+
     if contrib_ops:  # GroupQueryAttention driven by attention_mask, as genai's builder writes it, where it takes all
-        step = genai_step(dec, tokens[0], output, log=log, lengths=context)
+        step = precision(genai_step(dec, tokens[0], output, log=log, lengths=context))
         metadata["token_bounds"] = json.dumps({INPUT_IDS: dict(step.outputs)[LOGITS].shape[-1]})
         try:
-            lowered = lower_model(step, params, options.for_derived(), metadata=metadata, fold_weights=True)
+            lowered = lower_model(step, params, lowering, metadata=metadata, fold_weights=True)
         except KvLengthsError as e:
             say_lengths_fallback(str(e))
             step = None
         except BackendError as e:
             raise UsageError(str(e)) from None
     if step is None:
-        step = genai_step(dec, tokens[0], output, log=log)
+        step = precision(genai_step(dec, tokens[0], output, log=log))
         metadata["token_bounds"] = json.dumps({INPUT_IDS: dict(step.outputs)[LOGITS].shape[-1]})
         try:
-            lowered = lower_model(step, params, options.for_derived(), metadata=metadata, fold_weights=True)
+            lowered = lower_model(step, params, lowering, metadata=metadata, fold_weights=True)
         except BackendError as e:
             raise UsageError(str(e)) from None
     hf = _read_json(checkpoint, "config.json") if checkpoint else {}
-    config = genai_config(step, dec, model, hf, _read_json(checkpoint, "generation_config.json") if checkpoint else {})
+    config = genai_config(step, dec, model, hf, _read_json(checkpoint, "generation_config.json") if checkpoint else {},
+                          provider=options.provider)
     extra: dict[str, bytes | FileCopy] = {}
     for name in TOKENIZER_FILES if checkpoint is not None else ():
         if (copy := read_inside(checkpoint, name, "tokenizer file", "tokenizer")) is not None:
@@ -117,7 +138,8 @@ def export(model: Model, out: str | Path, options: CompileOptions | None = None,
     return GenaiFolder(out, [MODEL_FILE, MODEL_FILE + ".data", *extra], config, quantize)
 
 
-def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], generation: Mapping[str, Any]) -> dict:
+def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], generation: Mapping[str, Any], *,
+                 provider: str = "cpu") -> dict:
     """genai_config.json for the step graph: names and sizes from the graph, tokens and search defaults
     from the checkpoint's config.json and generation_config.json (as genai's own builder takes them)."""
     from pseudoformer.inputs import size_limit
@@ -169,7 +191,8 @@ def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], gener
             "bos_token_id": token("bos_token_id", first_eos),
             "context_length": context,
             "decoder": {
-                "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
+                "session_options": {"log_id": "onnxruntime-genai", "provider_options": [
+                    {name: dict(options) for name, options in entry.items()} for entry in GENAI_PROVIDERS[provider]]},
                 "filename": MODEL_FILE,
                 "head_size": head_size,
                 "hidden_size": int(hidden),
