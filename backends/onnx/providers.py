@@ -60,10 +60,10 @@ def require_installed(provider: str) -> None:
     require(onnxruntime, provider)
 
 
-def session_providers(provider: str) -> list[Any]:
-    """InferenceSession's `providers` argument for `provider`: its name alone, with CUDA's options."""
+def session_providers(provider: str, cuda: dict[str, str] | None = None) -> list[Any]:
+    """InferenceSession's `providers` argument for `provider`: its name alone, with CUDA's options (and `cuda`'s)."""
     name = PROVIDERS[check_name(provider)]
-    return [(name, dict(CUDA_OPTIONS))] if provider == "cuda" else [name]
+    return [(name, {**CUDA_OPTIONS, **(cuda or {})})] if provider == "cuda" else [name]
 
 
 def device(provider: str) -> str:

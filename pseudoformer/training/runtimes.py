@@ -314,7 +314,10 @@ def _session_without_weights(ort: Any, lowered: Any, options: Any, outside: Mapp
         onnx.save_model(model, str(Path(tmp) / "step.onnx"))
         # Constant folding would read the frozen weights' (absent) bytes, and what it folded from them (a
         # transposed or sliced weight) it would keep as a second copy; unfolded, each step recomputes it.
-        return ort.InferenceSession(str(Path(tmp) / "step.onnx"), options, providers=session_providers(provider),
+        return ort.InferenceSession(str(Path(tmp) / "step.onnx"), options,
+                                    # a step's tensors are the same sizes every step: the CUDA arena grows by what
+                                    # is asked, not to the next power of two (up to twice the peak held)
+                                    providers=session_providers(provider, {"arena_extend_strategy": "kSameAsRequested"}),
                                     disabled_optimizers=["ConstantFolding"] if outside else None)
 
 
