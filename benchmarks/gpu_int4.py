@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The int4 kernels on TVM's `cuda` target: a script ready for a machine with an NVIDIA GPU (and a TVM
-built with CUDA: the apache-tvm wheel this project installs has CUDA code generation but not the CUDA
-runtime, so it compiles these kernels anywhere and runs them nowhere).
+"""The int4 kernels on TVM's `cuda` target: a script ready for a machine with an NVIDIA GPU and a TVM whose
+CUDA runtime loads (the apache-tvm 0.27.0.post1 wheel ships it as lib/libtvm_runtime_cuda.so, loaded at import
+where the NVIDIA driver's libcuda.so.1 and CUDA 13's libcudart.so.13 are found, silently skipped elsewhere:
+docs/gpu.md, "TVM on the GPU"). Without it, it compiles these kernels anywhere and runs them nowhere.
 
 What runs on the GPU is what a model compiled with `--backend tvm --target cuda --quantize int4` runs:
 nbits.matmul_dequantized, a dequantize stage that dlight's GPU matmul rule inlines into the loads of
@@ -42,7 +43,8 @@ def no_gpu_reason() -> str | None:
     import tvm
 
     if not tvm.runtime.enabled("cuda"):
-        return "this TVM has no CUDA runtime (the apache-tvm wheel: CUDA code generation only)"
+        return ("this TVM's CUDA runtime did not load (its libtvm_runtime_cuda.so needs the NVIDIA driver's "
+                "libcuda.so.1 and CUDA 13's libcudart.so.13: docs/gpu.md)")
     if not tvm.cuda().exist:
         return "no NVIDIA GPU on this machine"
     return None
