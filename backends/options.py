@@ -173,7 +173,14 @@ class CompileOptions:
         problems = self.problems(command)
         if problems:
             raise UsageError("; ".join(problems))
-        if command in RUNS_NOW and self.provider != "cpu" and self.backend in CUDA_RUNS[command]:
+        return self
+
+    def runnable(self, command: str) -> CompileOptions:
+        """These options, if this machine can run them now: a provider the installed onnxruntime lacks is
+        refused in one line naming pseudoformer[gpu], before anything is compiled for it. Asked by the commands
+        that run a model as they are given (RUNS_NOW), not when options are read: a compile's provider is where
+        its .run runs later, perhaps elsewhere."""
+        if command in RUNS_NOW and self.provider != "cpu" and self.backend in CUDA_RUNS.get(command, ()):
             from pseudoformer.backends.onnx.providers import require_installed
             from pseudoformer.base.errors import BackendError
 

@@ -292,7 +292,7 @@ def _run(args: argparse.Namespace) -> int:
         _refuse_source_options(args)
     args.seed = 0 if args.seed is None else args.seed
     check_seed(args.seed)
-    options = from_arguments(args)
+    options = from_arguments(args).runnable("run")
     backend = options.backend
     inputs = _read_inputs(args.inputs)
     if args.max_memory is not None and not (is_onnx and args.max_memory >= 1):

@@ -50,7 +50,7 @@ def prepare(path: str | Path, options: CompileOptions | None = None, *, inferenc
     from pseudoformer.frontend.modules import load_program
     from pseudoformer.model import load, resolve_source
 
-    options = from_keywords(options, keywords, "generate", opt_level=2)
+    options = from_keywords(options, keywords, "generate", opt_level=2).runnable("generate")
     plan = plan_inference(load_program(resolve_source(path), include=include), inference)
     # ONNX: each checkpoint tensor is read (and quantized) as the generator's file is written, so that
     # onnxruntime's copy of the weights is the only one the process ever holds whole; TVM quantizing: as

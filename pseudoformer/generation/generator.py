@@ -68,7 +68,7 @@ class Generator:
         from pseudoformer.deploy import streams_weights
         from pseudoformer.optimize import debugging
 
-        self.options = options = from_keywords(options, keywords, "generate", opt_level=2)
+        self.options = options = from_keywords(options, keywords, "generate", opt_level=2).runnable("generate")
         backend, opt_level, threads, provider = options.backend, options.opt_level, options.threads, options.provider
         contrib_ops = options.contrib_ops
         if cache and opt_level < 2:

@@ -129,7 +129,7 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
     ("onnx", the default; "tvm"; "numpy", the reference interpreter), opt_level (2), threads, provider."""
     from pseudoformer.compile_options import from_keywords
 
-    options = from_keywords(options, keywords, "train", opt_level=2)
+    options = from_keywords(options, keywords, "train", opt_level=2).runnable("train")
     backend, level, threads = _STEP_RUNTIMES[options.backend], options.opt_level, options.threads
     if not arena and backend != "onnxruntime":
         raise UsageError(f"--no-arena is about onnxruntime's memory arena: it does not apply to the "
