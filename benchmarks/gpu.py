@@ -6,7 +6,7 @@
               device) against torch eager and torch.compile(mode="reduce-overhead") (CUDA graphs)
     decode    SmolLM2-135M and Qwen2.5-0.5B shapes, fp16 and int4, batch 1 and 8, prompt 128: ours
               (`generate --provider cuda`) against onnxruntime-genai-cuda on its own builder's folder
-              (benchmarks/gpu_decode.py), per token and prefill
+              (benchmarks/common/gpu_decode.py), per token and prefill
     train     a step of GPT-2 small, batch 8, seq 512, AdamW (tests/training/gpt2_loss.alg): ours (the step's
               parameters, gradients and state on the GPU) against torch eager and torch.compile, with peak
               GPU memory (torch: max_memory_allocated; ours: the device memory onnxruntime's arena holds)
@@ -29,7 +29,6 @@ past --budget-s is not run, and its rows say so: the whole run ends within 8 min
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import tempfile
@@ -38,10 +37,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
+from common.harness import machine_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 GPT2_SMALL = dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257)
 GPT2_SMOKE = dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=101)
@@ -72,13 +71,12 @@ class Clock:
 
 
 def card(device: str) -> str:
+    """The card the figures were taken on; with --smoke, the CPU (the harness's machine summary)."""
     if device == "cuda":
         import torch
 
-        return torch.cuda.get_device_name()
-    names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-             if line.startswith("model name")] if Path("/proc/cpuinfo").is_file() else []
-    return f"CPU: {names[0] if names else platform.processor()} (smoke: tiny sizes, figures mean nothing)"
+        return f"{torch.cuda.get_device_name()}; host {machine_summary()}"
+    return f"CPU: {machine_summary()} (smoke: tiny sizes, figures mean nothing)"
 
 
 def torch_exact() -> None:
@@ -209,7 +207,7 @@ def train_rows(args: argparse.Namespace, clock: Clock, checkpoint: Path, hf) -> 
 
 
 def decode_table_rows(args: argparse.Namespace, out_of_time: Callable[[], bool]) -> list[dict]:
-    from gpu_decode import decode_rows
+    from common.gpu_decode import decode_rows
 
     prompt, new = (8, 4) if args.smoke else (128, 32)
     rows = []

@@ -11,7 +11,7 @@ against onnxruntime-genai on its own builder's folder of the same checkpoint, li
                    --block-size 32 --accuracy-level 4             fp16 activations)
 
 Each is timed as `generate` times itself (generation/generator.py's Generation: the prefill, the prompt and its
-first token, and every later step) and as genai_timing.time_model times genai: the median over rounds of the
+first token, and every later step) and as common/genai_generate.time_model times genai: the median over rounds of the
 prefill and of each round's median step. A genai that is not importable here, or a builder that fails, leaves
 its cells empty with the reason; ours never falls back.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SHAPES = {
     "SmolLM2-135M": ("llama", dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -105,8 +105,7 @@ def genai_folder(weights: Path, precision: str, ep: str, out: Path) -> tuple[Pat
 def genai(folder: Path, prompts: np.ndarray, new: int, rounds: int) -> tuple[float, float]:
     import onnxruntime_genai as og
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from genai_timing import time_model
+    from common.genai_generate import time_model
 
     model = og.Model(str(folder))
     timed = time_model(og, model, prompts, new, rounds)
