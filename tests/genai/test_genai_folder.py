@@ -250,7 +250,7 @@ def test_the_folder_graph_on_our_onnxruntime(checkpoints: dict, tmp_path_factory
 
 @pytest.mark.parametrize(("args", "message"), [
     (["models/llama.alg", "--backend", "tvm"], "--backend tvm: an onnxruntime-genai folder is an ONNX decoder"),
-    (["models/llama.alg", "--dtype", "bfloat16"], "--dtype bfloat16: an onnxruntime-genai folder"),
+    (["models/llama.alg", "--functions"], "--functions: an onnxruntime-genai folder"),
     (["models/llama.alg", "--padding-mask"], "--padding-mask: an onnxruntime-genai folder"),
     (["models/bert.alg", "-D", "L=1"], "no key/value cache can reproduce this"),
 ])
