@@ -270,12 +270,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.smoke:
         import torch
 
-        from pseudoformer.run_settings import check_provider
+        from pseudoformer.backends.onnx.providers import require_installed
+        from pseudoformer.base.errors import BackendError
 
         if not torch.cuda.is_available():
             print("no CUDA device here: run on the GPU machine, or --smoke", file=sys.stderr)
             return 1
-        check_provider("cuda", "onnx", "onnx")  # one line naming pseudoformer[gpu] where onnxruntime lacks it
+        try:
+            require_installed("cuda")  # one line naming pseudoformer[gpu] where onnxruntime lacks CUDA
+        except BackendError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         torch_exact()
     clock = Clock(args.device)
     device_name = card(args.device)
