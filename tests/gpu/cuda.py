@@ -11,6 +11,9 @@ HAS_CUDA = "CUDAExecutionProvider" in onnxruntime.get_available_providers()
 NO_CUDA = "no CUDAExecutionProvider in this onnxruntime (install pseudoformer[gpu] on a machine with an NVIDIA GPU)"
 
 
+CUDA_MARKS = [pytest.mark.cuda, pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)]  # for pytest.param(marks=…)
+
+
 def cuda(test):  # type: ignore[no-untyped-def]
     """Marked `cuda`, and skipped with NO_CUDA where there is none."""
     return pytest.mark.cuda(pytest.mark.skipif(not HAS_CUDA, reason=NO_CUDA)(test))

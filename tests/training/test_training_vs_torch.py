@@ -18,6 +18,7 @@ from pseudoformer.passes.manager import named_pipeline, pipeline, run_passes
 from pseudoformer.passes.training_step import Optimizer
 from pseudoformer.training.compile import compile_step
 from pseudoformer.training.runtimes import OrtSplitStep, make_runtime
+from tests.gpu.cuda import CUDA_MARKS
 from tests.training import torch_cases
 from tests.training.torch_cases import Case, compare
 
@@ -68,14 +69,16 @@ def _trainable(case: Case, opt: Optimizer) -> list[str]:
     return [k for k in case.model.weights if not (opt.kind == "adamw" and ".b_k" in k)]
 
 
+@pytest.mark.parametrize("provider", ["cpu", pytest.param("cuda", marks=CUDA_MARKS)])
 @pytest.mark.parametrize("opt", [Optimizer("sgd"), Optimizer("adamw", clip=1.0)], ids=["sgd", "adamw"])
-def test_twenty_steps_follow_torch(tmp_path: Path, opt: Optimizer) -> None:
+def test_twenty_steps_follow_torch(tmp_path: Path, opt: Optimizer, provider: str) -> None:
+    """provider "cuda" (`pytest -m cuda`): the step, its parameters and state on the GPU, TF32 off."""
     for make in CASES.values():
         case = make(tmp_path / make.__name__)
         lr = 0.01 if opt.kind == "sgd" else 1e-3
         train = _trainable(case, opt)
         step = compile_step(case.model.graph, case.model.weights, train=train, optimizer=opt)
-        rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split)
+        rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split, provider=provider)
         assert isinstance(rt, OrtSplitStep)  # the gradient graph, then θ and the state updated in place
         torch_opt = _torch_optimizer(case, opt, lr)
         for i in range(20):
