@@ -72,8 +72,8 @@ def _writable_folder(folder: Path, flag: str, *, made_with_parents: bool) -> boo
     try:
         if folder.exists():
             if not folder.is_dir():
-                raise OutputError(f"cannot write {flag} {folder}: it is not a folder; give a folder to write the "
-                                  "files into")
+                kind = "a file" if folder.is_file() else "not a folder"
+                raise OutputError(f"cannot write {flag} {folder}: it is {kind}; give a folder to write the files into")
             if not os.access(folder, os.W_OK | os.X_OK):
                 raise OutputError(f"cannot write {flag} {folder}: the folder is not writable")
             return True
