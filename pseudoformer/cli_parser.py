@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="list the passes and their levels; with compile options (--contrib-ops, --quantize, "
                    "--dtype, ...), the pipeline such a compile runs, at -O2 unless -O says")
     i.add_argument("--refusals", action="store_true",
-                   help="instead of the graph, say which fusions were refused at -O2 (or -O LEVEL) and why")
+                   help="instead of the graph, say which fusions were refused at -O2 (or -O LEVEL) and why, "
+                   "and how often each rule fired")
     i.add_argument("--format", choices=["text", "dot", "json", "html", "svg"], default="text",
                    help="html: an interactive viewer (one offline file) that steps through the passes; svg: a picture")
     i.add_argument("--locations", action="store_true", help="show each node's source line and scope")

@@ -129,5 +129,5 @@ def _copy(n: Node, memo: dict[int, Node], deps: dict[int, frozenset[str]]) -> No
             stack.pop()
             if id(top) not in memo:
                 src = tuple(memo[id(s)] if deps[id(s)] else s for s in top.src)
-                memo[id(top)] = Node(top.op, src, dict(top.attrs), span=top.span, scope=top.scope)
+                memo[id(top)] = Node.at(top, top.op, src, dict(top.attrs))
     return memo[id(n)]
