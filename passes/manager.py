@@ -21,7 +21,15 @@ __all__ = ["LEVELS", "PIPELINES", "Pass", "PassContext", "named_pipeline", "pass
 
 
 def _registry() -> dict[str, Pass]:
-    from pseudoformer.passes import backend_prep, contrib_ops, fusions, generation_passes, quantize
+    from pseudoformer.passes import (
+        backend_prep,
+        contrib_ops,
+        fusions,
+        generation_passes,
+        quantize,
+        split_step,
+        update_chunks,
+    )
     from pseudoformer.passes.cse import cse
     from pseudoformer.passes.head_batching import batch_heads
     from pseudoformer.passes.layout import to_row_major
@@ -41,6 +49,8 @@ def _registry() -> dict[str, Pass]:
         *contrib_ops.PASSES,
         *quantize.PASSES,
         *generation_passes.PASSES,
+        *split_step.PASSES,
+        *update_chunks.PASSES,
     ]
     return {p.name: p for p in passes}
 
@@ -67,6 +77,11 @@ PIPELINES: dict[str, list[str]] = {
     "training": ["one_hot_pick", "log_softmax", "pick_before_slice", "gather_of_transpose", "cse"],
     # on the training step graph (passes/training_step.py), after the autodiff wrote its backward part
     "training-step": [*LEVELS[1], "batched_weight_gradient", "scatter_fold", "cse"],
+    # onnxruntime's split step, from the training step marked with its gradients: its two halves, and the
+    # update cut into cache-sized pieces (at the runtime's `update_chunk`)
+    "training-gradient": ["step_gradient"],
+    "training-update": ["step_update"],
+    "training-update-pieces": ["update_pieces"],
     # weight quantization (--quantize), on the -O2 graph before generation derives its decoder from it
     "quantize": ["quantize"],
     # the incremental decoder of a -O2 graph: prefill, decode step, and the encoder's share

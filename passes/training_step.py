@@ -11,7 +11,7 @@ step's inputs.
         θ ← θ − η / (1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)
     computed as θ − s · m / (√v + ε √(1 − β₂ᵗ)) with the scalar s = η √(1 − β₂ᵗ) / (1 − β₁ᵗ): the bias
     corrections fold into scalars, one pass over the tensors fewer than dividing √v by √(1 − β₂ᵗ) (the
-    update is a chain of elementwise passes over every trainable element: training/update_chunks.py);
+    update is a chain of elementwise passes over every trainable element: passes/update_chunks.py);
     m's moving average is written as torch's `lerp_` computes it.
 
 AdamW is a built-in rather than a line of the notation: the notation has no way to declare state
@@ -118,7 +118,7 @@ def step_graph(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None
                gradient_outputs: bool = False) -> Graph:
     """The training step of a loss graph (see the module's docstring for its inputs and outputs).
     `gradient_outputs` adds each gradient the update reads (clipped, if clipping is on) as the output
-    `grad.<name>`, after the others: the marks by which training/split_step.py cuts the step in two."""
+    `grad.<name>`, after the others: the marks by which passes/split_step.py cuts the step in two."""
     opt = optimizer or Optimizer()
     names = list(trainable_params(graph, train))
     if not names:
