@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("-o", "--output", help="the file to write, e.g. model.onnx (or model.so for tvm)")
     out.add_argument("--genai-folder", metavar="DIR",
                      help="write an onnxruntime-genai model folder instead: model.onnx (+ .data), genai_config.json "
-                     "and the checkpoint's tokenizer files (a decoder; see docs/deployment.md)")
+                     "and the checkpoint's tokenizer files (a decoder; see docs/generation.md, onnxruntime-genai)")
 
     r = sub.add_parser("run", help="run a model on inputs saved as .npy files")
     r.add_argument("file", metavar="FILE", help="a .alg file (or a compiled model.onnx or TVM model.so)")
