@@ -16,6 +16,7 @@ prints the pipeline for given options; `run` runs it once, with one PassContext.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -60,8 +61,9 @@ def compile_pipeline(options: CompileOptions, backend: str | None, opset: int = 
 def run(graph: Graph, names: list[str], *, weights: Mapping[str, np.ndarray] | None = None,
         options: CompileOptions | None = None, accepts: Callable[[Node], bool] | None = None,
         check: bool = False, after: Callable[[Pass, Graph, bool], None] | None = None,
-        refusals: list | None = None) -> tuple[Graph, dict[str, np.ndarray]]:
-    """`graph` after the passes `names`, and the weights as they then are (quantized, in float16, folded)."""
+        refusals: list | None = None, fired: Counter[str] | None = None) -> tuple[Graph, dict[str, np.ndarray]]:
+    """`graph` after the passes `names`, and the weights as they then are (quantized, in float16, folded);
+    `refusals` collects the fusions' refusals, `fired` counts how often each rule rewrote."""
     registry = passes()
     quantize = options.quantize if options is not None else None
     if quantize is None and "quantize" not in names and _block_coded(graph, weights):
@@ -74,6 +76,8 @@ def run(graph: Graph, names: list[str], *, weights: Mapping[str, np.ndarray] | N
     graph = run_passes(graph, [registry[n] for n in names], check=check, after=after, ctx=ctx)
     if refusals is not None:
         refusals.extend(ctx.refusals)
+    if fired is not None:
+        fired.update(ctx.fired)
     assert ctx.weights is not None
     return graph, ctx.weights
 

@@ -14,7 +14,7 @@ and attention's) against onnxruntime's MatMul ceiling measured here, and the pea
 process that builds only that variant and runs a few steps. --plain adds our step compiled without the
 rewrite rules of the training step (passes/rules/batched_weight_gradient.py: each weight's gradient over the
 batch left as B products summed): a before/after in one run. Ours runs the step as a gradient graph and an
-update graph writing θ, m, v in place (pseudoformer/training/split_step.py); --one-graph adds the same step
+update graph writing θ, m, v in place (passes/split_step.py); --one-graph adds the same step
 as one graph, double-buffered (θ, m, v read from one set and written to another): a before/after in one run.
 --quick shrinks everything, for the smoke test.
 

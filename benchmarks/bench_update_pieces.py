@@ -1,4 +1,4 @@
-"""The split training step's update graph alone (pseudoformer/training/update_chunks.py), over whole tensors
+"""The split training step's update graph alone (pseudoformer/passes/update_chunks.py), over whole tensors
 and in pieces of several sizes: every variant a session of its own over the same θ, g, m, v buffers (numpy
 arrays its OrtValues are views of), run in place, interleaved, with the same threads.
 
@@ -31,12 +31,12 @@ def update_session(split, arrays: dict[str, np.ndarray], lr: np.ndarray, chunk: 
     """A run of the update graph cut into `chunk`-element pieces (0: whole), bound in place to `arrays`."""
     import onnxruntime as ort
 
+    from pseudoformer.backends.onnx.sessions import step_session
     from pseudoformer.passes.training_step import LR, NEW
-    from pseudoformer.training.runtimes import _ort_session
-    from pseudoformer.training.update_chunks import chunked_update
+    from pseudoformer.passes.update_chunks import chunked_update
 
     graph, pieces = chunked_update(split.update, chunk) if chunk else (split.update, [])
-    session, _, _ = _ort_session(ort, graph, {}, threads=threads, optimize=False)
+    session, _, _ = step_session(graph, {}, threads=threads, optimize=False)
     value = ort.OrtValue.ortvalue_from_numpy
     views = {k: value(v) for k, v in arrays.items()} | {LR: value(lr)}
     for p in pieces:

@@ -15,7 +15,7 @@ from pseudoformer.frontend.errors import (
     ShapeError,
     UnknownNameError,
 )
-from pseudoformer.frontend.expressions import (
+from pseudoformer.frontend.expressions.forms import (
     call_builtin,
     describe,
     ev,

@@ -55,7 +55,7 @@ def find_inference(prog: Program, entry: str | None = None) -> Algorithm:
                                                  "as Algorithm 14 DInference does)")])
         names = ", ".join(a.name for a in found)
         raise CompileError([UnknownNameError(f"{path} has several inference algorithms ({names}); pick one "
-                                             "with --entry")])
+                                             "with generate --inference NAME (inference= in the API)")])
     hits = [a for a in algs if entry in (a.name, a.label, f"Algorithm {a.label}")]
     if len(hits) != 1:
         what = "no" if not hits else "more than one"

@@ -16,9 +16,9 @@ from typing import Any
 
 from pseudoformer.frontend.ast import Expr, Stmt
 from pseudoformer.frontend.errors import BadTypeError
-from pseudoformer.frontend.expressions import ev
 from pseudoformer.frontend.expressions.affine import poly_node
 from pseudoformer.frontend.expressions.computed_index import guarded, real_index
+from pseudoformer.frontend.expressions.forms import ev
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.sizes import ONE
 from pseudoformer.frontend.tensor_ops import cast_real, per_example, show, to_layout

@@ -11,9 +11,16 @@ from lark import Tree
 from pseudoformer.base.errors import AlgError
 from pseudoformer.frontend.ast import Expr, Stmt
 from pseudoformer.frontend.errors import BadTypeError, LimitError, ShapeError
-from pseudoformer.frontend.expressions import as_size, describe, distinct_index_vars, ev, ev_val, static_int
 from pseudoformer.frontend.expressions.affine import Run, run_of, size_expr
 from pseudoformer.frontend.expressions.core import index_var_val
+from pseudoformer.frontend.expressions.forms import (
+    as_size,
+    describe,
+    distinct_index_vars,
+    ev,
+    ev_val,
+    static_int,
+)
 from pseudoformer.frontend.frame import Frame, MapVar
 from pseudoformer.frontend.names import parse_name
 from pseudoformer.frontend.params import collection

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pseudoformer.ir.ops import Op, infer_type
+from pseudoformer.ir.ops import NodeMaker, Op, infer_type
 from pseudoformer.ir.types import DType, Span, TensorType, TupleType
 
 
@@ -31,6 +31,14 @@ class Node:
         self.span = span
         # The algorithm-call path that produced the node, e.g. "GPT2/layers.3/MHAttention/heads.0".
         self.scope = scope
+
+    @classmethod
+    def at(cls, like: Node, op: Op, src: tuple[Node, ...] = (), attrs: Mapping[str, Any] | None = None, *,
+           type: TensorType | TupleType | None = None) -> Node:
+        """A node that stands where `like` stood in the source: `like`'s span and scope stamped on it. Every
+        rewrite builds its nodes with this, so that a diagnostic, `inspect --refusals` and the viewer place a
+        fused or moved node at the user's line and inside the algorithm call it came from."""
+        return cls(op, src, attrs, span=like.span, scope=like.scope, type=type)
 
     @property
     def shape(self) -> tuple:
@@ -77,3 +85,19 @@ def _freeze(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return tuple(_freeze(x) for x in v)
     return v
+
+
+class NodeBuilder(NodeMaker):
+    """Builds nodes stamped with `like`'s span and scope: `make = NodeBuilder(root); make(Op.ADD, a, b, axis=1)`,
+    the calling form of decompositions and vjps (ir/ops). Passes build their nodes with this or `Node.at`, never
+    stamping by hand; `like` None builds unplaced nodes, and `like` may move along (the autodiff stamps each
+    backward node with the forward node it differentiates)."""
+
+    def __init__(self, like: Node | None = None) -> None:
+        self.like = like
+
+    def __call__(self, op: Op, *src: Any, **attrs: Any) -> Node:
+        if self.like is None:
+            return Node(op, src, attrs)
+        return Node.at(self.like, op, src, attrs)
+

@@ -19,11 +19,11 @@ not trained); a frozen quantized product still passes cotangents to its input th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from pseudoformer.base.errors import UsageError
 from pseudoformer.ir import Graph, Node, Op
-from pseudoformer.ir.ops import NodeMaker, op_def
+from pseudoformer.ir.node import NodeBuilder
+from pseudoformer.ir.ops import op_def
 from pseudoformer.ir.ops.cotangents import zeros_like
 from pseudoformer.ir.types import TensorType, TupleType
 
@@ -33,17 +33,6 @@ QUANTIZED = (Op.MATMUL_NBITS, Op.GATHER_NBITS)
 
 class AutodiffError(UsageError):
     """A gradient that cannot be taken: a quantized weight asked to train, an op without a derivative."""
-
-
-class _Maker(NodeMaker):
-    """Makes backward nodes with the span and scope of the forward node they differentiate."""
-
-    def __init__(self) -> None:
-        self.like: Node | None = None
-
-    def __call__(self, op: Op, *src: Any, **attrs: Any) -> Node:
-        like = self.like
-        return Node(op, tuple(src), attrs, span=like.span if like else None, scope=like.scope if like else "")
 
 
 def _differentiable(n: Node) -> bool:
@@ -76,7 +65,7 @@ def _needing(roots: list[Node], sources: set[int], stop: set[int]) -> tuple[list
     return order, needs
 
 
-def backprop(roots: list[tuple[Node, Node]], sources: Iterable[Node], make: _Maker,
+def backprop(roots: list[tuple[Node, Node]], sources: Iterable[Node], make: NodeBuilder,
              stop: Iterable[Node] = ()) -> dict[int, Node]:
     """Cotangents of `sources` (id → node) given each root's; `stop` nodes are leaves (a formula's operands)."""
     source_ids = {id(s) for s in sources}
@@ -96,14 +85,14 @@ def backprop(roots: list[tuple[Node, Node]], sources: Iterable[Node], make: _Mak
     return {k: v for k, v in cts.items() if k in source_ids}
 
 
-def _accumulate(cts: dict[int, Node], n: Node, ct: Node, make: _Maker) -> None:
+def _accumulate(cts: dict[int, Node], n: Node, ct: Node, make: NodeBuilder) -> None:
     if ct.type != n.type:
         raise AssertionError(f"a cotangent of {ct.type} for {n.op.value} of {n.type}: a VJP rule is wrong")
     prev = cts.get(id(n))
     cts[id(n)] = ct if prev is None else make(Op.ADD, prev, ct)
 
 
-def _vjp(n: Node, ct: Node, make: _Maker) -> tuple[Node | None, ...]:
+def _vjp(n: Node, ct: Node, make: NodeBuilder) -> tuple[Node | None, ...]:
     if n.op is Op.GET:
         n = n.src[0]
     d = op_def(n.op)
@@ -163,7 +152,7 @@ def objective(graph: Graph, output: str | None = None) -> Node:
                             "(float32[batch]) or one number")
     if loss.type.rank == 0:
         return loss
-    return Node(Op.REDUCE_MEAN, (loss,), {"axes": [0], "keepdims": False}, span=loss.span, scope=loss.scope)
+    return Node.at(loss, Op.REDUCE_MEAN, (loss,), {"axes": [0], "keepdims": False})
 
 
 def gradients(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None = None, *,
@@ -176,7 +165,7 @@ def gradients(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None 
     nodes = [n for ns in params.values() for n in ns]
     order, needs = _needing([loss], {id(n) for n in nodes}, {id(n) for n in nodes})
     _refuse_quantized(order, needs, params)
-    make = _Maker()
+    make = NodeBuilder()
     cts = backprop([(loss, make.const(1.0, loss.dtype))], nodes, make)
     outputs: list[tuple[str, Node]] = [("loss", loss)]
     for name, ns in params.items():

@@ -49,12 +49,12 @@ def fuse_cache(graph: Graph) -> tuple[Graph, bool]:
             q, k, v = (get(s) for s in n.src[:3])
             (pk, kn), (pv, vn) = (tuple(get(x) for x in c.src) for c in n.src[1:3])
             mask = tuple(get(s) for s in n.src[3:])
-            r = Node(Op.CACHED_ATTENTION, (q, kn, vn, pk, pv, *mask), dict(n.attrs), span=n.span, scope=n.scope)
-            memo[id(n)] = Node(Op.GET, (r,), {"index": 0}, span=n.span, scope=n.scope)
-            memo[id(n.src[1])] = Node(Op.GET, (r,), {"index": 1}, span=n.span, scope=n.scope)
-            memo[id(n.src[2])] = Node(Op.GET, (r,), {"index": 2}, span=n.span, scope=n.scope)
+            r = Node.at(n, Op.CACHED_ATTENTION, (q, kn, vn, pk, pv, *mask), dict(n.attrs))
+            memo[id(n)] = Node.at(n, Op.GET, (r,), {"index": 0})
+            memo[id(n.src[1])] = Node.at(n, Op.GET, (r,), {"index": 1})
+            memo[id(n.src[2])] = Node.at(n, Op.GET, (r,), {"index": 2})
             continue
         src = tuple(get(s) for s in n.src)
         memo[id(n)] = n if all(a is b for a, b in zip(src, n.src, strict=True)) else \
-            Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
+            Node.at(n, n.op, src, dict(n.attrs), type=n.type)
     return Graph(list(graph.inputs), [(name, get(n)) for name, n in graph.outputs], dict(graph.meta)), True

@@ -15,20 +15,20 @@ from __future__ import annotations
 
 from pseudoformer.ir import Graph, Op
 from pseudoformer.ir.ops.fused_kernels import gqa_operands
-from pseudoformer.passes.pass_base import Pass, with_refusals
+from pseudoformer.passes.pass_base import Pass, PassContext
 from pseudoformer.passes.rule import apply_rules
 from pseudoformer.passes.rules import group_query_attention, group_query_attention_lengths, skip_norm
 
-
-def fuse_group_query_attention(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    return apply_rules(graph, [group_query_attention.RULE], refusals)
+fuse_group_query_attention = Pass.from_rules(
+    "group_query_attention_fusion", "causal packed-head attention (rotation, packed q/k/v, last-position cut) → "
+    "onnxruntime's GroupQueryAttention", [group_query_attention.RULE])
 
 
 class KvLengthsError(ValueError):
     """Why a step's attentions cannot all read their lengths from the attention mask."""
 
 
-def kv_lengths(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+def kv_lengths(graph: Graph, ctx: PassContext) -> tuple[Graph, bool]:
     """Every GroupQueryAttention over the cache driven by the attention mask, for a step whose meta asks
     (rules/group_query_attention_lengths.py). All or none: an attention left over the cache, or the
     positions past + arange(s) still read, would assume the padded layout the others leave; then a
@@ -38,9 +38,9 @@ def kv_lengths(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]
         return graph, False
     refused: list = []
     out, changed = apply_rules(graph, [group_query_attention_lengths.rule(graph.input(asked["mask"]),
-                                                                          int(asked["positions"]))], refused)
-    if refusals is not None:
-        refusals.extend(refused)
+                                                                          int(asked["positions"]))], refused,
+                                ctx.fired)
+    ctx.refusals.extend(refused)
     for n in out.nodes():
         if n.op is Op.CACHED_ATTENTION or (n.op is Op.ATTENTION and n.src[1].op is Op.CONCAT):
             raise KvLengthsError(f"the attention at {n.span or n.scope} is not one GroupQueryAttention takes")
@@ -57,8 +57,8 @@ def kv_lengths(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]
     return out, changed
 
 
-def fuse_skip_norms(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    return apply_rules(graph, [skip_norm.RULE], refusals)
+fuse_skip_norms = Pass.from_rules("skip_norm_fusion", "a residual sum and the norm that reads it → onnxruntime's "
+                                  "Skip(Simplified)LayerNormalization", [skip_norm.RULE])
 
 
 class CacheBufferError(ValueError):
@@ -92,12 +92,9 @@ def buffered_cache_dim(graph: Graph) -> str:
 
 
 PASSES = [
-    Pass("group_query_attention_fusion", with_refusals(fuse_group_query_attention),
-         "causal packed-head attention (rotation, packed q/k/v, last-position cut) → onnxruntime's "
-         "GroupQueryAttention"),
-    Pass("kv_lengths", with_refusals(kv_lengths),
+    fuse_group_query_attention,
+    Pass("kv_lengths", kv_lengths,
          "onnxruntime-genai's step: GroupQueryAttention's lengths from attention_mask over a compact cache "
          "(only where the step's meta asks)"),
-    Pass("skip_norm_fusion", with_refusals(fuse_skip_norms),
-         "a residual sum and the norm that reads it → onnxruntime's Skip(Simplified)LayerNormalization"),
+    fuse_skip_norms,
 ]

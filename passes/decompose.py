@@ -15,15 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from pseudoformer.ir import Graph, Node, Op
-from pseudoformer.ir.ops import NodeMaker, op_def
-
-
-class _Maker(NodeMaker):
-    def __init__(self, like: Node) -> None:
-        self.like = like
-
-    def __call__(self, op: Op, *src: Any, **attrs: Any) -> Node:
-        return Node(op, tuple(src), attrs, span=self.like.span, scope=self.like.scope)
+from pseudoformer.ir.node import NodeBuilder
+from pseudoformer.ir.ops import op_def
 
 
 def decompose(graph: Graph, accepts: Callable[[Node], bool]) -> tuple[Graph, bool]:
@@ -49,10 +42,10 @@ def _once(graph: Graph, accepts: Callable[[Node], bool]) -> tuple[Graph, bool]:
             continue
         src = tuple(memo[id(s)] for s in n.src)
         same = all(a is b for a, b in zip(src, n.src, strict=True))
-        new = n if same else Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
+        new = n if same else Node.at(n, n.op, src, dict(n.attrs), type=n.type)
         formula = op_def(n.op).decompose
         if formula is not None and not accepts(new):
-            new = formula(new, _Maker(n))
+            new = formula(new, NodeBuilder(n))
             changed = True
         changed = changed or new is not n
         memo[id(n)] = new

@@ -69,14 +69,14 @@ class _Half:
             key = (id(n), dtype)
             if key not in self.consts:
                 self.consts[key] = n if n.dtype is dtype else \
-                    Node(Op.CONST, (), {**n.attrs, "dtype": dtype}, span=n.span, scope=n.scope)
+                    Node.at(n, Op.CONST, (), {**n.attrs, "dtype": dtype})
             return self.consts[key]
         x = self.memo[id(n)]
         if dtype is None or x.dtype is dtype:
             return x
         key = (id(x), dtype)
         if key not in self.casts:
-            self.casts[key] = Node(Op.CAST, (x,), {"dtype": dtype}, span=x.span, scope=x.scope)
+            self.casts[key] = Node.at(x, Op.CAST, (x,), {"dtype": dtype})
         return self.casts[key]
 
     def _common(self, src: tuple[Node, ...], mixed: DType) -> DType:
@@ -97,7 +97,7 @@ class _Half:
         if op is Op.PARAM:
             t = n.type
             return n if not t.dtype.is_float else \
-                Node(Op.PARAM, (), {**attrs, "type": TensorType(F16, t.shape)}, span=n.span, scope=n.scope)
+                Node.at(n, Op.PARAM, (), {**attrs, "type": TensorType(F16, t.shape)})
         if op is Op.CONST:
             return n if not n.dtype.is_float else self.value(n, F16)
         d = op_def(op)
@@ -133,7 +133,7 @@ class _Half:
             src = tuple(self.value(s) for s in n.src)
         if all(a is b for a, b in zip(src, n.src, strict=True)) and attrs == n.attrs:
             return n
-        return Node(op, src, attrs, span=n.span, scope=n.scope)
+        return Node.at(n, op, src, attrs)
 
 
 def to_float16(graph: Graph, *, float_inputs: bool = False) -> tuple[Graph, bool]:

@@ -86,7 +86,7 @@ def fold_constants(graph: Graph, weights: Mapping[str, np.ndarray], *,
 
     def replace(n: Node, _src: tuple[Node, ...]) -> Node | None:
         if id(n) in names:
-            return Node(Op.PARAM, (), {"name": names[id(n)], "type": n.type}, span=n.span, scope=n.scope)
+            return Node.at(n, Op.PARAM, (), {"name": names[id(n)], "type": n.type})
         return None
 
     folded, _ = rebuild(graph, replace)

@@ -12,24 +12,25 @@ and, for layer norm, more accurate than the sum-of-quotients form.
   rotary_fusion       rules/rotary.py      →  ROTARY(x, cos θ, sin θ; axis)
                       rules/partial_rotary.py → ROTARY(x, cos θ, sin θ; axis, rotary_dim) of x's first rows
   attention_fusion    rules/attention.py   →  ATTENTION(q, k, v[, mask]; scale, causal)
-  expert_matmul       rules/expert_matmul.py → EXPERT_MATMUL(W, r, x) for Σ_j W[r, i, j] x[j] (mixtures of experts)
+  expert_matmul_fusion rules/expert_matmul.py → EXPERT_MATMUL(W, r, x) for Σ_j W[r, i, j] x[j] (mixtures of experts)
                       rules/expert_swiglu.py → SWIGLU(EXPERT_MATMUL([W₁ W₃], r, x)) for SwiGLU experts
   one_hot_pick        rules/one_hot_pick.py → GATHER_ELEMENTS(p, w; a) for Σ_a [[range = w]] ⊙ p (training)
-                      rules/pick_before_slice.py → SLICE(GATHER_ELEMENTS(X, w')) for a pick from a slice of X
   log_softmax         rules/log_softmax.py →  z − max z − log Σ exp(z − max z) for log ∘ softmax (training)
+  pick_before_slice   rules/pick_before_slice.py → SLICE(GATHER_ELEMENTS(X, w')) for a pick from a slice of X
   gather_of_transpose rules/gather_of_transpose.py → TRANSPOSE(GATHER(W, i)) for GATHER(TRANSPOSE(W), i) (training)
 
 They expect `cse` and `simplify` to have run (they also work on the raw graph, just with more to
 look through); attention fusion runs after CSE so that the causal mask each head rebuilds is one
 node and every head's match sees the same mask. A match a rule refuses (a wrong divisor or
 constant, an intermediate used elsewhere) leaves the formula as it is, a correct program still;
-pass a list as `refusals` to collect the reasons as (rule name, reason, span).
+each pass is built from its rules (`Pass.from_rules`, as onnxscript's rewriter builds one from a
+RewriteRuleSet), and records its refusals and how often each rule fired in the PassContext; called alone
+(`layer_norm_fusion(graph, refusals)`), it appends the refusals as (rule name, reason, span, scope).
 """
 
 from __future__ import annotations
 
-from pseudoformer.ir import Graph
-from pseudoformer.passes.rule import apply_rules
+from pseudoformer.passes.pass_base import Pass
 from pseudoformer.passes.rules import (
     attention,
     expert_matmul,
@@ -46,70 +47,34 @@ from pseudoformer.passes.rules import (
     swiglu,
 )
 
-NORM_RULES = [layer_norm.RULE, rms_norm.RULE]
-GELU_RULES = [gelu_tanh.RULE]
-ATTENTION_RULES = [attention.RULE]
-SWIGLU_RULES = [swiglu.RULE]
-ROTARY_RULES = [rotary.RULE]
-PARTIAL_ROTARY_RULES = [partial_rotary.RULE]
-LOG_SOFTMAX_RULES = [log_softmax.RULE]
-PICK_RULES = [one_hot_pick.RULE]
-SLICED_PICK_RULES = [pick_before_slice.RULE]
-EXPERT_RULES = [expert_matmul.RULE, expert_swiglu.RULE]
-UNTRANSPOSED_GATHER_RULES = [gather_of_transpose.RULE]
+layer_norm_fusion = Pass.from_rules("layer_norm_fusion", "Algorithm 6 (with or without ε) → one layer_norm op",
+                                    [layer_norm.RULE, rms_norm.RULE])
+gelu_fusion = Pass.from_rules("gelu_fusion", "the tanh and erf GELU formulas → one gelu op", [gelu_tanh.RULE])
+swiglu_fusion = Pass.from_rules("swiglu_fusion", "SiLU(W₁ X) ⊙ W₃ X → one swiglu op over one packed projection "
+                                "[W₁; W₃] X", [swiglu.RULE])
+# Two walks: the partial rotation counts the uses of the rotated slice in the graph the first walk made, where
+# the halves the whole rotation read are gone.
+rotary_fusion = Pass.from_rules("rotary_fusion", "the rotate-half RoPE [x₁ cos θ − x₂ sin θ; x₂ cos θ + x₁ sin θ] "
+                                "→ one rotary op", [rotary.RULE], [partial_rotary.RULE])
+attention_fusion = Pass.from_rules("attention_fusion", "Algorithm 4's masked softmax(KᵀQ/√d) and V · A → one "
+                                   "attention op; [[t ≤ t']] → causal", [attention.RULE])
+expert_matmul_fusion = Pass.from_rules(
+    "expert_matmul_fusion", "Σ_j W[r, i, j] x[j] over per-row gathered expert matrices → one expert_matmul (no "
+    "per-row copies); SwiGLU experts' gate and up products packed into one", [expert_matmul.RULE, expert_swiglu.RULE])
+one_hot_pick_fusion = Pass.from_rules(
+    "one_hot_pick", "Σ_a [[range = w]] ⊙ p, a checked per-example index's one-hot pick → one gather_elements "
+    "(training)", [one_hot_pick.RULE])
+log_softmax_fusion = Pass.from_rules(
+    "log_softmax", "log ∘ softmax (through slices, gathers and one-hot picks) → a stable log-softmax (training)",
+    [log_softmax.RULE])
+# After log_softmax, so that the whole is the log-softmax, not the softmax it replaced.
+pick_before_slice_fusion = Pass.from_rules(
+    "pick_before_slice", "a pick from a slice → the pick from the whole, sliced: no copy of the sliced data "
+    "(training)", [pick_before_slice.RULE])
+# Before the autodiff: no transposed copy of an embedding table, forward or backward.
+gather_of_transpose_fusion = Pass.from_rules(
+    "gather_of_transpose", "gather(transpose(W), i) → transpose(gather(W, i)): no transposed copy of an embedding "
+    "table (training)", [gather_of_transpose.RULE])
 
-
-def fuse_norms(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Replace every Algorithm 6 / 6ε layer norm with one LAYER_NORM node, every RMS norm with RMS_NORM."""
-    return apply_rules(graph, NORM_RULES, refusals)
-
-
-def fuse_gelu(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Replace every written-out GELU (tanh approximation or erf form) with one GELU node."""
-    return apply_rules(graph, GELU_RULES, refusals)
-
-
-def fuse_attention(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Fuse every matching head of Algorithm 4 into one ATTENTION op."""
-    return apply_rules(graph, ATTENTION_RULES, refusals)
-
-
-def fuse_swiglu(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Replace every SiLU(W₁ X) ⊙ W₃ X with one SWIGLU over the packed projection [W₁; W₃] X."""
-    return apply_rules(graph, SWIGLU_RULES, refusals)
-
-
-def fuse_rotary(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Replace every rotate-half rotary embedding with one ROTARY node, then every rotation of a head's first
-    rows joined to the rest with a partial one. Two walks: the second counts the uses of the rotated slice
-    in the graph the first made, where the halves the rotation read are gone."""
-    graph, whole = apply_rules(graph, ROTARY_RULES, refusals)
-    graph, partial = apply_rules(graph, PARTIAL_ROTARY_RULES, refusals)
-    return graph, whole or partial
-
-
-def stable_log_softmax(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Replace log ∘ softmax (through the moves and one-hot picks between them) with a stable log-softmax."""
-    return apply_rules(graph, LOG_SOFTMAX_RULES, refusals)
-
-
-def pick_one_hot(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Replace every checked one-hot pick Σ_a [[range = w]] ⊙ p with one gather_elements."""
-    return apply_rules(graph, PICK_RULES, refusals)
-
-
-def pick_before_slice(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Replace every one-entry pick from a slice with the pick from the whole, sliced (after log_softmax, so that
-    the whole is the log-softmax, not the softmax it replaced)."""
-    return apply_rules(graph, SLICED_PICK_RULES, refusals)
-
-
-def gather_untransposed(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Replace every gather from a transpose with the gather from the stored tensor, its result transposed (before
-    the autodiff: no transposed copy of an embedding table, forward or backward)."""
-    return apply_rules(graph, UNTRANSPOSED_GATHER_RULES, refusals)
-
-
-def fuse_experts(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Replace every product with per-row gathered expert matrices, Σ_j W[r, i, j] x[j], with one EXPERT_MATMUL."""
-    return apply_rules(graph, EXPERT_RULES, refusals)
+PASSES = [layer_norm_fusion, gelu_fusion, swiglu_fusion, rotary_fusion, attention_fusion, expert_matmul_fusion,
+          one_hot_pick_fusion, log_softmax_fusion, pick_before_slice_fusion, gather_of_transpose_fusion]

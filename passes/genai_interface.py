@@ -152,17 +152,17 @@ class _Rewrite:
         return n
 
     def _node(self, n: Node, src: tuple[Node, ...], attrs: dict | None = None) -> Node:
-        return Node(n.op, src, dict(n.attrs) if attrs is None else attrs, span=n.span, scope=n.scope)
+        return Node.at(n, n.op, src, dict(n.attrs) if attrs is None else attrs)
 
     def _rows_of_table(self, n: Node, table: Node) -> Node:
         """Rows [past, past + seq) of a position table → the rows position_ids name, batch axis in front."""
         self.used_positions = True
         axis = n.attrs["axis"] % table.type.rank
-        rows = Node(Op.GATHER, (table, self.positions), {"axis": axis}, span=n.span, scope=n.scope)
+        rows = Node.at(n, Op.GATHER, (table, self.positions), {"axis": axis})
         if axis:  # gather puts [batch, seq] where the axis was: move the batch axis to the front
             rank = rows.type.rank
             perm = [axis, *range(axis), *range(axis + 1, rank)]
-            rows = Node(Op.TRANSPOSE, (rows,), {"perm": perm}, span=n.span, scope=n.scope)
+            rows = Node.at(n, Op.TRANSPOSE, (rows,), {"perm": perm})
         return self._mark(rows)
 
     def _masked_attention(self, n: Node, src: tuple[Node, ...]) -> Node:
@@ -202,8 +202,7 @@ class _Rewrite:
             raise CompileError([_refusal(value, "a value of fewer axes than the positions")])
         key = (id(value), rank)
         if key not in self.aligned:
-            self.aligned[key] = Node(Op.UNSQUEEZE, (value,), {"axes": list(range(1, 1 + rank - have))},
-                                     span=value.span, scope=value.scope)
+            self.aligned[key] = Node.at(value, Op.UNSQUEEZE, (value,), {"axes": list(range(1, 1 + rank - have))})
         return self.aligned[key]
 
 

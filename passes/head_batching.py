@@ -36,9 +36,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pseudoformer.ir import Graph, Node, Op
+from pseudoformer.ir import Node, Op
 from pseudoformer.ir.types import DType
-from pseudoformer.passes.rule import Context, Rule, apply_rules
+from pseudoformer.passes.pass_base import Pass
+from pseudoformer.passes.rule import Context, Rule
 from pseudoformer.passes.rules.attention import swap_last
 from pseudoformer.passes.rules.matching import describe, escaping, same
 
@@ -181,7 +182,7 @@ def _check(m: HeadsMatch, ctx: Context) -> str | None:
 
 
 def _node(like: Node, op: Op, src: tuple[Node, ...], **attrs: object) -> Node:
-    return Node(op, src, attrs, span=like.span, scope=like.scope)
+    return Node.at(like, op, src, attrs)
 
 
 def _stack(like: Node, parts: list[Node]) -> Node:
@@ -266,6 +267,5 @@ def _rewrite(m: HeadsMatch, n: Node) -> Node:
 RULE = Rule("head_batching", _match, _rewrite, _check)
 
 
-def batch_heads(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Batch every row stack of fused heads; `refusals`, if given, collects (rule, reason, span)."""
-    return apply_rules(graph, [RULE], refusals)
+batch_heads = Pass.from_rules("head_batching", "Algorithm 5's H heads → one projection per Q/K/V (packed), one 4-D "
+                              "attention op", [RULE])

@@ -176,7 +176,7 @@ def _substitute(graph: Graph, replace: dict[int, Node], *, inputs: list[Node]) -
         if id(n) not in memo:
             src = tuple(get(s) for s in n.src)
             memo[id(n)] = n if all(a is b for a, b in zip(src, n.src, strict=True)) else \
-                Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
+                Node.at(n, n.op, src, dict(n.attrs), type=n.type)
         return memo[id(n)]
 
     for n in graph.nodes():  # topological order, so the recursion in get() stays shallow
@@ -240,25 +240,25 @@ def _step_node(n: Node, get: Callable[[Node], Node], seq: str, total: Node, past
         i = slot_of[id(n)]
         pk, pv = past_inputs[2 * i], past_inputs[2 * i + 1]
         axis = n.src[1].type.rank - 2
-        k = Node(Op.CONCAT, (pk, src[1]), {"axis": axis}, span=n.span, scope=n.scope)
-        v = Node(Op.CONCAT, (pv, src[2]), {"axis": axis}, span=n.span, scope=n.scope)
+        k = Node.at(n, Op.CONCAT, (pk, src[1]), {"axis": axis})
+        v = Node.at(n, Op.CONCAT, (pv, src[2]), {"axis": axis})
         mask = [step_operand(m, seq, k.shape[axis], total, past_len) for m in n.src[3:]]
-        return Node(n.op, (src[0], k, v, *mask), dict(n.attrs), span=n.span, scope=n.scope)
+        return Node.at(n, n.op, (src[0], k, v, *mask), dict(n.attrs))
     src = tuple(get(s) for s in n.src)
     if n.op is Op.SLICE and n.attrs["dim"] == seq and seq not in n.src[0].shape:
         # rows [0, ℓ) of a position table → rows [past, past + new)
         if src[2] is not total or n.src[1].op is not Op.CONST or n.src[1].attrs["value"] != 0:
             raise CompileError([_error(n, "a slice of positions that does not start at the first one")])
-        return Node(n.op, (src[0], past_len, total), dict(n.attrs), span=n.span, scope=n.scope)
+        return Node.at(n, n.op, (src[0], past_len, total), dict(n.attrs))
     if n.op is Op.ARANGE and n.attrs["dim"] == seq:
         if src[0] is not total:
             raise CompileError([_error(n, "a range of positions that does not run to the sequence length")])
         new_len = total.src[1]  # total = past + dim(new tokens)
-        new = Node(Op.ARANGE, (new_len,), dict(n.attrs), span=n.span, scope=n.scope)
-        return Node(Op.ADD, (new, past_len), span=n.span, scope=n.scope)
+        new = Node.at(n, Op.ARANGE, (new_len,), dict(n.attrs))
+        return Node.at(n, Op.ADD, (new, past_len))
     if n.op is Op.INDEX_MASK and seq in n.shape:
         raise CompileError([_error(n, "a mask over positions that is not fused into a causal attention")])
     if all(a is b for a, b in zip(src, n.src, strict=True)):
         return n
-    return Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope)
+    return Node.at(n, n.op, src, dict(n.attrs))
 

@@ -41,7 +41,7 @@ def step_operand(mask: Node, seq: str, keys: str, total: Node, past_len: Node) -
     rows = mask.type.rank - 2
     if rows < 0 or mask.shape[rows] != seq:
         return full  # the same for every query: broadcast over them
-    return Node(Op.SLICE, (full, past_len, total), {"axis": rows, "dim": seq}, span=mask.span, scope=mask.scope)
+    return Node.at(mask, Op.SLICE, (full, past_len, total), {"axis": rows, "dim": seq})
 
 
 def _at_full_length(root: Node, seq: str, keys: str, total: Node) -> Node:
@@ -62,5 +62,5 @@ def _at_full_length(root: Node, seq: str, keys: str, total: Node) -> Node:
         else:
             src = tuple(memo[id(s)] for s in n.src)
             attrs = {k: rename(v) for k, v in n.attrs.items()}
-            memo[id(n)] = Node(n.op, src, attrs, span=n.span, scope=n.scope)
+            memo[id(n)] = Node.at(n, n.op, src, attrs)
     return memo[id(root)]

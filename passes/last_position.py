@@ -63,15 +63,15 @@ def _push(n: Node, dim: str, memo: dict[int, Node]) -> Node | None:
     attrs = dict(n.attrs)
     if "shape" in attrs:  # a reshape's target keeps one position where it had `dim`
         attrs["shape"] = [1 if d == dim else d for d in attrs["shape"]]
-    return Node(n.op, src, attrs, span=n.span, scope=n.scope)
+    return Node.at(n, n.op, src, attrs)
 
 
 def _slice_last(n: Node, dim: str) -> Node:
     axis = n.shape.index(dim)
-    size = Node(Op.DIM, (n,), {"axis": axis}, span=n.span, scope=n.scope)
+    size = Node.at(n, Op.DIM, (n,), {"axis": axis})
     one = Node(Op.CONST, (), {"value": 1, "dtype": DType.int64})
-    start = Node(Op.SUB, (size, one), span=n.span, scope=n.scope)
-    return Node(Op.SLICE, (n, start, size), {"axis": axis, "dim": 1}, span=n.span, scope=n.scope)
+    start = Node.at(n, Op.SUB, (size, one))
+    return Node.at(n, Op.SLICE, (n, start, size), {"axis": axis, "dim": 1})
 
 
 def cut_from(x: Node) -> Node | None:

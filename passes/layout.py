@@ -260,7 +260,7 @@ def _transpose(v: Node, have: Perm, want: Perm) -> Node:
             return v
     if _moves_only_units(v, perm):
         return _view(v, perm)
-    return Node(Op.TRANSPOSE, (v,), {"perm": list(perm)}, span=v.span, scope=v.scope)
+    return Node.at(v, Op.TRANSPOSE, (v,), {"perm": list(perm)})
 
 
 def _view(v: Node, perm: Perm) -> Node:
@@ -272,15 +272,14 @@ def _view(v: Node, perm: Perm) -> Node:
     if v.op is Op.UNSQUEEZE:
         base = v.src[0]
         ins = [a % v.type.rank for a in v.attrs["axes"]]
-        moved = Node(Op.UNSQUEEZE, (base,), {"axes": sorted(perm.index(a) for a in ins)}, span=v.span,
-                     scope=v.scope)
+        moved = Node.at(v, Op.UNSQUEEZE, (base,), {"axes": sorted(perm.index(a) for a in ins)})
         if moved.shape == shape:
             return moved
     if v.op in (Op.UNSQUEEZE, Op.RESHAPE):
         v = v.src[0]
         if v.shape == shape:
             return v
-    return Node(Op.RESHAPE, (v,), {"shape": shape}, span=v.span, scope=v.scope)
+    return Node.at(v, Op.RESHAPE, (v,), {"shape": shape})
 
 
 def _moves_only_units(v: Node, perm: Perm) -> bool:

@@ -58,7 +58,7 @@ def new_node(n: Node, op: Op, src: Sequence[Node], attrs: dict) -> Node:
     if op is n.op and len(src) == len(n.src) and all(a is b for a, b in zip(src, n.src, strict=True)) \
             and attrs == n.attrs:
         return n
-    return Node(op, tuple(src), attrs, span=n.span, scope=n.scope)
+    return Node.at(n, op, tuple(src), attrs)
 
 
 def respell(old: object, new: int | list[int], rank: int) -> object:
@@ -127,7 +127,7 @@ def broadcast_operands(L: Perm, src: Sequence[Node]) -> list[Node]:
     ops = []
     for s in src:
         _, ins = restrict(L, s.type.rank)
-        ops.append(Node(Op.UNSQUEEZE, (s,), {"axes": ins}, span=s.span, scope=s.scope) if ins else s)
+        ops.append(Node.at(s, Op.UNSQUEEZE, (s,), {"axes": ins}) if ins else s)
     # A [d, 1] bias turned into [1, d] is a [d] row vector to broadcasting; drop the unit axes
     # an UNSQUEEZE put in front, as long as some operand still carries the output's rank.
     stripped = [_strip_leading(s) for s in ops]
@@ -164,7 +164,7 @@ def _strip_leading(s: Node) -> Node:
             return s
         if shape[k:] == s.src[0].shape:
             return s.src[0]
-        return Node(Op.RESHAPE, s.src, {"shape": shape[k:]}, span=s.span, scope=s.scope)
+        return Node.at(s, Op.RESHAPE, s.src, {"shape": shape[k:]})
     if s.op is not Op.UNSQUEEZE:
         return s
     axes = norm_axes(s.attrs["axes"], s.type.rank)
@@ -176,7 +176,7 @@ def _strip_leading(s: Node) -> Node:
     rest = [a - k for a in axes[k:]]
     if not rest:
         return s.src[0]
-    return Node(Op.UNSQUEEZE, s.src, {"axes": rest}, span=s.span, scope=s.scope)
+    return Node.at(s, Op.UNSQUEEZE, s.src, {"axes": rest})
 
 
 class Transpose(LayoutRule):
@@ -364,7 +364,7 @@ class IndexMask(LayoutRule):
         if L == (0, 1):
             return new_node(n, n.op, src, dict(n.attrs))
         attrs = {**n.attrs, "rel": self.FLIP[n.attrs["rel"]], "dims": tuple(reversed(n.attrs["dims"]))}
-        return Node(Op.INDEX_MASK, (src[1], src[0]), attrs, span=n.span, scope=n.scope)
+        return Node.at(n, Op.INDEX_MASK, (src[1], src[0]), attrs)
 
 
 class SizeOf(LayoutRule):

@@ -15,26 +15,22 @@ from collections.abc import Callable
 
 from pseudoformer.ir import Graph
 from pseudoformer.ir.verify import verify
-from pseudoformer.passes.pass_base import Pass, PassContext, plain, with_refusals
+from pseudoformer.passes.pass_base import Pass, PassContext, plain
 
 __all__ = ["LEVELS", "PIPELINES", "Pass", "PassContext", "named_pipeline", "passes", "pipeline", "run_passes"]
 
 
 def _registry() -> dict[str, Pass]:
-    from pseudoformer.passes import backend_prep, contrib_ops, generation_passes, quantize
-    from pseudoformer.passes.cse import cse
-    from pseudoformer.passes.fusions import (
-        fuse_attention,
-        fuse_experts,
-        fuse_gelu,
-        fuse_norms,
-        fuse_rotary,
-        fuse_swiglu,
-        gather_untransposed,
-        pick_before_slice,
-        pick_one_hot,
-        stable_log_softmax,
+    from pseudoformer.passes import (
+        backend_prep,
+        contrib_ops,
+        fusions,
+        generation_passes,
+        quantize,
+        split_step,
+        update_chunks,
     )
+    from pseudoformer.passes.cse import cse
     from pseudoformer.passes.head_batching import batch_heads
     from pseudoformer.passes.layout import to_row_major
     from pseudoformer.passes.simplify import simplify
@@ -43,38 +39,18 @@ def _registry() -> dict[str, Pass]:
     passes = [
         Pass("cse", plain(cse), "common subexpression elimination: one node per distinct computation"),
         Pass("simplify", plain(simplify), "algebraic simplification: transposes of transposes, identities", True),
-        Pass("layer_norm_fusion", with_refusals(fuse_norms), "Algorithm 6 (with or without ε) → one layer_norm op"),
-        Pass("gelu_fusion", with_refusals(fuse_gelu), "the tanh and erf GELU formulas → one gelu op"),
-        Pass("swiglu_fusion", with_refusals(fuse_swiglu),
-             "SiLU(W₁ X) ⊙ W₃ X → one swiglu op over one packed projection [W₁; W₃] X"),
-        Pass("rotary_fusion", with_refusals(fuse_rotary),
-             "the rotate-half RoPE [x₁ cos θ − x₂ sin θ; x₂ cos θ + x₁ sin θ] → one rotary op"),
-        Pass("attention_fusion", with_refusals(fuse_attention),
-             "Algorithm 4's masked softmax(KᵀQ/√d) and V · A → one attention op; [[t ≤ t']] → causal"),
-        Pass("expert_matmul_fusion", with_refusals(fuse_experts),
-             "Σ_j W[r, i, j] x[j] over per-row gathered expert matrices → one expert_matmul (no per-row copies); "
-             "SwiGLU experts' gate and up products packed into one"),
-        Pass("one_hot_pick", with_refusals(pick_one_hot),
-             "Σ_a [[range = w]] ⊙ p, a checked per-example index's one-hot pick → one gather_elements (training)"),
-        Pass("log_softmax", with_refusals(stable_log_softmax),
-             "log ∘ softmax (through slices, gathers and one-hot picks) → a stable log-softmax (training)"),
-        Pass("pick_before_slice", with_refusals(pick_before_slice),
-             "a pick from a slice → the pick from the whole, sliced: no copy of the sliced data (training)"),
-        Pass("batched_weight_gradient", with_refusals(fold_batched_gradients),
-             "Σ_b a_bᵀ c_b (a weight's gradient over a batch) → one product over the B·ℓ rows; (xᵀ y)ᵀ → yᵀ x "
-             "(training step)"),
-        Pass("gather_of_transpose", with_refusals(gather_untransposed),
-             "gather(transpose(W), i) → transpose(gather(W, i)): no transposed copy of an embedding table (training)"),
-        Pass("scatter_fold", with_refusals(fold_scatters),
-             "Σ_a scatter_add(0, i, u; a) → Σ_a u; x ± scatter_add(0, i, u) → scatter_add(±x, i, ±u) (training step)"),
-        Pass("head_batching", with_refusals(batch_heads),
-             "Algorithm 5's H heads → one projection per Q/K/V (packed), one 4-D attention op"),
+        *fusions.PASSES,
+        fold_batched_gradients,
+        fold_scatters,
+        batch_heads,
         Pass("layout", plain(to_row_major),
              "the paper's features × positions → row-major [batch, positions, features], X·Wᵀ matmuls"),
         *backend_prep.PASSES,
         *contrib_ops.PASSES,
         *quantize.PASSES,
         *generation_passes.PASSES,
+        *split_step.PASSES,
+        *update_chunks.PASSES,
     ]
     return {p.name: p for p in passes}
 
@@ -101,6 +77,11 @@ PIPELINES: dict[str, list[str]] = {
     "training": ["one_hot_pick", "log_softmax", "pick_before_slice", "gather_of_transpose", "cse"],
     # on the training step graph (passes/training_step.py), after the autodiff wrote its backward part
     "training-step": [*LEVELS[1], "batched_weight_gradient", "scatter_fold", "cse"],
+    # onnxruntime's split step, from the training step marked with its gradients: its two halves, and the
+    # update cut into cache-sized pieces (at the runtime's `update_chunk`)
+    "training-gradient": ["step_gradient"],
+    "training-update": ["step_update"],
+    "training-update-pieces": ["update_pieces"],
     # weight quantization (--quantize), on the -O2 graph before generation derives its decoder from it
     "quantize": ["quantize"],
     # the incremental decoder of a -O2 graph: prefill, decode step, and the encoder's share

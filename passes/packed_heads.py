@@ -162,18 +162,16 @@ def pack_heads(graph: Graph) -> tuple[Graph, bool]:
         if side.norm is None:
             return x3
         *lead, width = x3.shape
-        heads = Node(Op.RESHAPE, (x3,), {"shape": [*lead, side.heads, width // side.heads]}, span=like.span,
-                     scope=like.scope)
-        y = Node(Op.RMS_NORM, (heads, get(side.norm[0])), {"axis": 3, "eps": side.norm[1]}, span=like.span,
-                 scope=like.scope)
-        return Node(Op.RESHAPE, (y,), {"shape": list(x3.shape)}, span=like.span, scope=like.scope)
+        heads = Node.at(like, Op.RESHAPE, (x3,), {"shape": [*lead, side.heads, width // side.heads]})
+        y = Node.at(like, Op.RMS_NORM, (heads, get(side.norm[0])), {"axis": 3, "eps": side.norm[1]})
+        return Node.at(like, Op.RESHAPE, (y,), {"shape": list(x3.shape)})
 
     def packed(side: _Side, like: Node) -> Node:
         if side.rot is None:
             return normed(side, like)
         partial = {"rotary_dim": side.rotary_dim} if side.rotary_dim else {}
-        return Node(Op.ROTARY, (normed(side, like), *(get(a) for a in side.rot)),
-                    {"axis": 2, "heads": side.heads, **partial}, span=like.span, scope=like.scope)
+        return Node.at(like, Op.ROTARY, (normed(side, like), *(get(a) for a in side.rot)),
+                       {"axis": 2, "heads": side.heads, **partial})
 
     for n in graph.nodes():
         if id(n) in found:
@@ -181,18 +179,17 @@ def pack_heads(graph: Graph) -> tuple[Graph, bool]:
             attrs = {**n.attrs, "q_heads": p.q.heads, "kv_heads": p.k.heads}
             rest = tuple(get(s) for s in n.src[3:])  # the mask, or the past keys and values (and the mask)
             sides = tuple(packed(side, s) for side, s in zip((p.q, p.k, p.v), n.src[:3], strict=True))
-            memo[id(n)] = Node(n.op, (*sides, *rest), attrs, span=n.span, scope=n.scope)
+            memo[id(n)] = Node.at(n, n.op, (*sides, *rest), attrs)
             continue
         if id(n) in merged_by:  # y3: the packed attention's result
             att = olds[merged_by[id(n)]]
             new = memo[id(att)]
-            memo[id(n)] = new if att.op is Op.ATTENTION else Node(Op.GET, (new,), {"index": 0}, span=n.span,
-                                                                  scope=n.scope)
+            memo[id(n)] = new if att.op is Op.ATTENTION else Node.at(n, Op.GET, (new,), {"index": 0})
             continue
         if id(n) in gone:
             continue
         src = tuple(get(s) for s in n.src)
         # Types are inferred anew: a `get` of a cached attention now reads the packed form.
         memo[id(n)] = n if all(a is b for a, b in zip(src, n.src, strict=True)) else \
-            Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope)
+            Node.at(n, n.op, src, dict(n.attrs))
     return Graph(list(graph.inputs), [(name, get(n)) for name, n in graph.outputs], dict(graph.meta)), True

@@ -41,15 +41,15 @@ def mask_keys(n: Node, src: tuple[Node, ...], keep: Node) -> Node:
     """The attention `n` over operands `src` with the keys where `keep` [batch, S] is false masked out, on
     top of its own mask or bias if it has one."""
     # [batch, S] → [batch, 1, …, 1, S]: broadcast over heads and queries
-    pad = Node(Op.UNSQUEEZE, (keep,), {"axes": list(range(1, n.src[1].type.rank - 1))}, span=n.span, scope=n.scope)
+    pad = Node.at(n, Op.UNSQUEEZE, (keep,), {"axes": list(range(1, n.src[1].type.rank - 1))})
     if len(src) == 3:
         mask = pad
     elif src[3].dtype is DType.bool:
-        mask = Node(Op.AND, (src[3], pad), span=n.span, scope=n.scope)
+        mask = Node.at(n, Op.AND, (src[3], pad))
     else:  # an additive bias: −∞ at the padded keys
         ninf = Node(Op.CONST, (), {"value": float("-inf"), "dtype": src[3].dtype})
-        mask = Node(Op.WHERE, (pad, src[3], ninf), span=n.span, scope=n.scope)
-    return Node(Op.ATTENTION, (*src[:3], mask), dict(n.attrs), span=n.span, scope=n.scope)
+        mask = Node.at(n, Op.WHERE, (pad, src[3], ninf))
+    return Node.at(n, Op.ATTENTION, (*src[:3], mask), dict(n.attrs))
 
 
 def add_padding_masks(graph: Graph) -> Graph:
@@ -72,7 +72,7 @@ def add_padding_masks(graph: Graph) -> Graph:
             return memo[id(n)]
         src = tuple(get(s) for s in n.src)
         out = n if all(a is b for a, b in zip(src, n.src, strict=True)) else \
-            Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
+            Node.at(n, n.op, src, dict(n.attrs), type=n.type)
         if n.op is Op.ATTENTION and n.src[1].shape[-2] in keep:
             out = mask_keys(n, src, keep[n.src[1].shape[-2]][1])
             masked += 1

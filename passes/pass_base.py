@@ -3,6 +3,7 @@ runs passes by name, in pipelines."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pseudoformer.ir import Graph, Node
+from pseudoformer.passes.rule import Rule, apply_rules
 
 if TYPE_CHECKING:
     from pseudoformer.passes.quantize import QuantizeOptions
@@ -27,6 +29,7 @@ class PassContext:
     positions: str | None = None  # ... along this run-time dim
     decoder_input: str | None = None  # the token input of a decoder (incremental derivation)
     refusals: list[tuple[Any, ...]] = field(default_factory=list)  # (rule, reason, span, scope) of fusions
+    fired: Counter[str] = field(default_factory=Counter)  # rule name → the matches it rewrote (Inductor's counters)
     derived: dict[int, Any] = field(default_factory=dict)  # results several passes share (the decoder split)
 
 
@@ -37,10 +40,29 @@ class Pass:
     doc: str
     fixed_point: bool = False
 
+    @classmethod
+    def from_rules(cls, name: str, doc: str, *walks: list[Rule]) -> Pass:
+        """The pass that walks the graph once per list of rules (passes/rule.py), in order, each walk trying its
+        rules at every node; the refusals and the rules that fired go to the PassContext. A second walk is for a
+        rule that counts uses in the graph the first one made."""
+
+        def run(graph: Graph, ctx: PassContext) -> tuple[Graph, bool]:
+            changed = False
+            for rules in walks:
+                graph, did = apply_rules(graph, rules, ctx.refusals, ctx.fired)
+                changed = changed or did
+            return graph, changed
+
+        return cls(name, run, doc)
+
+    def __call__(self, graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
+        """The pass alone, on a fresh context (tests); the fusions' refusals appended to `refusals`."""
+        ctx = PassContext()
+        out = self.run(graph, ctx)
+        if refusals is not None:
+            refusals.extend(ctx.refusals)
+        return out
+
 
 def plain(fn: Callable[[Graph], tuple[Graph, bool]]) -> Callable[[Graph, PassContext], tuple[Graph, bool]]:
     return lambda graph, ctx: fn(graph)
-
-
-def with_refusals(fn: Callable[..., tuple[Graph, bool]]) -> Callable[[Graph, PassContext], tuple[Graph, bool]]:
-    return lambda graph, ctx: fn(graph, ctx.refusals)

@@ -248,19 +248,19 @@ def _replace(site: _Site, params: tuple[Node, ...], k: int, opts: QuantizeOption
     attrs = {"bits": bits, "block_size": block_size, "K": k}
     n = site.node
     if site.kind.startswith("gather"):
-        g = Node(Op.GATHER_NBITS, (params[0], n.src[1], *params[1:]), attrs, span=n.span, scope=n.scope)
+        g = Node.at(n, Op.GATHER_NBITS, (params[0], n.src[1], *params[1:]), attrs)
         if site.kind == "gather":
             return g
         r = n.src[1].type.rank  # [*ids, K] → [K, *ids], as the columns came out
-        return Node(Op.TRANSPOSE, (g,), {"perm": [r, *range(r)]}, span=n.span, scope=n.scope)
+        return Node.at(n, Op.TRANSPOSE, (g,), {"perm": [r, *range(r)]})
     x = n.src[0] if site.kind == "right" else n.src[1]
     attrs["accuracy_level"] = opts.accuracy_level
     if site.kind == "right":
-        return Node(Op.MATMUL_NBITS, (x, *params), attrs, span=n.span, scope=n.scope)
+        return Node.at(n, Op.MATMUL_NBITS, (x, *params), attrs)
     swap = [*range(x.type.rank - 2), x.type.rank - 1, x.type.rank - 2]
-    xt = Node(Op.TRANSPOSE, (x,), {"perm": swap}, span=n.span, scope=n.scope)
-    y = Node(Op.MATMUL_NBITS, (xt, *params), attrs, span=n.span, scope=n.scope)
-    return Node(Op.TRANSPOSE, (y,), {"perm": swap}, span=n.span, scope=n.scope)
+    xt = Node.at(n, Op.TRANSPOSE, (x,), {"perm": swap})
+    y = Node.at(n, Op.MATMUL_NBITS, (xt, *params), attrs)
+    return Node.at(n, Op.TRANSPOSE, (y,), {"perm": swap})
 
 
 def _with_operands(template: Node, old: Node, src: tuple[Node, ...]) -> Node:
@@ -273,7 +273,7 @@ def _with_operands(template: Node, old: Node, src: tuple[Node, ...]) -> Node:
             return swap[id(n)]
         if n.op is Op.PARAM or id(n) in memo:
             return memo.get(id(n), n)
-        memo[id(n)] = Node(n.op, tuple(build(s) for s in n.src), dict(n.attrs), span=n.span, scope=n.scope)
+        memo[id(n)] = Node.at(n, n.op, tuple(build(s) for s in n.src), dict(n.attrs))
         return memo[id(n)]
 
     return build(template)
@@ -292,7 +292,7 @@ def _fuse_bias(graph: Graph) -> Graph:
             and id(b) in static and b.shape == (mm.shape[-1],) and b.dtype == mm.dtype and n.shape == mm.shape
 
     def biased(mm: Node, new_mm: Node, new_b: Node, n: Node) -> Node:
-        return Node(Op.MATMUL_NBITS, (*new_mm.src, new_b), dict(mm.attrs), span=n.span, scope=n.scope)
+        return Node.at(n, Op.MATMUL_NBITS, (*new_mm.src, new_b), dict(mm.attrs))
 
     def fuse(n: Node, src: tuple[Node, ...]) -> Node | None:
         if n.op is not Op.ADD:
@@ -310,7 +310,7 @@ def _fuse_bias(graph: Graph) -> Graph:
                 if takes(mm, b, inner, n) and inner.shape == n.shape and src[i].src[j].op is Op.MATMUL_NBITS:
                     fused = biased(mm, src[i].src[j], src[1 - i], n)
                     pair = (src[i].src[1 - j], fused) if j else (fused, src[i].src[1 - j])
-                    return Node(Op.ADD, pair, dict(inner.attrs), span=n.span, scope=n.scope)
+                    return Node.at(n, Op.ADD, pair, dict(inner.attrs))
         return None
 
     return rebuild(graph, fuse)[0]

@@ -13,7 +13,7 @@ from pseudoformer.ir import Graph, Node, Op
 
 
 def clone(n: Node, src: tuple[Node, ...]) -> Node:
-    return Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
+    return Node.at(n, n.op, src, dict(n.attrs), type=n.type)
 
 
 def rebuild(graph: Graph, fn: Callable[[Node, tuple[Node, ...]], Node | None],

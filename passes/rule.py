@@ -11,6 +11,7 @@ that reads it): those are replaced when they come, whatever their operands have 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +45,10 @@ class Rule:
     check: Callable[[Any, Context], str | None] = lambda m, ctx: None
 
 
-def apply_rules(graph: Graph, rules: list[Rule], refusals: list | None = None) -> tuple[Graph, bool]:
+def apply_rules(graph: Graph, rules: list[Rule], refusals: list | None = None,
+                fired: Counter[str] | None = None) -> tuple[Graph, bool]:
+    """One walk of the graph trying `rules` at each node; `refusals` collects (rule, reason, span, scope) and
+    `fired` counts each rule's rewrites."""
     ctx = Context(graph.consumers())
     later: dict[int, Node] = {}  # id(input-graph node) → what an earlier rewrite replaced it with
 
@@ -60,6 +64,8 @@ def apply_rules(graph: Graph, rules: list[Rule], refusals: list | None = None) -
                 ctx.refusals.append((r.name, why, n.span, n.scope))
                 continue
             out = r.rewrite(m, n)
+            if fired is not None:
+                fired[r.name] += 1
             if isinstance(out, tuple):
                 out, also = out
                 later.update(also)

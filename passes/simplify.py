@@ -26,7 +26,7 @@ def _rule(n: Node, src: tuple[Node, ...]) -> Node | None:
             combined = [inner[p] for p in perm]
             if combined == sorted(combined):
                 return x.src[0]
-            return Node(Op.TRANSPOSE, (x.src[0],), {"perm": combined}, span=n.span, scope=n.scope)
+            return Node.at(n, Op.TRANSPOSE, (x.src[0],), {"perm": combined})
     if n.op is Op.SQUEEZE:
         (x,) = src
         if x.op is Op.UNSQUEEZE and sorted(x.attrs["axes"]) == sorted(n.attrs["axes"]):

@@ -11,7 +11,7 @@ step's inputs.
         θ ← θ − η / (1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)
     computed as θ − s · m / (√v + ε √(1 − β₂ᵗ)) with the scalar s = η √(1 − β₂ᵗ) / (1 − β₁ᵗ): the bias
     corrections fold into scalars, one pass over the tensors fewer than dividing √v by √(1 − β₂ᵗ) (the
-    update is a chain of elementwise passes over every trainable element: training/update_chunks.py);
+    update is a chain of elementwise passes over every trainable element: passes/update_chunks.py);
     m's moving average is written as torch's `lerp_` computes it.
 
 AdamW is a built-in rather than a line of the notation: the notation has no way to declare state
@@ -36,12 +36,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pseudoformer.ir import DType, Graph, Node, Op, TensorType
+from pseudoformer.ir.node import NodeBuilder
 from pseudoformer.passes.autodiff import GRAD, AutodiffError, gradients, trainable_params
+from pseudoformer.passes.pass_base import Pass
 from pseudoformer.passes.rebuild import rebuild
-from pseudoformer.passes.rule import apply_rules
 from pseudoformer.passes.rules import (
     batched_weight_gradient,
     scatter_add_into,
@@ -86,36 +86,28 @@ def tie(graph: Graph, ties: Mapping[str, str]) -> Graph:
     for n in graph.nodes():
         if n.op is Op.PARAM and n.attrs["name"] in ties:
             owner = owners[ties[n.attrs["name"]]]
-            memo[id(n)] = Node(Op.TRANSPOSE, (owner,), {"perm": [1, 0]}, span=n.span, scope=n.scope)
+            memo[id(n)] = Node.at(n, Op.TRANSPOSE, (owner,), {"perm": [1, 0]})
             continue
         src = tuple(memo.get(id(s), s) for s in n.src)
         same = all(a is b for a, b in zip(src, n.src, strict=True))
-        memo[id(n)] = n if same else Node(n.op, src, dict(n.attrs), span=n.span, scope=n.scope, type=n.type)
+        memo[id(n)] = n if same else Node.at(n, n.op, src, dict(n.attrs), type=n.type)
     return Graph(list(graph.inputs), [(k, memo[id(v)]) for k, v in graph.outputs], dict(graph.meta))
 
 
-TRAINING_STEP_RULES = [batched_weight_gradient.RULE, transposed_product.RULE]
+fold_batched_gradients = Pass.from_rules(
+    "batched_weight_gradient", "Σ_b a_bᵀ c_b (a weight's gradient over a batch) → one product over the B·ℓ rows; "
+    "(xᵀ y)ᵀ → yᵀ x (training step)", [batched_weight_gradient.RULE, transposed_product.RULE])
+# Two walks: the second rule needs the scatter read once, which the first makes it.
+fold_scatters = Pass.from_rules(
+    "scatter_fold", "Σ_a scatter_add(0, i, u; a) → Σ_a u; x ± scatter_add(0, i, u) → scatter_add(±x, i, ±u) "
+    "(training step)", [scatter_sum.RULE], [scatter_add_into.RULE])
 
 
-def fold_batched_gradients(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Every weight gradient Σ_b a_bᵀ c_b over a batch → one product over the B·ℓ rows; (xᵀ y)ᵀ → yᵀ x."""
-    return apply_rules(graph, TRAINING_STEP_RULES, refusals)
+class _Make(NodeBuilder):
+    """The optimizer's nodes: unplaced (no source line computes them), with float32 constants."""
 
-
-def fold_scatters(graph: Graph, refusals: list | None = None) -> tuple[Graph, bool]:
-    """Σ_a scatter_add(0, i, u; a) → Σ_a u, then x ± scatter_add(0, i, u) → scatter_add(±x, i, ±u). Two walks: the
-    second rule needs the scatter read once, which the first makes it."""
-    graph, summed = apply_rules(graph, [scatter_sum.RULE], refusals)
-    graph, into = apply_rules(graph, [scatter_add_into.RULE], refusals)
-    return graph, summed or into
-
-
-class _Make:
-    def __call__(self, op: Op, *src: Any, **attrs: Any) -> Node:
-        return Node(op, tuple(src), attrs)
-
-    def const(self, v: float) -> Node:
-        return Node(Op.CONST, (), {"value": float(v), "dtype": DType.float32})
+    def const(self, v: float, dtype: DType = DType.float32) -> Node:
+        return Node(Op.CONST, (), {"value": float(v), "dtype": dtype})
 
     def input(self, name: str, t: TensorType) -> Node:
         return Node(Op.INPUT, (), {"name": name, "type": t})
@@ -126,7 +118,7 @@ def step_graph(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None
                gradient_outputs: bool = False) -> Graph:
     """The training step of a loss graph (see the module's docstring for its inputs and outputs).
     `gradient_outputs` adds each gradient the update reads (clipped, if clipping is on) as the output
-    `grad.<name>`, after the others: the marks by which training/split_step.py cuts the step in two."""
+    `grad.<name>`, after the others: the marks by which passes/split_step.py cuts the step in two."""
     opt = optimizer or Optimizer()
     names = list(trainable_params(graph, train))
     if not names:

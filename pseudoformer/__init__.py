@@ -13,8 +13,7 @@ The Python API (docs/api.md):
 - ``QuantizeOptions``: how ``quantize`` quantizes, where a string ("int4", "int8") is not enough.
 """
 
-from importlib import import_module as _import_module
-
+from pseudoformer.base.lazy_names import lazy_names
 from pseudoformer.version import __version__
 
 # Each name of the API and the module it lives in. They are imported on first use, so that
@@ -32,15 +31,4 @@ _API = {
 }
 
 __all__ = ["__version__", *_API]
-
-
-def __getattr__(name: str) -> object:
-    if name in _API:
-        value = getattr(_import_module(_API[name]), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-    raise AttributeError(f"module 'pseudoformer' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_API})
+__getattr__, __dir__ = lazy_names(__name__, _API, globals())

@@ -140,7 +140,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from pseudoformer.ir.printer import format_graph
     from pseudoformer.ir.view import to_dot, to_json
     from pseudoformer.model import load
-    from pseudoformer.optimize import after_pass, describe_passes, diff_pass, optimize, refusals
+    from pseudoformer.optimize import after_pass, describe_passes, diff_pass, optimize, rule_counts
 
     compile_options, backend = _inspect_compile_options(args)
     if args.passes:
@@ -158,9 +158,10 @@ def _inspect(args: argparse.Namespace) -> int:
                  max_nodes=args.max_nodes, bind_weights=needs_weights)
     given = {"compile_options": compile_options, "weights": model.weights}
     if args.refusals:
-        notes = refusals(model.graph, max(opt, 2), **given)
+        notes, fired = rule_counts(model.graph, max(opt, 2), **given)
         total = sum(getattr(n, "count", 1) for n in notes)  # each refused head, not each line
-        text = "\n".join([n.render() for n in notes] + [f"{total or 'no'} refused fusion"
+        counts = ", ".join(f"{rule} {n}" for rule, n in sorted(fired.items())) or "none"
+        text = "\n".join([n.render() for n in notes] + [f"rules fired: {counts}", f"{total or 'no'} refused fusion"
                                                         f"{'' if total == 1 else 's'}"])
     elif args.diff:
         text = diff_pass(model.graph, args.diff, max(opt, 2), **given)

@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="list the passes and their levels; with compile options (--contrib-ops, --quantize, "
                    "--dtype, ...), the pipeline such a compile runs, at -O2 unless -O says")
     i.add_argument("--refusals", action="store_true",
-                   help="instead of the graph, say which fusions were refused at -O2 (or -O LEVEL) and why")
+                   help="instead of the graph, say which fusions were refused at -O2 (or -O LEVEL) and why, "
+                   "and how often each rule fired")
     i.add_argument("--format", choices=["text", "dot", "json", "html", "svg"], default="text",
                    help="html: an interactive viewer (one offline file) that steps through the passes; svg: a picture")
     i.add_argument("--locations", action="store_true", help="show each node's source line and scope")
@@ -117,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("-o", "--output", help="the file to write, e.g. model.onnx (or model.so for tvm)")
     out.add_argument("--genai-folder", metavar="DIR",
                      help="write an onnxruntime-genai model folder instead: model.onnx (+ .data), genai_config.json "
-                     "and the checkpoint's tokenizer files (a decoder; see docs/deployment.md)")
+                     "and the checkpoint's tokenizer files (a decoder; see docs/generation.md, onnxruntime-genai)")
 
     r = sub.add_parser("run", help="run a model on inputs saved as .npy files")
     r.add_argument("file", metavar="FILE", help="a .alg file (or a compiled model.onnx or TVM model.so)")

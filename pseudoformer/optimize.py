@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -40,24 +41,25 @@ def debugging() -> bool:
 
 
 def _run(graph: Graph, level: int, compile_options: CompileOptions | None,
-         weights: Mapping[str, np.ndarray] | None = None, **kw: Any) -> list[tuple[str, str, Any]]:
+         weights: Mapping[str, np.ndarray] | None = None, **kw: Any) -> PassContext:
     """Run the level's passes, or with `compile_options` the whole ONNX compile's pipeline at that level
-    (backends/pipeline.py); the refusals of the fusions, as (rule, reason, span)."""
+    (backends/pipeline.py); what the rules did: the fusions' refusals, as (rule, reason, span, scope), and how
+    often each rule fired."""
     check_level(level)
-    reasons: list[tuple[str, str, Any]] = []
+    ctx = PassContext()
     if compile_options is None:
-        ctx = PassContext()
         run_passes(graph, pipeline(level), ctx=ctx, **kw)
-        return ctx.refusals
+        return ctx
     from pseudoformer.backends.onnx.compile import prepare
     from pseudoformer.base.errors import BackendError
     from pseudoformer.passes.padding_mask import PaddingMaskError
 
     try:
-        prepare(graph, weights or {}, replace(compile_options, opt_level=level), refusals=reasons, **kw)
+        prepare(graph, weights or {}, replace(compile_options, opt_level=level), refusals=ctx.refusals,
+                fired=ctx.fired, **kw)
     except (BackendError, PaddingMaskError) as e:
         raise UsageError(str(e)) from None
-    return reasons
+    return ctx
 
 
 def refusals(graph: Graph, level: int = DEFAULT_LEVEL, *, compile_options: CompileOptions | None = None,
@@ -66,9 +68,21 @@ def refusals(graph: Graph, level: int = DEFAULT_LEVEL, *, compile_options: Compi
     once per place and reason, in source order, with how many heads (or layers, or calls) it was refused
     for (`note.count`); a refusal inside a shared algorithm is placed at the user's call of it. A head or
     norm written one way that did not fuse stays as written: correct, but slower."""
+    return _notes(graph, _run(graph, level, compile_options, weights).refusals)
+
+
+def rule_counts(graph: Graph, level: int = DEFAULT_LEVEL, *, compile_options: CompileOptions | None = None,
+                weights: Mapping[str, np.ndarray] | None = None) -> tuple[list[Note], Counter[str]]:
+    """The refusals' notes (as `refusals` gives them) and how often each rule fired, from one run of the passes:
+    as Inductor counts its pattern matches, a fusion that never fires is found without reading the graph."""
+    ctx = _run(graph, level, compile_options, weights)
+    return _notes(graph, ctx.refusals), ctx.fired
+
+
+def _notes(graph: Graph, refused: list[tuple[Any, ...]]) -> list[Note]:
     scopes: dict[tuple[str, str, str], set[str]] = {}
     seen: dict[tuple[str, str, str], tuple[str, Pos | None, str]] = {}
-    for rule, why, span, *scope in _run(graph, level, compile_options, weights):
+    for rule, why, span, *scope in refused:
         pos, inside = _users_line(graph, span, scope[0] if scope else "")
         key = (rule, why, str(pos))
         seen.setdefault(key, (f"{rule} refused", pos, why if inside is None else f"{why} (in {inside})"))

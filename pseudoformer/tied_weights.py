@@ -56,7 +56,7 @@ def tie(graph: Graph, params: Params, twins: Mapping[str, str] | None = None) ->
     def replace(n: Node, _src: tuple[Node, ...]) -> Node | None:
         if n.op is Op.PARAM and n.attrs["name"] in twins:
             first = firsts[twins[n.attrs["name"]]]
-            return Node(Op.TRANSPOSE, (first,), {"perm": [1, 0]}, span=n.span, scope=n.scope)
+            return Node.at(n, Op.TRANSPOSE, (first,), {"perm": [1, 0]})
         return None
 
     tied, _ = rebuild(graph, replace)

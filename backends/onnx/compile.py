@@ -11,6 +11,7 @@ the backend's passes run.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -34,12 +35,13 @@ def pipeline(options: CompileOptions) -> list[str]:
 
 def prepare(graph: Graph, weights: Mapping[str, np.ndarray], options: CompileOptions, *, check: bool = False,
             after: Callable[[Pass, Graph, bool], None] | None = None, refusals: list | None = None,
-            ) -> tuple[Graph, dict[str, np.ndarray]]:
+            fired: Counter[str] | None = None) -> tuple[Graph, dict[str, np.ndarray]]:
     """`graph` as this backend lowers it, and its weights then: the compile's pipeline of passes. `check`
-    verifies the IR after every pass, `after` sees each pass's graph, `refusals` collects the fusions'."""
+    verifies the IR after every pass, `after` sees each pass's graph, `refusals` collects the fusions' and
+    `fired` counts how often each rule rewrote."""
     opset = checked_opset(options)
     return run(graph, pipeline(options), weights=weights, options=options, accepts=lambda n: accepts(n, opset),
-               check=check, after=after, refusals=refusals)
+               check=check, after=after, refusals=refusals, fired=fired)
 
 
 def lower_model(graph: Graph, weights: Mapping[str, np.ndarray], options: CompileOptions | None = None, *,

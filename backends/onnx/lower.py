@@ -3,8 +3,8 @@
 The graph comes prepared by its pipeline of passes (backends/pipeline.py; compile.py runs it): cached
 attention fused and heads packed where the opset has the Attention op, what no lowering here accepts
 (lowerings/) decomposed, float16 for a float16 model, and onnxruntime's kernels with contrib ops. Each
-node is lowered by the lowering registered for its op, through the Emitter (emitter.py), and no lowering
-looks beyond its node. The weights stay numpy arrays beside the model (LoweredModel), which save.py
+node is lowered by the lowering registered for its op, through the Emitter (emitter.py); a lowering looks
+beyond its node only at the kind of an operand, where docs/architecture.md lists it. The weights stay numpy arrays beside the model (LoweredModel), which save.py
 streams into the file.
 """
 

@@ -1,23 +1,26 @@
-"""Running a lowered model on onnxruntime, on the CPU or on CUDA, never silently on the wrong one.
-
-onnxruntime is imported only here and only when a runner is made, so compiling to ONNX works in
-an environment without it; onnxruntime (CPU) and onnxruntime-gpu install the same module, which
-is why the two extras are alternatives.
-"""
+"""Running a lowered model on onnxruntime, on the CPU or on CUDA, never silently on the wrong one (its session
+is built by sessions.py, where every onnxruntime session is)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
 
+from pseudoformer.backends.onnx.providers import PROVIDERS
 from pseudoformer.backends.onnx.providers import device as provider_device
-from pseudoformer.backends.onnx.providers import require, session_providers
+from pseudoformer.backends.onnx.sessions import (
+    onnxruntime,
+    open_session,
+    providers,
+    session_options,
+)
 from pseudoformer.base.errors import BackendError
+
+__all__ = ["PROVIDERS", "OnnxRunner"]
 
 _NUMPY = {
     "tensor(float)": np.float32,
@@ -27,17 +30,6 @@ _NUMPY = {
     "tensor(int32)": np.int32,
     "tensor(bool)": np.bool_,
 }
-
-
-def _onnxruntime() -> Any:
-    try:
-        import onnxruntime
-    except ImportError as e:
-        raise BackendError(
-            "running a model needs onnxruntime, which is not installed: "
-            "pip install 'pseudoformer[cpu]' (or 'pseudoformer[gpu]' for CUDA, never both)"
-        ) from e
-    return onnxruntime
 
 
 _LIMITED: list[int] = []  # the limit of the process-wide allocator registered last
@@ -63,39 +55,19 @@ class OnnxRunner:
     ) -> None:
         """memory_limit: the most bytes onnxruntime's CPU allocator may hold for this process (weights it
         copies and every intermediate); an allocation past it fails the run instead of being made."""
-        ort = _onnxruntime()
-        require(ort, provider)
-        options = ort.SessionOptions()
-        if threads is not None:
-            if threads < 1:
-                raise BackendError(f"threads must be at least 1, got {threads}")
-            options.intra_op_num_threads = threads
+        ort = onnxruntime()
+        providers(ort, provider)
+        options = session_options(ort, threads=threads, log_severity=None)
         if memory_limit is not None and provider == "cpu":
             _limit_cpu_memory(ort, memory_limit)
             options.add_session_config_entry("session.use_env_allocators", "1")
             # A foreign file's names reach onnxruntime's own log, printed raw (and in colour) on stderr:
             # only its errors, which arrive as exceptions and are printed escaped, are wanted.
             options.log_severity_level = 4
-        if isinstance(model, onnx.ModelProto):
-            try:
-                source: bytes | str = model.SerializeToString()
-            except Exception as e:  # protobuf's EncodeError, or ValueError, past 2 GiB
-                raise BackendError(
-                    f"the model is too big to hand to onnxruntime in memory ({e}); "
-                    "save it with save_model and pass the path"
-                ) from e
-        else:
-            if not Path(model).is_file():
-                raise BackendError(f"no model file at {model}")
-            source = str(model)
         self._ort = ort
         self.provider = provider
         self.device = provider_device(provider)
-        try:
-            # Naming only the asked provider is what rules out a quiet fallback to the CPU.
-            self.session = ort.InferenceSession(source, sess_options=options, providers=session_providers(provider))
-        except Exception as e:  # onnxruntime raises its own exception types for load failures
-            raise BackendError(f"onnxruntime could not load the model: {e}") from e
+        self.session = open_session(ort, model, options, provider)
         try:  # a file's names and metadata are its own bytes: onnxruntime hands back invalid UTF-8 as an error
             self._inputs = {i.name: i for i in self.session.get_inputs()}
             self.output_names = [o.name for o in self.session.get_outputs()]

@@ -47,7 +47,7 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
     """Our step on onnxruntime, split and in place (and, with `plain`, a second session of the step compiled
     without the training step's rewrite rules; with `one_graph`, the same step as one graph, double-buffered;
     `only_one_graph`: that alone; with `whole_update`, the split step with its update over whole tensors;
-    `update_chunk`: the first runtime's update pieces, training/update_chunks.py), and the step graph's
+    `update_chunk`: the first runtime's update pieces, passes/update_chunks.py), and the step graph's
     node count."""
     from onnxruntime import SessionOptions
 

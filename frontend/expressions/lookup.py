@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from pseudoformer.base.errors import AlgError, Pos
-from pseudoformer.frontend import pieces  # a module: pieces.py imports this package in turn
+from pseudoformer.frontend import pieces
 from pseudoformer.frontend.ast import Expr
 from pseudoformer.frontend.errors import BadTypeError, UnknownNameError
 from pseudoformer.frontend.expressions.arith import real_power

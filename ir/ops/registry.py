@@ -12,8 +12,9 @@ OpDef holds, for one op:
               float16 (precision)
   decompose   optionally, the op as a formula of other ops, which a backend without a kernel for
               it lowers instead (passes/decompose.py)
-  vjp         the vector-Jacobian product, for the reverse-mode autodiff the training algorithms
-              (11–13) will need; empty for now
+  vjp         the vector-Jacobian product: the cotangents of the operands from the result's, which the
+              reverse-mode autodiff (passes/autodiff.py) of a training step composes; None where the op has no
+              derivative (a comparison, an index) or is never trained through, and the autodiff says so
   example     a small graph that uses the op (in each of its forms worth testing): the registry's
               tests check the typing rule, the impl and the decomposition on it, and each backend's
               tests compare their lowering of it with the interpreter, so a new op is tested everywhere

@@ -47,7 +47,7 @@ def transposed(x: Node, like: Node) -> Node:
     perm = swap_last(x.type.rank)
     if x.op is Op.TRANSPOSE and list(x.attrs["perm"]) == perm:
         return x.src[0]
-    return Node(Op.TRANSPOSE, (x,), {"perm": perm}, span=like.span, scope=like.scope)
+    return Node.at(like, Op.TRANSPOSE, (x,), {"perm": perm})
 
 
 @dataclass
@@ -324,7 +324,7 @@ def _check(m: AttentionMatch, ctx: Context) -> str | None:
 
 
 def _node(like: Node, op: Op, *src: Node, **attrs: object) -> Node:
-    return Node(op, src, attrs, span=like.span, scope=like.scope)
+    return Node.at(like, op, src, attrs)
 
 
 def _matrix(x: Node, like: Node) -> Node:
@@ -391,7 +391,7 @@ def _rewrite(m: AttentionMatch, n: Node) -> Node:
         mask = bias
     if mask is not None:
         operands.append(mask)
-    att = Node(Op.ATTENTION, tuple(operands), attrs, span=n.span, scope=n.scope)
+    att = Node.at(n, Op.ATTENTION, tuple(operands), attrs)
     out = transposed(att, n)
     assert out.type == n.type, f"attention fusion changed the type {n.type} to {out.type}"
     return out

@@ -53,7 +53,7 @@ def check(m: Match, ctx: Context) -> str | None:
 
 def rewrite(m: Match, root: Node) -> Node:
     def at(op: Op, *src: Node, **attrs: object) -> Node:
-        return Node(op, src, attrs, span=root.span, scope=root.scope)
+        return Node.at(root, op, src, attrs)
 
     rows_a = at(Op.TRANSPOSE, at(Op.FLATTEN, m.a, axis=2), perm=[1, 0])
     return at(Op.MATMUL, rows_a, at(Op.FLATTEN, m.c, axis=2))

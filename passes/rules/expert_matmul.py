@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pseudoformer.ir import Node, Op
+from pseudoformer.ir.node import NodeBuilder
 from pseudoformer.passes.rule import Context, Rule
 from pseudoformer.passes.rules.matching import describe, escaping
 
@@ -74,8 +75,7 @@ def check(m: Match, ctx: Context) -> str | None:
 
 
 def rewrite(m: Match, root: Node) -> Node:
-    def node(op: Op, *src: Node, **attrs: object) -> Node:
-        return Node(op, src, attrs, span=root.span, scope=root.scope)
+    node = NodeBuilder(root)
 
     rank, routes = m.mul.type.rank, m.gather.src[1].type.rank
     w = m.gather.src[0]

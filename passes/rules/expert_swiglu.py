@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pseudoformer.ir import Node, Op
+from pseudoformer.ir.node import NodeBuilder
 from pseudoformer.passes.rule import Context, Rule
 from pseudoformer.passes.rules.matching import describe, escaping
 
@@ -72,8 +73,7 @@ def check(m: Match, ctx: Context) -> str | None:
 
 
 def rewrite(m: Match, root: Node) -> Node:
-    def node(op: Op, *src: Node, **attrs: object) -> Node:
-        return Node(op, src, attrs, span=root.span, scope=root.scope)
+    node = NodeBuilder(root)
 
     (w1, r, x), (w3, _, _) = m.gate.src, m.up.src
     packed = node(Op.EXPERT_MATMUL, node(Op.CONCAT, w1, w3, axis=1), r, x)

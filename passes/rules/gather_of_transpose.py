@@ -41,7 +41,7 @@ def match(n: Node, src: tuple[Node, ...], ctx: Context) -> Match | None:
 def rewrite(m: Match, root: Node) -> Node:
     k, r = m.axis, m.index_rank
     at = m.perm[k]
-    gathered = Node(Op.GATHER, (m.w, root.src[1]), {"axis": at}, span=root.span, scope=root.scope)
+    gathered = Node.at(root, Op.GATHER, (m.w, root.src[1]), {"axis": at})
     # axes of `gathered`: W's axes before `at`, the index's r axes, W's axes after `at`
     where = {("w", j): j if j < at else j + r - 1 for j in range(len(m.perm)) if j != at}
     where.update({("i", j): at + j for j in range(r)})
@@ -49,7 +49,7 @@ def rewrite(m: Match, root: Node) -> Node:
     q = [where[a] for a in wanted]
     if q == list(range(len(q))):
         return gathered
-    return Node(Op.TRANSPOSE, (gathered,), {"perm": q}, span=root.span, scope=root.scope)
+    return Node.at(root, Op.TRANSPOSE, (gathered,), {"perm": q})
 
 
 RULE = Rule("gather_of_transpose", match, rewrite)

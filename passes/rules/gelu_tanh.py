@@ -139,7 +139,7 @@ def check(m: Match, ctx: Context) -> str | None:
 
 
 def rewrite(m: Match, root: Node) -> Node:
-    return Node(Op.GELU, (m.x,), {"approximate": m.approximate}, span=root.span, scope=root.scope)
+    return Node.at(root, Op.GELU, (m.x,), {"approximate": m.approximate})
 
 
 RULE = Rule("gelu", match, rewrite, check)

@@ -162,7 +162,7 @@ def rewrite(m: Match, root: Node) -> Node:
         attrs["softcap"] = float(att.attrs["softcap"])
     flags = {"packed": packed is not None, "cached": cached, "rotary": rotated is not None, "last": uncut is not None}
     attrs |= {name: True for name, on in flags.items() if on}  # the others are false by default
-    out = Node(Op.GROUP_QUERY_ATTENTION, tuple(operands), attrs, span=root.span, scope=root.scope)
+    out = Node.at(root, Op.GROUP_QUERY_ATTENTION, tuple(operands), attrs)
     assert out.type == root.type, f"group query attention fusion changed the type {root.type} to {out.type}"
     return out
 

@@ -93,14 +93,13 @@ def every_position(t: Node, count: int, memo: dict[int, Node]) -> Node:
     if id(t) in memo:
         return memo[id(t)]
     if is_positions(t):
-        out = Node(Op.ARANGE, (Node(Op.CONST, (), {"value": count, "dtype": DType.int64}),), {"dim": count},
-                   span=t.span, scope=t.scope)
+        out = Node.at(t, Op.ARANGE, (Node(Op.CONST, (), {"value": count, "dtype": DType.int64}),), {"dim": count})
     elif not t.src:
         out = t
     else:
         src = tuple(every_position(s, count, memo) for s in t.src)
         out = t if all(a is b for a, b in zip(src, t.src, strict=True)) else \
-            Node(t.op, src, dict(t.attrs), span=t.span, scope=t.scope)
+            Node.at(t, t.op, src, dict(t.attrs))
     memo[id(t)] = out
     return out
 
@@ -112,8 +111,7 @@ def rule(mask: Node, count: int) -> Rule:
     def rewrite(m: Match, root: Node) -> Node:
         qkv, past, tables = gqa_operands(m.src, m.att.attrs)
         full = [every_position(t, count, memo) for t in tables]
-        out = Node(Op.GROUP_QUERY_ATTENTION, (*qkv, *past, *full, mask), {**m.att.attrs, "lengths": True},
-                   span=root.span, scope=root.scope)
+        out = Node.at(root, Op.GROUP_QUERY_ATTENTION, (*qkv, *past, *full, mask), {**m.att.attrs, "lengths": True})
         assert out.type == root.type, f"the lengths form changed the type {root.type} to {out.type}"
         return out
 

@@ -291,8 +291,7 @@ def _role(n: Node) -> str:
 
 def rewrite(m: Match, root: Node) -> Node:
     eps = 0.0 if m.eps is None else const_value(m.eps)
-    return Node(Op.LAYER_NORM, (m.x, _strip(m.gamma), _strip(m.beta)), {"axis": m.axis, "eps": eps},
-                span=root.span, scope=root.scope)
+    return Node.at(root, Op.LAYER_NORM, (m.x, _strip(m.gamma), _strip(m.beta)), {"axis": m.axis, "eps": eps})
 
 
 RULE = Rule("layer_norm", match, rewrite, check)

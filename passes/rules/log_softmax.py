@@ -74,7 +74,7 @@ def _match(n: Node, src: tuple[Node, ...], ctx: Context) -> Any:
 
 def log_softmax(z: Node, axis: int, like: Node) -> Node:
     def make(op: Op, *src: Node, **attrs: Any) -> Node:
-        return Node(op, src, attrs, span=like.span, scope=like.scope)
+        return Node.at(like, op, src, attrs)
 
     return make(Op.LOG_SOFTMAX, z, axis=axis)
 
@@ -84,12 +84,12 @@ def _rewrite(m: Any, n: Node) -> Node:
     soft = chain[-1]
     out = log_softmax(soft.src[0], soft.attrs["axis"] % soft.type.rank, n)
     for mover in reversed(chain[:-1]):
-        out = Node(mover.op, (out, *mover.src[1:]), dict(mover.attrs), span=mover.span, scope=mover.scope)
+        out = Node.at(mover, mover.op, (out, *mover.src[1:]), dict(mover.attrs))
     if pick is None:
         return out
     total, onehot = pick
-    picked = Node(Op.MUL, (onehot, out), span=total.span, scope=total.scope)
-    return Node(Op.REDUCE_SUM, (picked,), dict(total.attrs), span=total.span, scope=total.scope)
+    picked = Node.at(total, Op.MUL, (onehot, out))
+    return Node.at(total, Op.REDUCE_SUM, (picked,), dict(total.attrs))
 
 
 RULE = Rule("log_softmax", _match, _rewrite)

@@ -73,7 +73,7 @@ def _rewrite(m: Any, n: Node) -> Node:
     p, w, axis, keepdims = m
 
     def make(op: Op, *src: Node, **attrs: Any) -> Node:
-        return Node(op, src, attrs, span=n.span, scope=n.scope)
+        return Node.at(n, op, src, attrs)
 
     lead = p.type.rank - w.type.rank
     idx = make(Op.UNSQUEEZE, w, axes=list(range(lead))) if lead else w

@@ -70,8 +70,7 @@ def check(m: Match, ctx: Context) -> str | None:
 
 
 def rewrite(m: Match, root: Node) -> Node:
-    out = Node(Op.ROTARY, (m.x, *m.rot.src[1:]), {**m.rot.attrs, "rotary_dim": m.r}, span=root.span,
-               scope=root.scope)
+    out = Node.at(root, Op.ROTARY, (m.x, *m.rot.src[1:]), {**m.rot.attrs, "rotary_dim": m.r})
     assert out.type == root.type, f"partial rotary fusion changed the type {root.type} to {out.type}"
     return out
 

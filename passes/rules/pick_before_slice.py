@@ -44,7 +44,7 @@ def _rewrite(m: Any, n: Node) -> Node:
     b = cut.attrs["axis"] % cut.type.rank
 
     def make(op: Op, *src: Node, **attrs: Any) -> Node:
-        return Node(op, src, attrs, span=n.span, scope=n.scope)
+        return Node.at(n, op, src, attrs)
 
     def const(k: int) -> Node:
         return make(Op.CONST, value=k, dtype=DType.int64)

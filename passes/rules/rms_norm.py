@@ -89,7 +89,7 @@ def check(m: Match, ctx: Context) -> str | None:
 
 def rewrite(m: Match, root: Node) -> Node:
     eps = 0.0 if m.eps is None else const_value(m.eps)
-    return Node(Op.RMS_NORM, (m.x, _strip(m.gamma)), {"axis": m.axis, "eps": eps}, span=root.span, scope=root.scope)
+    return Node.at(root, Op.RMS_NORM, (m.x, _strip(m.gamma)), {"axis": m.axis, "eps": eps})
 
 
 RULE = Rule("rms_norm", match, rewrite, check)

@@ -124,7 +124,7 @@ def check(m: Match, ctx: Context) -> str | None:
 
 
 def rewrite(m: Match, root: Node) -> Node:
-    out = Node(Op.ROTARY, (m.x, m.cos, m.sin), {"axis": m.axis}, span=root.span, scope=root.scope)
+    out = Node.at(root, Op.ROTARY, (m.x, m.cos, m.sin), {"axis": m.axis})
     assert out.type == root.type, f"rotary fusion changed the type {root.type} to {out.type}"
     return out
 

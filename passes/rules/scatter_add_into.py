@@ -56,14 +56,14 @@ def check(m: Match, ctx: Context) -> str | None:
 
 def _negated(x: Node, root: Node) -> Node:
     def neg(v: Node) -> Node:
-        return Node(Op.NEG, (v,), {}, span=root.span, scope=root.scope)
+        return Node.at(root, Op.NEG, (v,), {})
 
     if x.op is Op.MUL:  # negate the smaller factor: one pass over [.., 1] rather than over x
         p, q = x.src
         if q.type.shape != x.type.shape or p.type.shape != x.type.shape:
             small_first = p.type.shape != x.type.shape
             src = (neg(p), q) if small_first else (p, neg(q))
-            return Node(Op.MUL, src, {}, span=x.span, scope=x.scope)
+            return Node.at(x, Op.MUL, src, {})
     return neg(x)
 
 
@@ -71,8 +71,8 @@ def rewrite(m: Match, root: Node) -> Node:
     data, idx, upd = m.scatter.src
     into = _negated(m.other, root) if m.sign < 0 else m.other
     if m.negate_updates:
-        upd = Node(Op.NEG, (upd,), {}, span=root.span, scope=root.scope)
-    return Node(m.scatter.op, (into, idx, upd), dict(m.scatter.attrs), span=root.span, scope=root.scope)
+        upd = Node.at(root, Op.NEG, (upd,), {})
+    return Node.at(root, m.scatter.op, (into, idx, upd), dict(m.scatter.attrs))
 
 
 RULE = Rule("scatter_add_into", match, rewrite, check)

@@ -49,8 +49,7 @@ def check(m: Match, ctx: Context) -> str | None:
 
 
 def rewrite(m: Match, root: Node) -> Node:
-    return Node(Op.REDUCE_SUM, (m.scatter.src[2],), {**root.attrs, "axes": [m.axis]}, span=root.span,
-                scope=root.scope)
+    return Node.at(root, Op.REDUCE_SUM, (m.scatter.src[2],), {**root.attrs, "axes": [m.axis]})
 
 
 RULE = Rule("scatter_sum", match, rewrite, check)

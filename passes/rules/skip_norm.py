@@ -73,9 +73,9 @@ def rewrite(m: Match, root: Node) -> tuple[Node, dict[int, Node]]:
     norm = m.norm
     assert norm is not None
     operands = (m.x, m.y, *norm.src[1:], *([m.bias] if m.bias is not None else []))
-    fused = Node(_SKIP[norm.op], operands, {"eps": float(norm.attrs["eps"])}, span=root.span, scope=root.scope)
-    total = Node(Op.GET, (fused,), {"index": 1}, span=root.span, scope=root.scope)
-    normed = Node(Op.GET, (fused,), {"index": 0}, span=norm.span, scope=norm.scope)
+    fused = Node.at(root, _SKIP[norm.op], operands, {"eps": float(norm.attrs["eps"])})
+    total = Node.at(root, Op.GET, (fused,), {"index": 1})
+    normed = Node.at(norm, Op.GET, (fused,), {"index": 0})
     assert total.type == root.type and normed.type == norm.type, "skip norm fusion changed a type"
     return total, {id(norm): normed}
 

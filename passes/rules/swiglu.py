@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pseudoformer.ir import Node, Op
+from pseudoformer.ir.node import NodeBuilder
 from pseudoformer.passes.rule import Context, Rule
 from pseudoformer.passes.rules.matching import describe, escaping
 
@@ -57,9 +58,7 @@ def check(m: Match, ctx: Context) -> str | None:
 
 def rewrite(m: Match, root: Node) -> Node:
     (w1, x), (w3, _) = m.gate.src, m.up.src
-
-    def node(op: Op, *src: Node, **attrs: object) -> Node:
-        return Node(op, src, attrs, span=root.span, scope=root.scope)
+    node = NodeBuilder(root)
 
     packed = node(Op.MATMUL, node(Op.CONCAT, w1, w3, axis=0), x)
     out = node(Op.SWIGLU, packed, axis=packed.type.rank - 2)

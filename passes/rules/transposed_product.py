@@ -51,10 +51,9 @@ def rewrite(m: Match, root: Node) -> Node:
         if _swaps_last_two(t):
             return t.src[0]
         rank = t.type.rank
-        return Node(Op.TRANSPOSE, (t,), {"perm": [*range(rank - 2), rank - 1, rank - 2]},
-                    span=root.span, scope=root.scope)
+        return Node.at(root, Op.TRANSPOSE, (t,), {"perm": [*range(rank - 2), rank - 1, rank - 2]})
 
-    return Node(Op.MATMUL, (swapped(m.y), swapped(m.x)), {}, span=root.span, scope=root.scope)
+    return Node.at(root, Op.MATMUL, (swapped(m.y), swapped(m.x)), {})
 
 
 RULE = Rule("transposed_product", match, rewrite, check)

@@ -1,3 +1,4 @@
-"""Training: a loss algorithm's gradient by reverse-mode autodiff (passes/autodiff.py), one compiled step
-per backend (passes/training_step.py, runtimes.py), the loop (loop.py), its data (data.py) and outputs
-(outputs.py), and `pseudoformer train` (cli.py)."""
+"""Training: the loop (loop.py), its data (data.py), outputs (outputs.py) and step runtimes (runtimes.py), and
+`pseudoformer train` (cli.py). The step itself is made by passes: the autodiff (passes/autodiff.py), the step
+graph (passes/training_step.py), its split for onnxruntime (passes/split_step.py, update_chunks.py); compile.py
+runs their pipelines, and backends/onnx builds the sessions."""

@@ -10,9 +10,10 @@ import numpy as np
 
 from pseudoformer.ir import Graph
 from pseudoformer.passes.manager import named_pipeline, pipeline, run_passes
+from pseudoformer.passes.pass_base import PassContext
+from pseudoformer.passes.split_step import SplitStep, halves, without_gradients
 from pseudoformer.passes.training_step import Optimizer, step_graph, tie
 from pseudoformer.training.runtimes import initial_state
-from pseudoformer.training.split_step import SplitStep, split_step, without_gradients
 
 
 @dataclass
@@ -22,7 +23,7 @@ class CompiledStep:
     state: dict[str, np.ndarray]  # the trainable parameters and optimizer state of its first step
     trainable: list[str]
     ties: dict[str, str]
-    # the same step as a gradient graph and an in-place update graph (split_step.py), for onnxruntime;
+    # the same step as a gradient graph and an in-place update graph (passes/split_step.py), for onnxruntime;
     # None where the update would read more than θ, the gradients and the optimizer state
     split: SplitStep | None = None
 
@@ -56,4 +57,13 @@ def compile_step(graph: Graph, weights: Mapping[str, np.ndarray], *,
     used = {p.attrs["name"] for p in step.params()}
     frozen = {k: np.asarray(v, np.float32) for k, v in weights.items() if k in used}
     state = initial_state(step, weights, opt)
-    return CompiledStep(step, frozen, state, trainable, ties, split_step(marked))
+    return CompiledStep(step, frozen, state, trainable, ties, _split(marked))
+
+
+def _split(marked: Graph) -> SplitStep | None:
+    """The marked step's gradient and update halves, each by its pipeline of passes, or None where the update
+    would read more than θ, the gradients and the optimizer state."""
+    ctx = PassContext()
+    gradient = run_passes(marked, named_pipeline("training-gradient"), ctx=ctx)
+    update = run_passes(marked, named_pipeline("training-update"), ctx=ctx)
+    return None if halves(marked, ctx) is None else SplitStep(gradient, update)

@@ -4,18 +4,15 @@ and optimizer state kept by the runtime between steps.
     interpreter   numpy arrays (the reference)
     onnxruntime   OrtValues bound with IOBinding, so parameters and state never pass through numpy: the
                   step as a gradient graph and an update graph that writes θ and the state over their own
-                  buffers (OrtSplitStep, training/split_step.py), or as one graph that reads one set of
-                  buffers and writes the other, the two swapping (OrtStep). On provider "cuda" every one of
-                  those OrtValues is on the GPU and the update runs there: per step only the batch goes to
-                  the device and the loss comes back
+                  buffers (OrtSplitStep, passes/split_step.py), or as one graph that reads one set of
+                  buffers and writes the other, the two swapping (OrtStep); the sessions are built by
+                  backends/onnx/sessions.py. On provider "cuda" every one of those OrtValues is on the GPU and
+                  the update runs there: per step only the batch goes to the device and the loss comes back
     tvm           the Relax VM's tensors, each step's outputs handed back as the next step's arguments
 """
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,10 +21,11 @@ import numpy as np
 from pseudoformer.base.errors import UsageError
 from pseudoformer.ir import Graph
 from pseudoformer.passes.autodiff import GRAD
+from pseudoformer.passes.manager import named_pipeline, run_passes
+from pseudoformer.passes.split_step import SplitStep
 from pseudoformer.passes.training_step import LR, NEW, STEP, Optimizer
+from pseudoformer.passes.update_chunks import CHUNK, CHUNK_META, PIECES_META
 from pseudoformer.run_settings import TRAINING_BACKENDS
-from pseudoformer.training.split_step import SplitStep, in_place_problems
-from pseudoformer.training.update_chunks import CHUNK, chunked_update
 
 BACKENDS = TRAINING_BACKENDS
 
@@ -88,9 +86,11 @@ class OrtStep(StepRuntime):
     def __init__(self, graph: Graph, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray], *,
                  threads: int | None = None, opset: int | None = None, profile: bool = False,
                  session: Mapping[str, Any] | None = None, provider: str = "cpu") -> None:
+        from pseudoformer.backends.onnx.sessions import step_session
+
         ort = _onnxruntime(provider)
         self.ort, self.memory = ort, DeviceValues(ort, provider)
-        self.session, self._frozen, self.proto = _ort_session(ort, graph, frozen, threads=threads, opset=opset,
+        self.session, self._frozen, self.proto = step_session(graph, frozen, threads=threads, opset=opset,
                                                               profile=profile, session=session, provider=provider)
         super().__init__(graph, {}, state)  # onnxruntime reads the frozen weights from self._frozen
 
@@ -122,19 +122,22 @@ class OrtStep(StepRuntime):
 
 
 class OrtSplitStep(StepRuntime):
-    """The step as two onnxruntime sessions (training/split_step.py): the gradient graph writes the loss and
+    """The step as two onnxruntime sessions (passes/split_step.py): the gradient graph writes the loss and
     the gradients into buffers kept between steps, then the update graph writes θ and the optimizer state
     over their own buffers (each output bound to its input's OrtValue): θ, g, m, v held once, not θ, m, v
-    twice. The update graph is checked safe to run so before it is used (split_step.in_place_problems).
+    twice. The update graph is checked safe to run so before it is used (backends/onnx/in_place.py).
 
     Each buffer is a numpy array that its OrtValue wraps without a copy, so the update graph can be cut
-    into cache-sized pieces (training/update_chunks.py, `update_chunk` elements; 0: whole tensors) whose
+    into cache-sized pieces (the pass update_pieces, `update_chunk` elements; 0: whole tensors) whose
     inputs and outputs are OrtValues over slices of the same arrays. Every OrtValue is bound once, when
     the buffers are made; a step binds only its batch and writes η into the bound scalar."""
 
     def __init__(self, graph: Graph, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray],
                  split: SplitStep, *, threads: int | None = None, opset: int | None = None, profile: bool = False,
                  session: Mapping[str, Any] | None = None, update_chunk: int = CHUNK, provider: str = "cpu") -> None:
+        from pseudoformer.backends.onnx.in_place import InPlaceError, in_place_problems
+        from pseudoformer.backends.onnx.sessions import step_session
+
         ort = _onnxruntime(provider)
         self.ort, self.memory = ort, DeviceValues(ort, provider)
         if not self.memory.host_arrays:
@@ -142,17 +145,20 @@ class OrtSplitStep(StepRuntime):
             # elementwise kernels take whole tensors.
             update_chunk = 0
         carried = [name[len(NEW):] for name, _ in graph.outputs if name.startswith(NEW)]
-        update, self.pieces = chunked_update(split.update, update_chunk) if update_chunk else (split.update, [])
+        asked = Graph(list(split.update.inputs), list(split.update.outputs), {**split.update.meta,
+                                                                               CHUNK_META: update_chunk})
+        update = run_passes(asked, named_pipeline("training-update-pieces"))
+        self.pieces = update.meta.get(PIECES_META, [])
         # Each session keeps its own arena. One arena shared through onnxruntime's environment peaked 168 MiB
         # lower (GPT-2, batch 8), but onnxruntime registers that arena once a process and ignores any later
         # one: it silently replaced the memory limit `run` puts on a foreign file (backends/onnx/runner.py).
-        self.update, _, update_proto = _ort_session(ort, update, {}, threads=threads, opset=opset,
-                                                    optimize=False, provider=provider)
+        self.update, _, update_proto = step_session(update, {}, threads=threads, opset=opset, optimize=False,
+                                                    provider=provider)
         self.update_outputs = [o.name for o in self.update.get_outputs()]
         problems = in_place_problems(update_proto, {o: self._target(o) for o in self.update_outputs})
         if problems:
             raise InPlaceError("; ".join(problems[:5]))
-        self.session, self._frozen, self.proto = _ort_session(ort, split.gradient, frozen, threads=threads,
+        self.session, self._frozen, self.proto = step_session(split.gradient, frozen, threads=threads,
                                                               opset=opset, profile=profile, session=session,
                                                               provider=provider)
         self.theta = [n.attrs["name"] for n in split.gradient.inputs if n.attrs["name"] in carried]
@@ -196,6 +202,8 @@ class OrtSplitStep(StepRuntime):
             u.bind_ortvalue_output(k, views[self._target(k)])
 
     def step(self, batch: Mapping[str, np.ndarray], lr: float) -> float:
+        from pseudoformer.backends.onnx.sessions import release_pages
+
         for k in self.batch_names:  # binding a name again replaces its value
             self.binding.bind_cpu_input(k, np.ascontiguousarray(batch[k]))
         self.session.run_with_iobinding(self.binding)
@@ -204,121 +212,11 @@ class OrtSplitStep(StepRuntime):
         # The gradients are rewritten in full by the next step: their pages go back to the system until then, as
         # torch's zero_grad(set_to_none=True) drops them, so at the step's peak (the loss's backward, where no
         # layer's gradient exists yet) they are not all resident (GPT-2: 148 MiB). Host memory only.
-        _release_pages([self.arrays[k] for k in self.grads if k in self.arrays])
+        release_pages([self.arrays[k] for k in self.grads if k in self.arrays])
         return float(self.loss.numpy())
 
     def values(self) -> dict[str, np.ndarray]:
         return {k: v.numpy().copy() for k, v in self.buffers[0].items()}
-
-
-def _release_pages(arrays: list[np.ndarray]) -> None:
-    """madvise(MADV_DONTNEED) the whole pages inside each array (Linux): they read as zeros when next touched,
-    which is harmless for a buffer that is written before it is read. Elsewhere, nothing."""
-    libc = _libc()
-    if libc is None:
-        return
-    page = 4096
-    for a in arrays:
-        start = -(-a.ctypes.data // page) * page
-        stop = (a.ctypes.data + a.nbytes) // page * page
-        if stop - start >= 1 << 20:  # small ones share pages with the heap's bookkeeping: not worth it
-            libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(stop - start), 4)  # MADV_DONTNEED
-
-
-@functools.cache
-def _libc() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
-class InPlaceError(Exception):
-    """An update graph that cannot safely write its outputs over its inputs."""
-
-
-def _ort_session(ort: Any, graph: Graph, frozen: Mapping[str, np.ndarray], *, threads: int | None = None,
-                 opset: int | None = None, profile: bool = False, session: Mapping[str, Any] | None = None,
-                 optimize: bool = True, provider: str = "cpu") -> tuple[Any, dict[str, Any], Any]:
-    """An onnxruntime session of `graph` on `provider`, the OrtValues of the frozen weights it reads, and its
-    proto without weights (a few hundred KB). `optimize=False` runs the ONNX nodes as lowered (the in-place
-    update). The frozen weights are host OrtValues either way: a CUDA session copies them to the GPU once."""
-    from pseudoformer.backends.onnx.compile import lower_model
-
-    lowered = lower_model(graph, frozen, **({"opset": opset} if opset is not None else {}))
-    options = ort.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-    options.log_severity_level = 3
-    options.enable_profiling = profile
-    if not optimize:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    # A training step's memory pattern (one block planned for every intermediate) held GPT-2's step at
-    # batch 8 above 3.9 GB where the arena alone peaks at 2.9 GB (benchmarks/README.md, training).
-    options.enable_mem_pattern = False
-    # onnxruntime's CPU arena stays on: since the loss's backward holds two vocabulary-sized tensors, not four,
-    # the arena's peak is the freed step's (GPT-2, batch 8, quiet: 1767 against 1709–1773 MiB; LoRA on SmolLM2
-    # lower, 2510 against 2624), and without it each step takes those tensors from the system afresh, page
-    # faults included: 22–34 % slower (benchmarks/README.md, training). `enable_cpu_mem_arena=False` frees
-    # each tensor after its last reader.
-    options.enable_cpu_mem_arena = True
-    # The frozen weights are handed to onnxruntime as OrtValues over our own arrays, so they exist once:
-    # inline initializers were held by the proto, its serialised bytes and onnxruntime's own copy, and
-    # prepacking a MatMul's constant B keeps a packed copy next to an initializer it may not free.
-    options.add_session_config_entry("session.disable_prepacking", "1")
-    values = {name: ort.OrtValue.ortvalue_from_numpy(np.asarray(arr))
-              for name, arr in lowered.weights.items() if arr.nbytes > _INLINE_BYTES}
-    for name, value in values.items():
-        options.add_initializer(name, value)
-    for key, value in (session or {}).items():  # onnxruntime.SessionOptions attributes
-        setattr(options, key, value)
-    return _session_without_weights(ort, lowered, options, values, provider), values, lowered.skeleton
-
-
-# Weights up to this size stay inline: onnxruntime's graph optimizers read an initializer's own bytes (constant
-# folding, fusions checking a constant's value), not the OrtValue add_initializer gave for it.
-_INLINE_BYTES = 1 << 16
-
-
-def _session_without_weights(ort: Any, lowered: Any, options: Any, outside: Mapping[str, Any],
-                             provider: str = "cpu") -> Any:
-    """An InferenceSession of `lowered` in which the initializers named in `outside` (given to `options` with
-    add_initializer) hold no bytes: each is declared as external data of an empty file, so an optimizer that
-    tried to read one would fail rather than see wrong values. (A model given as bytes cannot name external
-    data; an initializer with no data fails validation.)"""
-    import tempfile
-    from pathlib import Path
-
-    import onnx
-    from onnx import numpy_helper
-
-    from pseudoformer.backends.onnx.lower import initializer_header
-    from pseudoformer.backends.onnx.providers import session_providers
-
-    model = onnx.ModelProto()
-    model.CopyFrom(lowered.skeleton)
-    for name, arr in lowered.weights.items():
-        if name not in outside:
-            model.graph.initializer.append(numpy_helper.from_array(np.asarray(arr), name))
-            continue
-        t = initializer_header(name, arr)
-        t.data_location = onnx.TensorProto.EXTERNAL
-        for key, value in (("location", "frozen.bin"), ("offset", "0"), ("length", str(arr.nbytes))):
-            entry = t.external_data.add()
-            entry.key, entry.value = key, value
-        model.graph.initializer.append(t)
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "frozen.bin").touch()
-        onnx.save_model(model, str(Path(tmp) / "step.onnx"))
-        # Constant folding would read the frozen weights' (absent) bytes, and what it folded from them (a
-        # transposed or sliced weight) it would keep as a second copy; unfolded, each step recomputes it.
-        return ort.InferenceSession(str(Path(tmp) / "step.onnx"), options,
-                                    # a step's tensors are the same sizes every step: the CUDA arena grows by what
-                                    # is asked, not to the next power of two (up to twice the peak held)
-                                    providers=session_providers(provider, {"arena_extend_strategy": "kSameAsRequested"}),
-                                    disabled_optimizers=["ConstantFolding"] if outside else None)
 
 
 class DeviceValues:
@@ -401,6 +299,8 @@ def make_runtime(backend: str, graph: Graph, frozen: Mapping[str, np.ndarray], s
     if backend == "interpreter":
         return InterpreterStep(graph, frozen, state)
     if backend == "onnxruntime":
+        from pseudoformer.backends.onnx.in_place import InPlaceError
+
         if split is not None:
             try:
                 return OrtSplitStep(graph, frozen, state, split, **options)

@@ -1,29 +1,32 @@
 """Model parameters in the paper's layout: loading, mapping from HuggingFace, saving, random init.
 
 Parameters are named tensors laid out as in Formal Algorithms for Transformers: features x
-positions, and matrices W in R^{out x in} so that y = W x. Only safetensors is ever read.
-A HuggingFace family is a table (hf_table.Table: hf_gpt2, hf_bert, hf_bart, hf_llama) that one engine
+positions, and matrices W in R^{out x in} so that y = W x. A checkpoint is a safetensors file, an HF
+directory (config.json and safetensors shards) or a GGUF file (gguf_checkpoint: dequantized, its Q4_0/Q8_0
+blocks kept for MatMulNBits); a pickled checkpoint is refused, never unpickled.
+A HuggingFace family is a table (hf_table.Table: hf_gpt2, hf_bert, hf_bart, hf_llama, …) that one engine
 (hf_engine) applies; map_hf_checkpoint plans a checkpoint's mapping, to read it one tensor at a time.
+
+The names below are imported on first use, so that importing one module of this package (the TVM backend saves
+its weights through safetensors_io) does not run the checkpoint readers.
 """
 
-from .errors import Problem, WeightsError
-from .gguf_checkpoint import gguf_config
-from .hf_checkpoint import SUPPORTED, hf_hyperparameters, hf_model_type, map_hf_checkpoint, read_hf_config
-from .loader import load_weights, open_weights
-from .random_init import random_weights
-from .safetensors_io import save_weights
+from pseudoformer.base.lazy_names import lazy_names
 
-__all__ = [
-    "SUPPORTED",
-    "Problem",
-    "WeightsError",
-    "gguf_config",
-    "hf_hyperparameters",
-    "hf_model_type",
-    "load_weights",
-    "map_hf_checkpoint",
-    "open_weights",
-    "random_weights",
-    "read_hf_config",
-    "save_weights",
-]
+_NAMES = {
+    "Problem": "pseudoformer.weights.errors",
+    "WeightsError": "pseudoformer.weights.errors",
+    "gguf_config": "pseudoformer.weights.gguf_checkpoint",
+    "SUPPORTED": "pseudoformer.weights.hf_checkpoint",
+    "hf_hyperparameters": "pseudoformer.weights.hf_checkpoint",
+    "hf_model_type": "pseudoformer.weights.hf_checkpoint",
+    "map_hf_checkpoint": "pseudoformer.weights.hf_checkpoint",
+    "read_hf_config": "pseudoformer.weights.hf_checkpoint",
+    "load_weights": "pseudoformer.weights.loader",
+    "open_weights": "pseudoformer.weights.loader",
+    "random_weights": "pseudoformer.weights.random_init",
+    "save_weights": "pseudoformer.weights.safetensors_io",
+}
+
+__all__ = sorted(_NAMES)
+__getattr__, __dir__ = lazy_names(__name__, _NAMES, globals())

@@ -6,8 +6,11 @@
 `.safetensors_io`, which the TVM backend saves its weights in) and the rules for touching files
 (`pseudoformer.base.limits`, `.regular_file`, `.file_access`, `.atomic_write`) and the import of a package's modules
 that register themselves (`pseudoformer.base.submodules`) and the hostile-input helpers (`.terminal`, `.model_files`,
-`.manifest`) sit below every stage; function-level
-and relative imports count too; imports under `if TYPE_CHECKING:` do not (they never run).
+`.manifest`) sit below every stage, with the two packages whose __init__ imports nothing eagerly
+(`pseudoformer.base`, `pseudoformer.weights`: base/lazy_names.py). Function-level and relative imports count too;
+imports under `if TYPE_CHECKING:` do not (they never run). An import of `a.b.c` also runs `a/__init__` and
+`a/b/__init__`, so it is an edge to each of them that is not the importer's own package (test_fresh_imports.py runs
+every module's import first, to catch what this reading misses).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"pseudoformer": "pseudoformer", "pseudoformer.frontend": "frontend", "pseudoformer.ir": "ir",
            "pseudoformer.passes": "passes", "pseudoformer.backends": "backends"}
-SHARED = {"pseudoformer.base.errors", "pseudoformer.version", "pseudoformer.weights.errors",
+SHARED = {"pseudoformer.base", "pseudoformer.base.lazy_names", "pseudoformer.weights", "pseudoformer.base.errors", "pseudoformer.version", "pseudoformer.weights.errors",
           "pseudoformer.weights.safetensors_io", "pseudoformer.weights.tensor_ref", "pseudoformer.base.limits",
           "pseudoformer.base.regular_file", "pseudoformer.base.file_access", "pseudoformer.base.atomic_write",
           "pseudoformer.base.submodules", "pseudoformer.base.terminal", "pseudoformer.base.model_files", "pseudoformer.base.manifest"}
@@ -66,7 +69,18 @@ def _imports() -> nx.DiGraph:
             else:
                 continue
             g.add_edges_from((m, t) for t in targets if t in mods and t != m)
+            # Importing a.b.c runs a/__init__ and a/b/__init__ first, unless they are m's own packages, which are
+            # running already; a cycle through a package's __init__ fails as surely as one between modules.
+            own = _packages(m)
+            g.add_edges_from((m, p) for t in targets if t in mods for p in _packages(t)
+                             if p in mods and p not in own and p != m)
     return g
+
+
+def _packages(module: str) -> set[str]:
+    """The packages whose __init__ an import of `module` runs: a, a.b for a.b.c."""
+    parts = module.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
 
 
 def _is_type_checking(test: ast.expr) -> bool:

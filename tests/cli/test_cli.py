@@ -122,8 +122,12 @@ def test_inspect_refusals_says_which_head_did_not_fuse_and_why(cli: Cli, tmp_pat
     assert lines[0].startswith(f"{tmp_path / 'neg.alg'}:17:5: note: attention refused 2 times: the scores are "
                                "subtracted")
     assert "negates them" in lines[0] and lines[2].strip() == "^" and lines[-1] == "2 refused fusions"
+    assert "attention" not in lines[-2] and lines[-2].startswith("rules fired: ")  # the refused heads never fired
     code, out, err = cli("inspect", "tests/passes/attention_biases/alibi.alg", *sizes, "--refusals")
-    assert (code, out.strip()) == (0, "no refused fusions"), err
+    assert code == 0, err
+    # and as written, both heads fuse: the counters say so beside the total
+    assert out.strip().splitlines()[-1] == "no refused fusions"
+    assert "attention 2" in out.strip().splitlines()[-2].removeprefix("rules fired: ").split(", ")
 
 
 # ---- run and compile

@@ -15,7 +15,7 @@ from pseudoformer.frontend.modules import load_program
 from pseudoformer.ir import DType, Op
 from pseudoformer.ir.verify import verify
 from pseudoformer.model import resolve_source
-from pseudoformer.passes.fusions import fuse_attention
+from pseudoformer.passes.fusions import attention_fusion
 from tests.passes.attention_graphs import (
     NEG_INF,
     SIZES,
@@ -45,7 +45,7 @@ GONE = (Op.SOFTMAX, Op.WHERE, Op.INDEX_MASK, Op.NOT)
 
 def fused(g):
     refusals: list = []
-    out, changed = fuse_attention(cleaned(g), refusals)
+    out, changed = attention_fusion(cleaned(g), refusals)
     verify(out)
     return cleaned(out), changed, refusals
 
@@ -155,7 +155,7 @@ def test_a_general_mask_over_two_lengths() -> None:
 
 def _refused(g, why: str) -> None:
     refusals: list = []
-    out, changed = fuse_attention(g, refusals)
+    out, changed = attention_fusion(g, refusals)
     assert not changed and out.outputs[0][1] is g.outputs[0][1]
     assert [r[0] for r in refusals] == ["attention"]
     assert why in refusals[0][1], refusals[0][1]
@@ -215,14 +215,14 @@ def test_refuses_scores_subtracted_from_a_bias() -> None:
 def test_a_softmax_of_no_scores_is_left_alone() -> None:
     w = param("W", (3, 4))
     g = graph([X], node(Op.MATMUL, w, node(Op.SOFTMAX, X, axis=1)))
-    out, changed = fuse_attention(g, refusals := [])
+    out, changed = attention_fusion(g, refusals := [])
     assert not changed and [r[0] for r in refusals] == ["attention"]  # said why, and left it alone
     np.testing.assert_equal(ops(out), ops(g))
 
 
 def test_one_causal_head_as_ir_text() -> None:
     """Algorithm 4's head (Kᵀ Q, [[t ≤ t']] masked to −∞, scaled, softmax over keys, V ·) → one attention."""
-    check_rewrite(fuse_attention, """
+    check_rewrite(attention_fusion, """
         graph head(Q: float32[batch, 2, seq], K: float32[batch, 2, seq], V: float32[batch, 3, seq]) -> (Y: float32[batch, 3, seq])
           %1 = transpose %K {perm=[0, 2, 1]} : float32[batch, seq, 2]
           %2 = matmul %1, %Q : float32[batch, seq, seq]

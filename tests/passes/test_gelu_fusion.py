@@ -12,7 +12,7 @@ from pseudoformer import ir  # noqa: F401
 from pseudoformer.ir import Graph, Node, Op
 from pseudoformer.ir.verify import verify
 from pseudoformer.model import load
-from pseudoformer.passes.fusions import fuse_gelu
+from pseudoformer.passes.fusions import gelu_fusion
 from tests.passes.fusion_cases import (
     L,
     assert_same,
@@ -44,7 +44,7 @@ C = math.sqrt(2 / math.pi)
 def test_gpt2_has_one_tanh_gelu_per_layer_and_no_tanh(optimised: bool) -> None:
     model = small("gpt2")
     before = prepared(model.graph, optimised)
-    after, changed = fuse_gelu(before)
+    after, changed = gelu_fusion(before)
     verify(after)
     assert changed
     gelus = nodes_of(after, Op.GELU)
@@ -59,7 +59,7 @@ def test_gpt2_has_one_tanh_gelu_per_layer_and_no_tanh(optimised: bool) -> None:
 def test_bert_keeps_its_exact_gelu_and_changes_nothing(optimised: bool) -> None:
     before = prepared(small("bert").graph, optimised)
     refusals: list = []
-    after, changed = fuse_gelu(before, refusals)
+    after, changed = gelu_fusion(before, refusals)
     assert not changed and not refusals
     gelus = nodes_of(after, Op.GELU)
     assert len(gelus) == L + 1 and all(n.attrs == {"approximate": "none"} for n in gelus)
@@ -67,7 +67,7 @@ def test_bert_keeps_its_exact_gelu_and_changes_nothing(optimised: bool) -> None:
 
 def test_fused_gpt2_lowers_to_gelu_and_matches_the_interpreter() -> None:
     model = small("gpt2")
-    after, _ = fuse_gelu(prepared(model.graph, True))
+    after, _ = gelu_fusion(prepared(model.graph, True))
     counts = onnx_ops(after, {"x": tokens()}, spread_weights(model))
     assert counts["Gelu"] == L and counts["Tanh"] == 0
 
@@ -92,7 +92,7 @@ def test_the_erf_form_a_user_writes_becomes_the_exact_gelu(tmp_path: Path) -> No
     src = tmp_path / "erf.alg"
     src.write_text(ERF_ALG, encoding="utf-8")
     model = load(src, entry="Layer", config="/dev/null", defines=["d=4", "ell_max=6"])
-    after, changed = fuse_gelu(model.graph)
+    after, changed = gelu_fusion(model.graph)
     assert changed
     (g,) = nodes_of(after, Op.GELU)
     assert g.attrs == {"approximate": "none"} and g.src[0].op is Op.MATMUL
@@ -138,7 +138,7 @@ def _x_graph(build, x: Node | None = None, **kw) -> tuple[Graph, dict[str, Node]
 def test_tanh_spellings_fuse(order: str, cube: str) -> None:
     before, _ = _x_graph(tanh_gelu, order=order, cube=cube)
     refusals: list = []
-    after, changed = fuse_gelu(before, refusals)
+    after, changed = gelu_fusion(before, refusals)
     assert changed and not refusals
     (g,) = nodes_of(after, Op.GELU)
     assert g.attrs == {"approximate": "tanh"} and g.src[0] is before.inputs[0]
@@ -148,7 +148,7 @@ def test_tanh_spellings_fuse(order: str, cube: str) -> None:
 
 def test_an_x_that_is_itself_a_product_stays_whole() -> None:
     before, _ = _x_graph(tanh_gelu, x=lambda a: op(Op.MUL, a, op(Op.ABS, a)))
-    after, changed = fuse_gelu(before)
+    after, changed = gelu_fusion(before)
     (g,) = nodes_of(after, Op.GELU)
     assert changed and g.src[0].op is Op.MUL
     assert_same(before, after, random_inputs(before, SIZES), {})
@@ -160,7 +160,7 @@ def test_erf_spellings_fuse(scaled: str) -> None:
     arg = op(Op.DIV, x, const(math.sqrt(2))) if scaled == "div" else op(Op.MUL, const(1 / math.sqrt(2)), x)
     y = op(Op.MUL, const(0.5), op(Op.MUL, x, op(Op.ADD, op(Op.ERF, arg), const(1.0))))
     before = graph([x], y=y)
-    after, changed = fuse_gelu(before)
+    after, changed = gelu_fusion(before)
     (g,) = nodes_of(after, Op.GELU)
     assert changed and g.attrs == {"approximate": "none"}
     assert_same(before, after, random_inputs(before, SIZES), random_params(before))
@@ -171,7 +171,7 @@ def test_erf_spellings_fuse(scaled: str) -> None:
 
 def _refused(before: Graph) -> str:
     refusals: list = []
-    after, changed = fuse_gelu(before, refusals)
+    after, changed = gelu_fusion(before, refusals)
     verify(after)
     assert not changed and after.outputs[0][1] is before.outputs[0][1]
     assert not nodes_of(after, Op.GELU)
@@ -190,7 +190,7 @@ def test_a_wrong_half_is_refused() -> None:
 
 def test_constants_within_1e_6_are_accepted() -> None:
     before, _ = _x_graph(tanh_gelu, k=0.044715 + 5e-7)
-    assert fuse_gelu(before)[1]
+    assert gelu_fusion(before)[1]
 
 
 @pytest.mark.parametrize("part,role", [
@@ -210,7 +210,7 @@ def test_gpt2_with_its_cube_read_elsewhere_keeps_that_layers_formula() -> None:
     cube = next(n for n in g.nodes() if n.op is Op.MUL and n.src[0].op is Op.MUL and n.src[0].src[0] is n.src[1])
     g = Graph(g.inputs, [*g.outputs, ("cube", cube)], g.meta)
     refusals: list = []
-    after, changed = fuse_gelu(g, refusals)
+    after, changed = gelu_fusion(g, refusals)
     verify(after)
     assert changed and len(nodes_of(after, Op.GELU)) == L - 1 and ops(after)[Op.TANH] == 1
     assert [r[0] for r in refusals] == ["gelu"] and "variants.alg:" in str(refusals[0][2])
@@ -220,7 +220,7 @@ def test_no_half_means_no_gelu_and_no_refusal() -> None:
     a = inp("a", "batch", 4)
     y = op(Op.MUL, a, op(Op.ADD, const(1.0), op(Op.TANH, a)))
     refusals: list = []
-    after, changed = fuse_gelu(graph([a], y=y), refusals)
+    after, changed = gelu_fusion(graph([a], y=y), refusals)
     assert not changed and not refusals
 
 
@@ -248,7 +248,7 @@ def test_gpt2_gelu_tanh_as_ir_text() -> None:
     """
     model = load("models/variants.alg", entry="GELU_tanh", config="/dev/null")
     assert text(prepared(model.graph, True)) == text(ir.parse(textwrap.dedent(before)))
-    check_rewrite(fuse_gelu, before, """
+    check_rewrite(gelu_fusion, before, """
         graph GELU_tanh(x: float32[batch]) -> (y: float32[batch])
           %1 = gelu %x {approximate="tanh"} : float32[batch]
           return y = %1

@@ -19,7 +19,7 @@ from pseudoformer.ir import DType, Op
 from pseudoformer.ir.interpreter import run
 from pseudoformer.ir.verify import verify
 from pseudoformer.model import resolve_source
-from pseudoformer.passes.fusions import fuse_attention
+from pseudoformer.passes.fusions import attention_fusion
 from pseudoformer.passes.head_batching import batch_heads
 from tests.passes.attention_graphs import (
     SIZES,
@@ -47,7 +47,7 @@ ED = {k: v for k, v in TINY.items() if k != "L"} | {"L_enc": 1, "L_dec": 2}
 
 
 def batched(g, refusals: list | None = None):
-    fused, _ = fuse_attention(cleaned(g))
+    fused, _ = attention_fusion(cleaned(g))
     out, changed = batch_heads(fused, refusals)
     verify(out)
     return cleaned(out), changed
@@ -146,7 +146,7 @@ def test_onnx_of_the_batched_graph(name: str) -> None:
 
 
 def _refused(g, why: str) -> None:
-    fused, _ = fuse_attention(g)
+    fused, _ = attention_fusion(g)
     assert len(attention_nodes(fused)) > 0
     refusals: list = []
     out, changed = batch_heads(fused, refusals)
@@ -178,7 +178,7 @@ def test_refuses_heads_masked_differently() -> None:
 def test_heads_masked_differently_batch_with_their_masks_stacked() -> None:
     other = head("h1", X, X, lambda s: scaled(masked(causal(X, "<"), s)))
     g = graph([X], _stack(head("h0", X, X, lambda s: scaled(masked(causal(X, ">="), s))), other))
-    fused, _ = fuse_attention(g)
+    fused, _ = attention_fusion(g)
     out, changed = batch_heads(fused)
     (att,) = attention_nodes(out)
     assert changed and att.src[3].shape == (2, "seq", "seq")
@@ -196,7 +196,7 @@ def test_refuses_heads_of_different_sizes() -> None:
 
 def test_refuses_a_head_used_outside_the_stack() -> None:
     h0 = head("h0", X, X)
-    fused, _ = fuse_attention(graph([X], _stack(h0, head("h1", X, X)), h0))
+    fused, _ = attention_fusion(graph([X], _stack(h0, head("h1", X, X)), h0))
     refusals: list = []
     out, changed = batch_heads(fused, refusals)
     assert not changed and "outside the heads' row stack" in refusals[0][1]

@@ -11,7 +11,7 @@ from pseudoformer import ir
 from pseudoformer.ir import Graph, Node, Op
 from pseudoformer.ir.verify import verify
 from pseudoformer.model import load
-from pseudoformer.passes.fusions import fuse_norms
+from pseudoformer.passes.fusions import layer_norm_fusion
 from tests.passes.fusion_cases import (
     L,
     assert_same,
@@ -45,7 +45,7 @@ BOTH = pytest.mark.parametrize("optimised", [False, True], ids=["raw", "cse+simp
 def test_models_fuse_every_layer_norm(name: str, count: int, optimised: bool) -> None:
     model = small(name)
     before = prepared(model.graph, optimised)
-    after, changed = fuse_norms(before)
+    after, changed = layer_norm_fusion(before)
     verify(after)
     assert changed
     lns = nodes_of(after, Op.LAYER_NORM)
@@ -63,7 +63,7 @@ def test_models_fuse_every_layer_norm(name: str, count: int, optimised: bool) ->
 def test_gpt2_node_count_drops_and_parameters_keep_their_names() -> None:
     model = small("gpt2")
     before = prepared(model.graph, True)
-    after, _ = fuse_norms(before)
+    after, _ = layer_norm_fusion(before)
     # After CSE each layer norm is 15 nodes besides its input, γ, β and the shared constants
     # (d and ε); fused, it is one, and the constants go too.
     assert len(before.nodes()) - len(after.nodes()) == 14 * (2 * L + 1) + 2
@@ -96,7 +96,7 @@ def test_algorithm_6_without_eps_fuses_with_eps_0() -> None:
     # Before: the paper's Algorithm 6 as the frontend lowers it (then cse and simplify), at d_e = 3.
     model = load("models/paper/primitives.alg", entry="layer_norm", config="/dev/null", defines=["d_e=3"])
     assert text(prepared(model.graph, True)) == text(ir.parse(textwrap.dedent(ALGORITHM_6)))
-    check_rewrite(fuse_norms, ALGORITHM_6, """
+    check_rewrite(layer_norm_fusion, ALGORITHM_6, """
         graph layer_norm(e: float32[batch, 3]) -> (e_hat: float32[batch, 3])
           %1 = param "gamma" : float32[3]
           %2 = param "beta" : float32[3]
@@ -107,7 +107,7 @@ def test_algorithm_6_without_eps_fuses_with_eps_0() -> None:
 
 def test_fused_gpt2_lowers_to_layer_normalization_and_matches_the_interpreter() -> None:
     model = small("gpt2")
-    after, _ = fuse_norms(prepared(model.graph, True))
+    after, _ = layer_norm_fusion(prepared(model.graph, True))
     counts = onnx_ops(after, {"x": tokens()}, spread_weights(model))
     assert counts["LayerNormalization"] == 2 * L + 1
     assert counts["ReduceSum"] == counts["Sqrt"] == 0
@@ -115,7 +115,7 @@ def test_fused_gpt2_lowers_to_layer_normalization_and_matches_the_interpreter() 
 
 def test_fused_bert_lowers_to_layer_normalization_and_matches_the_interpreter() -> None:
     model = small("bert")
-    after, _ = fuse_norms(prepared(model.graph, True))
+    after, _ = layer_norm_fusion(prepared(model.graph, True))
     counts = onnx_ops(after, {"x": tokens()}, spread_weights(model))
     assert counts["LayerNormalization"] == 2 * L + 2
 
@@ -185,7 +185,7 @@ SPELLINGS = [
 def test_each_spelling_fuses_to_the_same_layer_norm(spelling: dict) -> None:
     before, _ = written(**spelling)
     refusals: list = []
-    after, changed = fuse_norms(before, refusals)
+    after, changed = layer_norm_fusion(before, refusals)
     assert changed and not refusals
     (ln,) = nodes_of(after, Op.LAYER_NORM)
     axis = spelling.get("axis", 1)
@@ -201,7 +201,7 @@ def test_each_spelling_fuses_to_the_same_layer_norm(spelling: dict) -> None:
 
 def _refused(before: Graph) -> str:
     refusals: list = []
-    after, changed = fuse_norms(before, refusals)
+    after, changed = layer_norm_fusion(before, refusals)
     verify(after)
     assert not changed and after.outputs[0][1] is before.outputs[0][1]
     assert not nodes_of(after, Op.LAYER_NORM)
@@ -260,14 +260,14 @@ def test_a_formula_that_is_not_layer_norm_is_left_alone_without_a_refusal() -> N
     c = op(Op.SUB, x, op(Op.REDUCE_MEAN, x, axes=[1], keepdims=True))
     y = op(Op.ADD, op(Op.MUL, c, param("g", D)), param("b", D))  # centred but not divided by σ
     refusals: list = []
-    after, changed = fuse_norms(graph([x], y=y), refusals)
+    after, changed = layer_norm_fusion(graph([x], y=y), refusals)
     assert not changed and not refusals and after.outputs[0][1] is y
 
 
 def test_fused_graph_runs_on_onnx_with_the_axis_last_and_not_last() -> None:
     for axis in (1, 2):
         before, _ = written(form="sum_div", keepdims=False, axis=axis)
-        after, _ = fuse_norms(before)
+        after, _ = layer_norm_fusion(before)
         inputs, params = random_inputs(before, SIZES), random_params(before)
         assert onnx_ops(after, inputs, params)["LayerNormalization"] == 1
         np.testing.assert_equal(after.outputs[0][1].attrs["axis"], axis)

@@ -14,7 +14,7 @@ from pseudoformer.backends.onnx import to_onnx
 from pseudoformer.backends.onnx.runner import OnnxRunner
 from pseudoformer.ir import Op
 from pseudoformer.ir.interpreter import run
-from pseudoformer.passes.fusions import fuse_rotary, fuse_swiglu
+from pseudoformer.passes.fusions import rotary_fusion, swiglu_fusion
 from pseudoformer.passes.manager import PassContext, pipeline, run_passes
 from pseudoformer.passes.packed_heads import pack_heads
 from tests.passes import llama_graphs
@@ -62,7 +62,7 @@ graph RoPE(x: float32[batch, 4, seq]) -> (y: float32[batch, 4, seq])""" + ANGLES
 
 
 def test_rope_in_the_papers_layout_is_one_rotary() -> None:
-    check_rewrite(fuse_rotary, ROPE, ROTARY, tol=1e-5)
+    check_rewrite(rotary_fusion, ROPE, ROTARY, tol=1e-5)
 
 
 @pytest.mark.parametrize(("old", "new", "why"), [
@@ -74,7 +74,7 @@ def test_what_is_not_a_rotation_is_refused_with_its_reason(old: str, new: str, w
     from pseudoformer import ir
 
     refusals: list = []
-    _, changed = fuse_rotary(ir.parse(ROPE.replace(old, new)), refusals)
+    _, changed = rotary_fusion(ir.parse(ROPE.replace(old, new)), refusals)
     assert not changed
     assert any(why in r[1] for r in refusals), refusals
 
@@ -85,7 +85,7 @@ def test_a_rotated_half_used_elsewhere_is_refused() -> None:
     g = ir.parse(ROPE.replace("return y = %27", "return y = %27, z = %23")
                  .replace("-> (y: float32[batch, 4, seq])", "-> (y: float32[batch, 4, seq], z: float32[batch, 2, seq])"))
     refusals: list = []
-    _, changed = fuse_rotary(g, refusals)
+    _, changed = rotary_fusion(g, refusals)
     assert not changed and "used elsewhere" in refusals[0][1]
 
 
@@ -116,7 +116,7 @@ graph MLP(x: float32[batch, 4, seq]) -> (y: float32[batch, 4, seq])
 
 
 def test_swiglu_packs_the_gate_and_up_projections() -> None:
-    check_rewrite(fuse_swiglu, MLP, SWIGLU, tol=1e-5)
+    check_rewrite(swiglu_fusion, MLP, SWIGLU, tol=1e-5)
 
 
 def test_swiglu_of_two_inputs_is_refused() -> None:
@@ -124,7 +124,7 @@ def test_swiglu_of_two_inputs_is_refused() -> None:
 
     src = MLP.replace("graph MLP(x: float32[batch, 4, seq])", "graph MLP(x: float32[batch, 4, seq], z: float32[batch, 4, seq])")
     refusals: list = []
-    _, changed = fuse_swiglu(ir.parse(src.replace("%5 = matmul %4, %x", "%5 = matmul %4, %z")), refusals)
+    _, changed = swiglu_fusion(ir.parse(src.replace("%5 = matmul %4, %x", "%5 = matmul %4, %z")), refusals)
     assert not changed and "different inputs" in refusals[0][1]
 
 

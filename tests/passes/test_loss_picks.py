@@ -13,7 +13,7 @@ from pseudoformer import ir
 from pseudoformer.ir import Op
 from pseudoformer.ir.interpreter import run
 from pseudoformer.passes.autodiff import gradients
-from pseudoformer.passes.fusions import pick_before_slice, pick_one_hot
+from pseudoformer.passes.fusions import one_hot_pick_fusion, pick_before_slice_fusion
 from tests.passes.ir_text import check_rewrite, random_feed
 
 # The frontend's pick P[x[t], t] (computed_index.pick): x checked by a gather from the range, then a one-hot
@@ -34,7 +34,7 @@ ONE_HOT = """
 
 
 def test_a_checked_one_hot_pick_is_one_gather_elements() -> None:
-    check_rewrite(pick_one_hot, ONE_HOT, """
+    check_rewrite(one_hot_pick_fusion, ONE_HOT, """
         graph pick(P: float32[batch, seq, 5], x: int64[batch, seq]) -> (loss: float32[batch])
           %1 = const 5 : int64[]
           %2 = arange %1 {dim=5} : int64[5]
@@ -52,7 +52,7 @@ def test_an_unchecked_index_stays_a_one_hot_sum_and_says_why() -> None:
     unchecked = ONE_HOT.replace("gather %2, %x {axis=0}", "add %x, %1")
     g = ir.parse(textwrap.dedent(unchecked))
     refusals: list = []
-    out, changed = pick_one_hot(g, refusals)
+    out, changed = one_hot_pick_fusion(g, refusals)
     assert not changed and Op.GATHER_ELEMENTS not in [n.op for n in out.nodes()]
     assert [r[:2] for r in refusals] == [("one_hot_pick", "the index is not checked against the axis (for an index "
                                           "outside it the one-hot sum picks nothing, a gather fails)")]
@@ -60,7 +60,7 @@ def test_an_unchecked_index_stays_a_one_hot_sum_and_says_why() -> None:
 
 def test_the_pick_gradient_is_a_scatter_add_and_agrees_with_the_one_hot() -> None:
     g = ir.parse(textwrap.dedent(ONE_HOT))
-    picked, _ = pick_one_hot(g)
+    picked, _ = one_hot_pick_fusion(g)
     feed, weights = random_feed(g)
     want = run(gradients(g, [], inputs=["P"]), feed, weights)
     grad = gradients(picked, [], inputs=["P"])
@@ -74,7 +74,7 @@ def test_the_pick_gradient_is_a_scatter_add_and_agrees_with_the_one_hot() -> Non
 
 def test_a_pick_from_a_slice_picks_from_the_whole() -> None:
     """The loss's P[x[t+1], t] for t < ℓ: the picks slice, not the log-softmax (the index padded with 0)."""
-    check_rewrite(pick_before_slice, """
+    check_rewrite(pick_before_slice_fusion, """
         graph sliced(P: float32[batch, seq, 5], x: int64[batch, seq]) -> (picked: float32[batch, -1 + seq, 1])
           %1 = const 0 : int64[]
           %2 = dim %P {axis=1} : int64[]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pseudoformer import ir
-from pseudoformer.passes.fusions import fuse_rotary
+from pseudoformer.passes.fusions import rotary_fusion
 from tests.passes.ir_text import check_rewrite
 from tests.passes.test_llama_fusions import ANGLES
 
@@ -41,7 +41,7 @@ graph Partial(x: float32[batch, 6, seq]) -> (y: float32[batch, 6, seq])""" + ANG
 
 
 def test_a_rotation_of_the_first_rows_joined_to_the_rest_is_one_partial_rotary() -> None:
-    check_rewrite(fuse_rotary, PARTIAL, FUSED, tol=1e-5)
+    check_rewrite(rotary_fusion, PARTIAL, FUSED, tol=1e-5)
 
 
 @pytest.mark.parametrize(("old", "new", "why"), [
@@ -55,7 +55,7 @@ def test_slices_that_are_not_the_rest_of_the_rotated_value_are_refused(old: str,
         source = source.replace("%30 = slice %x, %18, %19", "%30 = slice %z, %18, %19")
         why = "slices of different values"
     refusals: list = []
-    got, _ = fuse_rotary(ir.parse(source), refusals)
+    got, _ = rotary_fusion(ir.parse(source), refusals)
     assert not any(n.attrs.get("rotary_dim") for n in got.nodes() if n.op is ir.Op.ROTARY)
     assert any(why in r[1] for r in refusals), refusals
 
@@ -64,6 +64,6 @@ def test_a_rotated_slice_used_elsewhere_is_refused() -> None:
     g = ir.parse(PARTIAL.replace("return y = %31", "return y = %31, z = %29")
                  .replace("-> (y: float32[batch, 6, seq])", "-> (y: float32[batch, 6, seq], z: float32[batch, 4, seq])"))
     refusals: list = []
-    got, _ = fuse_rotary(g, refusals)
+    got, _ = rotary_fusion(g, refusals)
     assert not any(n.attrs.get("rotary_dim") for n in got.nodes() if n.op is ir.Op.ROTARY)
     assert any("partial rotation is used elsewhere" in r[1] for r in refusals), refusals

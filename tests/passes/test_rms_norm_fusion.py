@@ -15,7 +15,7 @@ from pseudoformer.ir import Op
 from pseudoformer.ir.verify import verify
 from pseudoformer.model import load
 from pseudoformer.optimize import optimize
-from pseudoformer.passes.fusions import fuse_norms
+from pseudoformer.passes.fusions import layer_norm_fusion
 from tests.passes.fusion_cases import (
     assert_same,
     const,
@@ -54,7 +54,7 @@ def written(*, divisor: float = D, eps: float | None = 1e-6, gamma_shape: tuple 
 @pytest.mark.parametrize("eps", [1e-6, None])
 def test_written_forms_fuse(form: str, eps: float | None) -> None:
     before, _ = written(form=form, eps=eps)
-    after, changed = fuse_norms(before)
+    after, changed = layer_norm_fusion(before)
     assert changed
     (n,) = nodes_of(after, Op.RMS_NORM)
     assert n.attrs == {"axis": 2, "eps": eps or 0.0}
@@ -68,7 +68,7 @@ def test_written_forms_fuse(form: str, eps: float | None) -> None:
 
 def _refused(before) -> str:
     refusals: list = []
-    after, changed = fuse_norms(before, refusals)
+    after, changed = layer_norm_fusion(before, refusals)
     verify(after)
     assert not changed and not nodes_of(after, Op.RMS_NORM)
     assert [r[0] for r in refusals] == ["rms_norm"]
@@ -130,7 +130,7 @@ def test_rms_decoder_generates_with_a_cache() -> None:
 
 
 def test_rms_norm_over_the_features_as_ir_text() -> None:
-    check_rewrite(fuse_norms, """
+    check_rewrite(layer_norm_fusion, """
         graph rms_norm(e: float32[batch, 4, seq]) -> (e_hat: float32[batch, 4, seq])
           %1 = mul %e, %e : float32[batch, 4, seq]
           %2 = const 4.0 : float32[]

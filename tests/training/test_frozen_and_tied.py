@@ -123,9 +123,9 @@ def test_frozen_weights_handed_to_onnxruntime_as_ortvalues_give_the_interpreters
     """OrtStep gives onnxruntime each frozen weight over 64 KB as an OrtValue over the step's own array (the
     model declaring it as external data of an empty file); with the threshold at 0 every frozen weight of this
     small model goes that way. Three steps match the interpreter's, and the proto OrtStep keeps has no weights."""
-    from pseudoformer.training import runtimes
+    from pseudoformer.backends.onnx import sessions
 
-    monkeypatch.setattr(runtimes, "_INLINE_BYTES", inline_bytes)
+    monkeypatch.setattr(sessions, "_INLINE_BYTES", inline_bytes)
     model = _lora()
     adapters = [k for k in model.weights if _is_update(k)]
     step = compile_step(model.graph, model.weights, train=adapters, optimizer=Optimizer("adamw"))

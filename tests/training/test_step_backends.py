@@ -12,11 +12,11 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 
 from pseudoformer.backends.onnx import to_onnx
+from pseudoformer.backends.onnx.in_place import in_place_problems
 from pseudoformer.model import load
 from pseudoformer.passes.training_step import LR, NEW, Optimizer
 from pseudoformer.training.compile import compile_step
 from pseudoformer.training.runtimes import OrtSplitStep, OrtStep, make_runtime
-from pseudoformer.training.split_step import in_place_problems
 
 HERE = Path(__file__).parent
 OPTIMIZERS = {"sgd": Optimizer("sgd"), "adamw": Optimizer("adamw", clip=0.5)}
@@ -55,8 +55,8 @@ def test_onnxruntime_keeps_buffers_between_steps_and_agrees(opt: str, split: boo
 @pytest.mark.parametrize("opt", OPTIMIZERS)
 def test_the_split_step_updates_in_place_and_equals_the_one_graph_step(opt: str, chunk: int | None) -> None:
     """The gradient graph then the update graph, θ and the state written over their own buffers
-    (training/split_step.py), give the one graph's losses and values bit for bit over five steps; so does
-    the update cut into pieces of 5 elements (training/update_chunks.py), the last piece of a tensor shorter."""
+    (passes/split_step.py), give the one graph's losses and values bit for bit over five steps; so does
+    the update cut into pieces of 5 elements (passes/update_chunks.py), the last piece of a tensor shorter."""
     step = _step(opt)
     assert step.split is not None
     split = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split,
@@ -183,7 +183,7 @@ def test_a_broadcast_update_is_not_cut_into_pieces() -> None:
     """Only a family of outputs elementwise in same-shaped inputs is cut: new.w = w − b with b broadcast
     over w's rows keeps its whole tensors, while new.u = u − η·g is cut."""
     from pseudoformer.ir import DType, Graph, Node, Op, TensorType
-    from pseudoformer.training.update_chunks import chunked_update
+    from pseudoformer.passes.update_chunks import chunked_update
 
     def inp(name: str, *shape: int) -> Node:
         return Node(Op.INPUT, (), {"name": name, "type": TensorType(DType.float32, shape)})

@@ -17,6 +17,10 @@ Only a family of update outputs computed elementwise from same-shaped inputs and
 new θ, m, v of one parameter; SGD's new θ); anything else (a broadcast, a reduction) keeps its whole
 tensors. The scalar nodes (η, the step count, bias corrections) are shared by all pieces. Elementwise
 float ops round each element alone, so the pieces compute the whole graph's values bit for bit.
+
+The pass `update_pieces` (pipeline "training-update-pieces") cuts at the graph's meta["update_chunk"] elements
+(CHUNK where it says nothing; 0 cuts nothing) and records the pieces in meta["update_pieces"], for the runtime
+that binds each piece to a view of its tensor's buffer.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import math
 from dataclasses import dataclass
 
 from pseudoformer.ir import DType, Graph, Node, Op, TensorType
+from pseudoformer.passes.pass_base import Pass, PassContext
 
 # 32K float32 elements: 128 KB a tensor, five or six of them live at once in a 2 MB L2 (see the docstring)
 CHUNK = 1 << 15
@@ -90,6 +95,22 @@ def chunked_update(update: Graph, chunk: int = CHUNK) -> tuple[Graph, list[Piece
     return Graph(new_inputs, new_outputs, dict(update.meta)), pieces
 
 
+def _cut_update(graph: Graph, ctx: PassContext) -> tuple[Graph, bool]:
+    chunk = int(graph.meta.get(CHUNK_META, CHUNK))
+    if chunk <= 0:
+        return graph, False
+    out, pieces = chunked_update(graph, chunk)
+    if not pieces:
+        return graph, False
+    out.meta[PIECES_META] = pieces
+    return out, True
+
+
+CHUNK_META, PIECES_META = "update_chunk", "update_pieces"
+PASSES = [Pass("update_pieces", _cut_update, "a split step's update graph → each parameter's elementwise update "
+               "once per run of 32K elements, over views of its buffers: the pieces stay in the L2 cache")]
+
+
 def _cuttable(ins: set[str], outs: list[str], inputs: dict[str, Node], outputs: dict[str, Node],
               nodes: list[Node], deps: dict[int, frozenset[str]], chunk: int) -> bool:
     """Whether a family's outputs are elementwise in its inputs, all of one float32 shape larger than
@@ -129,5 +150,5 @@ def _copy(n: Node, memo: dict[int, Node], deps: dict[int, frozenset[str]]) -> No
             stack.pop()
             if id(top) not in memo:
                 src = tuple(memo[id(s)] if deps[id(s)] else s for s in top.src)
-                memo[id(top)] = Node(top.op, src, dict(top.attrs), span=top.span, scope=top.scope)
+                memo[id(top)] = Node.at(top, top.op, src, dict(top.attrs))
     return memo[id(n)]
