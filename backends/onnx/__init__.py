@@ -1,9 +1,17 @@
-"""The ONNX backend: lower an IR graph to an ONNX model, save it, run it on onnxruntime."""
+"""The ONNX backend: lower an IR graph to an ONNX model, save it, run it on onnxruntime.
 
-from pseudoformer.backends.onnx.compile import to_onnx
-from pseudoformer.backends.onnx.lower import DEFAULT_OPSET
-from pseudoformer.backends.onnx.runner import OnnxRunner
-from pseudoformer.backends.onnx.save import save_model
-from pseudoformer.base.errors import BackendError
+The names below are imported on first use, so that importing one module of this package (backends/options.py
+asks providers.py whether onnxruntime has CUDA) does not import the compile chain, which imports the options.
+"""
 
-__all__ = ["DEFAULT_OPSET", "BackendError", "OnnxRunner", "save_model", "to_onnx"]
+from pseudoformer.base.lazy_names import lazy_names
+
+_NAMES = {
+    "to_onnx": "pseudoformer.backends.onnx.compile",
+    "DEFAULT_OPSET": "pseudoformer.backends.onnx.lower",
+    "OnnxRunner": "pseudoformer.backends.onnx.runner",
+    "save_model": "pseudoformer.backends.onnx.save",
+    "BackendError": "pseudoformer.base.errors",
+}
+__all__ = sorted(_NAMES)
+__getattr__, __dir__ = lazy_names(__name__, _NAMES, globals())
