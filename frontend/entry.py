@@ -8,6 +8,7 @@ features] — so an output declared P ∈ (0,1)^{N_V × ℓ} is delivered as [ba
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from pseudoformer.base.errors import AlgError, CompileError, Diagnostics, Pos, UsageError
@@ -81,12 +82,38 @@ def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str
     plan = None
     if is_training(alg):
         # Algorithms 11–13: the graph is that of the loss (lines ℓ, P and loss), elaborated as any algorithm.
+        training = alg
         plan, alg = reduce_training(prog, alg)
         optional = set(optional) | training_hyperparameters(prog)
+        if not symbolic:
+            _model_sizes_set(prog, training, plan.model, dict(hyperparameters or {}))
     graph = _elaborate(prog, alg, dict(hyperparameters or {}), symbolic, optional, max_nodes)
     if plan is not None:
         finish_loss_graph(graph, plan, alg)
     return graph
+
+
+def _model_sizes_set(prog: Program, training: Algorithm, model: str, config: dict[str, Any]) -> None:
+    """A training algorithm's model takes its sizes from the config alone (its input x ∈ V* fixes none of
+    them), so each one nothing sets is named here, with the `-D` to add, before elaboration would meet
+    it as an unknown name or a size known only at run time (`?d_e#2`)."""
+    if training.module is None:
+        return
+    found = [a for a in prog.lookup(training.module, model) if not is_training(a) and not is_inference(a)]
+    if not found:
+        return
+    decls = [d for d in found[-1].hyper if d.kind != "derived" and not (d.type is not None and d.type.kind == "bool")]
+    missing = [d for d in decls if parse_name(d.name).ascii() not in config]
+    if not missing:
+        return
+    keys = [parse_name(d.name).ascii() for d in missing]
+    names = ", ".join(d.name for d in missing)
+    src = found[-1].module.path if found[-1].module is not None else model
+    raise CompileError([HyperparameterError(
+        f"{training.name}'s model {model} needs {'hyperparameters' if len(keys) > 1 else 'the hyperparameter'} "
+        f"{names} that nothing sets: give its config (--config {Path(src).with_suffix('.toml')}) or checkpoint "
+        f"(--weights DIR), or add " + " ".join(f"-D {k}=…" for k in keys), training.pos,
+        training.module.line(training.pos.line) if training.module is not None else None)])
 
 
 def _elaborate(prog: Program, alg: Algorithm, config: dict[str, Any], symbolic: bool,

@@ -301,8 +301,19 @@ class Frame:
             self.b.span = old_span
             self.weights.nodes[full] = node
         elif node.type.shape != shape:
-            raise self.error(ShapeError, f"parameter {full} is used with shape {shape} here but {node.type.shape} "
-                             "elsewhere", pos)
+            # A group shared by several calls (one MHAttention for every layer): a size the callee leaves to
+            # be found from its result (d_out) is still open at this call; the parameter made by the first
+            # call fixes it.
+            if len(node.type.shape) == len(dims):
+                try:
+                    for d, have in zip(dims, node.type.shape, strict=True):
+                        unify(self.b, d, Size.of(have), f"parameter {full}")
+                except ShapeMismatch:
+                    pass
+                shape = tuple(self.b.resolve(d).dim() for d in dims)
+            if node.type.shape != shape:
+                raise self.error(ShapeError, f"parameter {full} is used with shape {shape} here but "
+                                 f"{node.type.shape} elsewhere", pos)
         return Val(node, "real", dims)
 
 

@@ -37,9 +37,11 @@ def inference_algorithms(prog: Program) -> list[Algorithm]:
 
 
 def inference_hyperparameters(prog: Program) -> set[str]:
-    """The config keys the file's inference algorithms declare (tau, ell_gen, …): a config or -D that
-    sets them is not wrong when it is applied to the model of the same file."""
-    return {parse_name(d.name).ascii() for a in inference_algorithms(prog) for d in a.hyper}
+    """The config keys the inference algorithms of the file and of the files it uses declare (tau,
+    ell_gen, …): a config or -D that sets them is not wrong when it is applied to the model of the same
+    file, nor to a training algorithm over that model (gpt2.toml for gpt2_dtraining.alg)."""
+    return {parse_name(d.name).ascii() for m in prog.modules.values() for a in m.algorithms if is_inference(a)
+            for d in a.hyper}
 
 
 def find_inference(prog: Program, entry: str | None = None) -> Algorithm:

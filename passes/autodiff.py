@@ -149,7 +149,9 @@ def objective(graph: Graph, output: str | None = None) -> Node:
     loss = outs[name]
     if not isinstance(loss.type, TensorType) or not loss.dtype.is_float or loss.type.rank > 1:
         raise AutodiffError(f"the loss {name!r} is {loss.type}: training needs one number per example "
-                            "(float32[batch]) or one number")
+                            "(float32[batch]) or one number: train a model through the paper's training algorithm "
+                            "(`pseudoformer train MODEL.alg` without --entry derives it), or write a loss algorithm "
+                            "(docs/training.md)")
     if loss.type.rank == 0:
         return loss
     return Node.at(loss, Op.REDUCE_MEAN, (loss,), {"axes": [0], "keepdims": False})

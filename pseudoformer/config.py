@@ -88,8 +88,9 @@ def check_value(what: str, value: object) -> int | float:
 
 
 def resolve(alg_path: Path, config: str | Path | None, defines: list[str] | None,
-            hf_hyper: dict[str, Any] | None = None) -> Config:
-    base = Path(config) if config is not None else default_config_path(alg_path)
+            hf_hyper: dict[str, Any] | None = None, fallback: Path | None = None) -> Config:
+    """`fallback`: the config read when there is no --config and none beside the file."""
+    base = Path(config) if config is not None else default_config_path(alg_path) or fallback
     cfg = read_toml(base) if base is not None else Config()
     if config is None:
         # The model's own config serves all its entries (BERT and BERTEncoder), so unused keys are fine.

@@ -103,7 +103,8 @@ class Model:
 def load(path: str | Path, *, entry: str | None = None, config: str | Path | None = None,
          defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
          include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False,
-         bind_weights: bool = True, lazy_weights: bool = False) -> Model:
+         bind_weights: bool = True, lazy_weights: bool = False, source: str | None = None,
+         default_config: Path | None = None) -> Model:
     """Parse, check and elaborate `path`; bind weights from a checkpoint or a seeded random init.
 
     `bind_weights=False` gives the graph alone (`weights` empty): what `inspect` shows has no
@@ -115,13 +116,16 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
     time, never the whole model (finiteness is checked as each is read).
 
     `include`: directories a `use` may read besides the entry's own and the installed models/.
+    `source`: the text of `path` when it is made, not read (a training algorithm derived from a model's
+    kind, pseudoformer/training/derive.py); `default_config`: the config to read when `path` has none beside
+    it (that model's own).
     `max_nodes`: the most IR nodes the graph may have. Parameters that do not fit in the memory
     available are refused before they are allocated, and weights holding NaN or ±∞ unless
     `allow_nonfinite`.
     """
     check_seed(seed)
     check_max_nodes(max_nodes)
-    src = resolve_source(path)
+    src = resolve_source(path) if source is None else Path(path)
     hf = None
     hf_config: dict[str, Any] = {}
     hf_note = ""
@@ -144,17 +148,18 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
             except WeightsError as e:
                 raise UsageError(str(e)) from None
             hf_note = f"{wpath} is a GGUF file of a {hf_config.get('model_type')!r} model"
-    cfg = resolve(src, config, defines, hf)
-    prog = load_program(src, include=include)
+    cfg = resolve(src, config, defines, hf, default_config)
+    prog = load_program(src, source, include=include)
     # τ and ℓ_gen of the file's DInference may be set beside its model's sizes: not unknown to the model.
     cfg.optional |= inference_hyperparameters(prog) | training_hyperparameters(prog)
+    cfg.entry = _config_entry(prog, cfg.entry)
     try:
         graph = elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional, max_nodes=max_nodes)
     except CompileError as e:
         # A checkpoint of another model (GPT-2's config.json under bert.alg) fills in some sizes
         # and not others, and the mix fails to shape-check in the source. Blame the checkpoint,
         # not the source, when the source elaborates without it.
-        if hf is None or not _elaborates(prog, src, entry, config, defines):
+        if hf is None or not _elaborates(prog, src, entry, config, defines, default_config):
             raise
         raise UsageError(f"{hf_note}, and its config.json does not fit {src.name}: {e.errors[0].message}") from None
     if not bind_weights:
@@ -189,11 +194,21 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
     return Model(graph, params, src, cfg, str(wpath) if wpath else None, meta=meta, training=plan)
 
 
+def _config_entry(prog: Any, named: str | None) -> str | None:
+    """The config's entry, unless it is a model's config applied to a training algorithm over that model
+    (gpt2.toml, entry GPT2, for gpt2_dtraining.alg): a file that defines a training algorithm but not the
+    algorithm the config names takes its own default entry."""
+    own = prog.entries()
+    if named is None or not any(is_training(a) for a in own):
+        return named
+    return named if any(named in (a.name, a.label, f"Algorithm {a.label}") for a in own) else None
+
+
 def _elaborates(prog: Any, src: Path, entry: str | None, config: str | Path | None,
-                defines: list[str] | None) -> bool:
-    cfg = resolve(src, config, defines)
+                defines: list[str] | None, default_config: Path | None) -> bool:
+    cfg = resolve(src, config, defines, fallback=default_config)
     try:
-        elaborate(prog, entry or cfg.entry, cfg.hyperparameters,
+        elaborate(prog, entry or _config_entry(prog, cfg.entry), cfg.hyperparameters,
                   optional=cfg.optional | inference_hyperparameters(prog) | training_hyperparameters(prog))
     except CompileError:
         return False
