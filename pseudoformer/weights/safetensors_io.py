@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 from safetensors import safe_open
-from safetensors.numpy import save_file
 
 from pseudoformer.base.atomic_write import atomic_path
 from pseudoformer.base.file_access import FileAccessError, loads_json, regular_file
 
 from .errors import WeightsError
+from .safetensors_stream import entries, write_stream
 from .tensor_ref import TensorRef
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -143,10 +143,6 @@ def save_weights(weights: Mapping[str, np.ndarray], path: str | Path) -> None:
 
 
 def write_safetensors(weights: Mapping[str, np.ndarray], path: str | Path) -> None:
-    """Write our-named weights to `path` as it is (a temporary file of a set being written atomically)."""
-    tensors: dict[str, np.ndarray] = {}
-    for name, value in weights.items():
-        if not isinstance(name, str):
-            raise TypeError(f"weight names must be str, got {type(name).__name__}: {name!r}")
-        tensors[name] = np.ascontiguousarray(np.asarray(value))
-    save_file(tensors, str(path), metadata={"producer": "pseudoformer"})
+    """Write our-named weights to `path` as it is (a temporary file of a set being written atomically), one
+    tensor at a time (safetensors_stream.py): no copy of the whole set is made."""
+    write_stream(entries(dict(weights)), path, metadata={"producer": "pseudoformer"})
