@@ -66,6 +66,8 @@ class Optimizer:
     eps: float = 1e-8
     weight_decay: float = 0.01
     clip: float = 0.0
+    # False: the decay skips parameters of rank < 2 (norms' gains, biases), as HF's Trainer and nanoGPT do
+    decay_all: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in ("sgd", "adamw"):
@@ -174,7 +176,9 @@ def _clip(make: _Make, g: dict[str, Node], c: float) -> dict[str, Node]:
 def _adamw(make: _Make, o: Optimizer, theta: Node, g: Node, m: Node, v: Node, lr: Node, t: Node,
            ) -> tuple[Node, Node, Node]:
     one = make.const(1.0)
-    decayed = make(Op.MUL, theta, make(Op.SUB, one, make(Op.MUL, lr, make.const(o.weight_decay))))
+    decays = o.decay_all or theta.type.rank >= 2
+    decayed = make(Op.MUL, theta, make(Op.SUB, one, make(Op.MUL, lr, make.const(o.weight_decay)))) if decays \
+        else theta
     m2 = make(Op.ADD, m, make(Op.MUL, make(Op.SUB, g, m), make.const(1 - o.beta1)))
     v2 = make(Op.ADD, make(Op.MUL, v, make.const(o.beta2)), make(Op.MUL, make(Op.MUL, g, g), make.const(1 - o.beta2)))
     # scalars: the bias corrections 1 − β₁ᵗ and √(1 − β₂ᵗ), folded into ε and the step size

@@ -21,7 +21,10 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     t.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json (or a directory holding one) "
                    "that turns a text --data file into token ids")
     t.add_argument("--weights", help="start from a .safetensors file of ours or a HuggingFace checkpoint directory")
-    t.add_argument("--seed", type=int, default=0, help="seed of the init (without --weights) and of the shuffling")
+    t.add_argument("--seed", type=int, default=0, help="seed of the init (without --weights), of the shuffle and "
+                   "of ETraining's masking draws")
+    t.add_argument("--objective", choices=["next-token", "masked"], help="for a model whose file does not say its "
+                   "kind: train it by next-token prediction (DTraining) or masked tokens (ETraining)")
     t.add_argument("--seq-len", type=int, default=128, metavar="N", help="tokens per sequence (default 128)")
     t.add_argument("--batch-size", type=int, default=8, metavar="B", help="sequences per step (default 8)")
     t.add_argument("--epochs", type=int, help="passes over the data (default: N_epochs of a training algorithm, "
@@ -31,9 +34,30 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     t.add_argument("--optimizer", choices=["sgd", "adamw"], help="sgd, as the paper writes it (the default for a "
                    "training algorithm), or adamw (the default for a loss algorithm)")
     t.add_argument("--warmup", type=int, default=0, metavar="STEPS",
-                   help="adamw: η rises linearly over these steps, then falls on a cosine to 0 at the last step")
+                   help="η rises linearly over these steps, then falls on a cosine to 0 at the last step (sgd and "
+                   "adamw)")
     t.add_argument("--clip", type=float, default=0.0, help="clip the gradient's global norm to this (default: no)")
-    t.add_argument("--weight-decay", type=float, default=0.01, help="adamw's decoupled weight decay λ")
+    t.add_argument("--weight-decay", type=float, default=0.01, help="adamw's decoupled weight decay λ, on the "
+                   "matrices (parameters of rank ≥ 2)")
+    t.add_argument("--decay-all", action="store_true", help="decay every parameter, norms' gains and biases too")
+    t.add_argument("--betas", type=float, nargs=2, default=(0.9, 0.999), metavar=("B1", "B2"),
+                   help="adamw's β₁ and β₂ (default 0.9 0.999)")
+    t.add_argument("--eps", type=float, default=1e-8, help="adamw's ε (default 1e-8)")
+    order = t.add_mutually_exclusive_group()
+    order.add_argument("--shuffle", dest="shuffle", action="store_true", default=None,
+                       help="shuffle the examples each epoch (a training algorithm's loops run in order by default)")
+    order.add_argument("--no-shuffle", dest="shuffle", action="store_false",
+                       help="take the examples in order (a loss algorithm's are shuffled by default)")
+    t.add_argument("--resume", metavar="DIR", help="go on from a run's -o DIR: its parameters, optimizer state, "
+                   "step and data position (give the run's own options)")
+    t.add_argument("--init", choices=["normal", "gpt2"], default="normal", help="without --weights: a seeded "
+                   "N(0, 0.02²) (default), or GPT-2's init (residual projections scaled by 1/√(2L), biases 0, gains 1)")
+    t.add_argument("--val-data", metavar="FILE", help="held-out data, read as --data is: its loss (the mean over its "
+                   "examples) in the progress line, loss.csv (val_loss) and loss.svg")
+    t.add_argument("--val-every", type=int, default=100, metavar="N", help="the validation loss every N steps and at "
+                   "the last (default 100)")
+    t.add_argument("--log-every", type=int, default=10, metavar="N", help="where stderr is no terminal, a progress "
+                   "line every N steps (default 10)")
     t.add_argument("--train", action="append", metavar="NAME",
                    help="train only this parameter (repeatable; the rest stay frozen), e.g. LoRA's A and B")
     add_backend_argument(t, "onnx", "onnx (onnxruntime, the default), tvm or numpy (the reference interpreter); "
@@ -51,18 +75,24 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
 
 def run(args: argparse.Namespace) -> int:
     from pseudoformer.compile_options import from_arguments
-    from pseudoformer.training.loop import train
+    from pseudoformer.training.loop import TrainingSetup, run_training
+    from pseudoformer.training.options import TrainingOptions
 
     options = from_arguments(args)  # backend, -O, threads, provider: how the step is compiled and run
     if args.save_every and args.output is None:
         print("error: --save-every needs -o DIR to save to", file=sys.stderr)
         return 1
-    result = train(args.file, args.data, entry=args.entry, config=args.config, defines=args.defines,
-                   weights=args.weights, seed=args.seed, tokenizer=args.tokenizer, seq_len=args.seq_len,
-                   batch_size=args.batch_size, epochs=args.epochs, steps=args.steps, lr=args.lr,
-                   optimizer=args.optimizer, warmup=args.warmup, clip=args.clip, weight_decay=args.weight_decay,
-                   trainable=args.train, save_every=args.save_every, out=args.output, arena=args.arena,
-                   options=options)
+    hyper = TrainingOptions(seq_len=args.seq_len, batch_size=args.batch_size, epochs=args.epochs,
+                            steps=args.steps, lr=args.lr, optimizer=args.optimizer, warmup=args.warmup,
+                            clip=args.clip, weight_decay=args.weight_decay, betas=tuple(args.betas),
+                            eps=args.eps, decay_all=args.decay_all, shuffle=args.shuffle, seed=args.seed,
+                            save_every=args.save_every)
+    setup = TrainingSetup(entry=args.entry, config=args.config, defines=tuple(args.defines or ()),
+                          weights=args.weights, tokenizer=args.tokenizer,
+                          trainable=tuple(args.train) if args.train is not None else None, out=args.output,
+                          arena=args.arena, compile=options, objective=args.objective, resume=args.resume,
+                          log_every=args.log_every, val_data=args.val_data, val_every=args.val_every, init=args.init)
+    result = run_training(args.file, args.data, hyper, setup)
     last = f"{result.losses[-1]:.4f}" if result.losses else "none"
     saved = f"; saved to {result.out}" if result.out is not None else ""
     if result.interrupted:

@@ -139,16 +139,34 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
 
 
 def batches(rows: np.ndarray | Mapping[str, np.ndarray], batch_size: int, seed: int, epoch: int,
-            ) -> Iterator[np.ndarray | dict[str, np.ndarray]]:
-    """One epoch's batches, the rows (of every array alike, for pairs) shuffled by (seed, epoch); a last
-    smaller batch is kept."""
+            shuffle: bool = True) -> Iterator[np.ndarray | dict[str, np.ndarray]]:
+    """One epoch's batches (a last smaller batch is kept): the rows in order, as the paper's
+    `for n = 1, 2, …, N_data` runs, or, with `shuffle`, in the order `epoch_order` gives (every array of
+    pairs alike)."""
     if batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
     count = len(next(iter(rows.values()))) if isinstance(rows, Mapping) else len(rows)
-    order = np.random.default_rng([seed, epoch]).permutation(count)
+    order = epoch_order(count, seed, epoch) if shuffle else np.arange(count)
     for i in range(0, count, batch_size):
         pick = order[i:i + batch_size]
         yield {k: a[pick] for k, a in rows.items()} if isinstance(rows, Mapping) else rows[pick]
+
+
+def epoch_order(count: int, seed: int, epoch: int) -> np.ndarray:
+    """The shuffled order of the examples in epoch `epoch` (from 0): numpy's
+    `np.random.default_rng([seed, epoch]).permutation(count)`, so that another framework can follow it."""
+    return np.random.default_rng([seed, epoch]).permutation(count)
+
+
+# The first word of the masking draws' seed, so that they never share a stream with a shuffle's.
+MASK_STREAM = 0x6D61736B  # "mask"
+
+
+def masked_positions(shape: tuple[int, ...], p_mask: float, seed: int, epoch: int, batch: int) -> np.ndarray:
+    """ETraining's lines 4–6 for the batch `batch` (from 0) of epoch `epoch` (from 0): position t of row n
+    is masked where `np.random.default_rng([0x6D61736B, seed, epoch, batch]).random(shape)[n, t] < p_mask`
+    (one uniform draw in [0, 1) per token, row by row), the documented generator a torch run can replay."""
+    return np.random.default_rng([MASK_STREAM, seed, epoch, batch]).random(shape) < p_mask
 
 
 def token_count(batch: np.ndarray | Mapping[str, np.ndarray]) -> int:

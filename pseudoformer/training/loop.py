@@ -11,22 +11,27 @@ from __future__ import annotations
 
 import math
 import signal
+import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pseudoformer.base.errors import UsageError
+from pseudoformer.config import resolve
 from pseudoformer.inputs import check_size, token_bounds
 from pseudoformer.ir.block_coded import plain_weights
-from pseudoformer.model import Model, load
+from pseudoformer.model import Model, load, resolve_source
 from pseudoformer.passes.training_step import STEP, Optimizer
 from pseudoformer.training import data as datasets
 from pseudoformer.training.compile import CompiledStep, compile_step, tied_unembedding
-from pseudoformer.training.outputs import save_checkpoint, write_loss_curve, write_meta
+from pseudoformer.training.derive import training_source
+from pseudoformer.training.init import INITS, gpt2_init
+from pseudoformer.training.options import TrainingOptions
+from pseudoformer.training.outputs import read_loss_curve, save_checkpoint, write_loss_curve, write_meta
 from pseudoformer.training.runtimes import make_runtime
 
 if TYPE_CHECKING:
@@ -34,6 +39,9 @@ if TYPE_CHECKING:
 
 # The training step's runtime (training/runtimes.py) on each backend --backend names.
 _STEP_RUNTIMES = {"numpy": "interpreter", "onnx": "onnxruntime", "tvm": "tvm"}
+
+# (step, loss, tokens/s, validation loss: NaN where it was not measured)
+Row = tuple[int, float, float, float]
 
 
 class TrainingStopped(UsageError):
@@ -47,7 +55,7 @@ class TrainResult:
     steps: int
     interrupted: bool = False
     out: Path | None = None
-    history: list[tuple[int, float, float]] = field(default_factory=list)  # (step, loss, tokens/s)
+    history: list[Row] = field(default_factory=list)  # (step, loss, tokens/s, validation loss or NaN)
 
 
 def step_size(step: int, lr: float, warmup: int, total: int, schedule: str) -> float:
@@ -60,10 +68,12 @@ def step_size(step: int, lr: float, warmup: int, total: int, schedule: str) -> f
     return lr * 0.5 * (1 + math.cos(math.pi * min(step - warmup, span) / span))
 
 
-def _load(source: str | Path, weights: str | Path | None, seed: int, **kw: Any) -> tuple[Model, Path | None, str | None]:
+def _load(source: str | Path, weights: str | Path | None, seed: int, text: str | None = None,
+          **kw: Any) -> tuple[Model, Path | None, str | None]:
     """The loss model with its weights, the HF checkpoint directory they came from (if one), and the
-    parameter group that checkpoint filled (``theta`` for a loss algorithm over ``θ : GPT2``; load places it)."""
-    model = load(source, weights=weights, seed=seed, **kw)
+    parameter group that checkpoint filled (``theta`` for a loss algorithm over ``θ : GPT2``; load places it).
+    `text`: the source of a training algorithm derived from a model's kind (derive.py), read as `source`."""
+    model = load(source, weights=weights, seed=seed, source=text, **kw)
     wdir = Path(weights) if weights is not None and Path(weights).is_dir() else None
     return model, wdir, model.meta.get("weights_group")
 
@@ -77,9 +87,10 @@ def _plan_settings(model: Model) -> dict[str, Any]:
     return {"lr": hp.get(plan.learning_rate), "epochs": hp.get(plan.epochs), "plan": plan}
 
 
-def _feeds(plan: Any, model: Model, rows: Any, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """The loss graph's inputs for a batch of sequences: the tokens, ETraining's masked copy, or
-    EDTraining's pairs (a dict by the dataset's member names, z and x)."""
+def _feeds(plan: Any, model: Model, rows: Any, where: tuple[int, int, int]) -> dict[str, np.ndarray]:
+    """The loss graph's inputs for a batch of sequences: the tokens, ETraining's masked copy (its draws
+    data.masked_positions's for (seed, epoch, batch) = `where`), or EDTraining's pairs (a dict by the
+    dataset's member names, z and x)."""
     # The data stays in its file's integer type (data.read_tokens); each batch is widened as it is fed.
     rows = {k: np.asarray(a, np.int64) for k, a in rows.items()} if isinstance(rows, dict) else np.asarray(rows, np.int64)
     if plan is None:
@@ -89,10 +100,21 @@ def _feeds(plan: Any, model: Model, rows: Any, rng: np.random.Generator) -> dict
     if plan.masking is not None:
         m, hp = plan.masking, model.config.hyperparameters
         token = m.mask_token if isinstance(m.mask_token, int) else int(hp[m.mask_token])
-        hide = rng.random(rows.shape) < float(hp[m.probability])
+        hide = datasets.masked_positions(rows.shape, float(hp[m.probability]), *where)
         return {m.masked_input: np.where(hide, token, rows), m.target_input: rows,
                 m.positions_input: hide.astype(np.float32)}
     return {plan.loss_inputs[0]: rows}
+
+
+def _masking_set(plan: Any, model: Model) -> None:
+    """ETraining's p_mask and mask_token have values (the loss graph does not read them: the host draws)."""
+    if plan is None or plan.masking is None:
+        return
+    m, hp = plan.masking, model.config.hyperparameters
+    missing = [k for k in (m.probability, m.mask_token) if isinstance(k, str) and k not in hp]
+    if missing:
+        raise UsageError(f"{plan.algorithm} masks tokens: set {' and '.join(missing)} in its config or with "
+                         + " ".join(f"-D {k}=…" for k in missing) + " (BERT's: p_mask = 0.15, its [MASK] id)")
 
 
 def _check_lengths(model: Model, plan: Any, rows: np.ndarray | dict[str, np.ndarray]) -> None:
@@ -114,6 +136,41 @@ def _pairs(plan: Any) -> bool:
     return plan is not None and plan.masking is None and len(plan.data) > 1
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """A run's directory read back for --resume: the weights file, the optimizer state, the steps done."""
+
+    weights: Path
+    state: dict[str, np.ndarray]
+    steps: int
+    hf_source: Path | None  # the HF checkpoint the run started from, which its hf/ export follows
+    group: str | None  # the parameter group that checkpoint filled
+    history: list[Row]  # its loss.csv
+
+
+def _read_resume(directory: str | Path) -> Resumed:
+    import json
+
+    from pseudoformer.weights.safetensors_io import read_safetensors
+
+    d = Path(directory)
+    meta_path, weights = d / "training.json", d / "model.safetensors"
+    if not meta_path.is_file() or not weights.is_file():
+        raise UsageError(f"--resume {d}: no training.json and model.safetensors there (the -o DIR of a run, "
+                         "written at --save-every or at its end)")
+    try:
+        meta = json.loads(meta_path.read_text())
+        steps = meta["steps"]
+    except (ValueError, KeyError, OSError) as e:
+        raise UsageError(f"--resume {d}: cannot read training.json ({e})") from None
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise UsageError(f"--resume {d}: training.json's steps is {steps!r}, not a count of steps")
+    state = read_safetensors(d / "optimizer.safetensors") if (d / "optimizer.safetensors").is_file() else {}
+    hf, group = meta.get("hf_source"), meta.get("weights_group")
+    return Resumed(weights, state, steps, Path(hf) if isinstance(hf, str) and Path(hf).is_dir() else None,
+                   group if isinstance(group, str) else None, read_loss_curve(d)[:steps])
+
+
 def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarray], *, entry: str | None = None,
           config: str | Path | None = None, defines: Sequence[str] | None = None, weights: str | Path | None = None,
           seed: int = 0, tokenizer: str | Path | None = None, seq_len: int = 128, batch_size: int = 8,
@@ -121,65 +178,187 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
           warmup: int = 0, schedule: str | None = None, clip: float = 0.0, weight_decay: float = 0.01,
           trainable: Sequence[str] | None = None, save_every: int = 0, out: str | Path | None = None,
           progress: bool = True, arena: bool = True, options: CompileOptions | None = None,
-          **keywords: Any) -> TrainResult:
+          betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+          decay_all: bool = False, shuffle: bool | None = None, objective: str | None = None,
+          resume: str | Path | None = None, log_every: int = 10,
+          val_data: str | Path | np.ndarray | dict[str, np.ndarray] | None = None, val_every: int = 100,
+          init: str = "normal",
+          hyperparameters: TrainingOptions | None = None, **keywords: Any) -> TrainResult:
     """Train the parameters of a loss algorithm's model (see the module's docstring); returns the losses and
     the trained weights. `trainable`: the parameter names to train (the rest frozen); all by default.
     `arena=False`: onnxruntime frees each tensor after its last use instead of keeping its arena (slower).
     How the step is compiled and run: `options` (a CompileOptions) or keywords naming its fields: backend
-    ("onnx", the default; "tvm"; "numpy", the reference interpreter), opt_level (2), threads, provider."""
+    ("onnx", the default; "tvm"; "numpy", the reference interpreter), opt_level (2), threads, provider.
+    What it computes: the hyperparameters' keywords, a thin layer over `hyperparameters` (a TrainingOptions),
+    which, given, replaces them."""
     from pseudoformer.compile_options import from_keywords
 
-    options = from_keywords(options, keywords, "train", opt_level=2).runnable("train")
-    backend, level, threads = _STEP_RUNTIMES[options.backend], options.opt_level, options.threads
-    if not arena and backend != "onnxruntime":
+    compiled = from_keywords(options, keywords, "train", opt_level=2)
+    hyper = hyperparameters or TrainingOptions(
+        seq_len=seq_len, batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, optimizer=optimizer,
+        warmup=warmup, schedule=schedule, clip=clip, weight_decay=weight_decay, betas=tuple(betas),  # type: ignore[arg-type]
+        eps=eps, decay_all=decay_all, shuffle=shuffle, seed=seed, save_every=save_every)
+    return run_training(source, data, hyper, TrainingSetup(
+        entry=entry, config=config, defines=tuple(defines or ()), weights=weights, tokenizer=tokenizer,
+        trainable=tuple(trainable) if trainable is not None else None, out=out, progress=progress, arena=arena,
+        compile=compiled, objective=objective, resume=resume, log_every=log_every, val_data=val_data,
+        val_every=val_every, init=init))
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """What is trained, from where, and how the step runs: everything of a run but its hyperparameters."""
+
+    entry: str | None = None
+    config: str | Path | None = None
+    defines: tuple[str, ...] = ()
+    weights: str | Path | None = None
+    tokenizer: str | Path | None = None
+    trainable: tuple[str, ...] | None = None
+    out: str | Path | None = None
+    progress: bool = True
+    arena: bool = True
+    compile: CompileOptions | None = None  # how the step is compiled and run (backend, -O, threads, provider)
+    objective: str | None = None  # next-token or masked, for a model whose kind its file does not say
+    resume: str | Path | None = None  # a run's -o DIR to go on from
+    log_every: int = 10  # a plain progress line every N steps where stderr is no terminal
+    val_data: str | Path | np.ndarray | dict[str, np.ndarray] | None = None  # held-out data, read as `data`
+    val_every: int = 100  # the validation loss every N steps (and at the last)
+    init: str = "normal"  # the parameters without --weights: normal or gpt2 (init.py)
+
+
+def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarray],
+                 opts: TrainingOptions, setup: TrainingSetup) -> TrainResult:
+    """train() with its options as two values."""
+    from pseudoformer.compile_options import from_keywords
+
+    compiled = (setup.compile if setup.compile is not None else from_keywords(None, {}, "train", opt_level=2)
+                ).runnable("train")
+    backend, level, threads = _STEP_RUNTIMES[compiled.backend], compiled.opt_level, compiled.threads
+    if not setup.arena and backend != "onnxruntime":
         raise UsageError(f"--no-arena is about onnxruntime's memory arena: it does not apply to the "
-                         f"{options.backend} backend")
-    model, hf_dir, group = _load(source, weights, seed, entry=entry, config=config, defines=list(defines or []))
+                         f"{compiled.backend} backend")
+    for flag, value in (("--log-every", setup.log_every), ("--val-every", setup.val_every)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"{flag} must be a whole number ≥ 1, got {value!r}")
+    resumed = _read_resume(setup.resume) if setup.resume is not None else None
+    if resumed is not None and setup.weights is not None:
+        raise UsageError("--resume DIR starts from DIR's model.safetensors: drop --weights (the run's own "
+                         "checkpoint is read for an HF export from training.json)")
+    src = resolve_source(source)
+    chosen = training_source(src, setup.entry, resolve(src, setup.config, list(setup.defines)).entry,
+                             setup.objective)
+    if chosen.note and setup.progress:
+        print(f"note: {chosen.note}", file=sys.stderr)
+    start_weights = resumed.weights if resumed is not None else setup.weights
+    model, hf_dir, group = _load(chosen.path, start_weights, opts.seed, entry=chosen.entry, config=setup.config,
+                                 defines=list(setup.defines), text=chosen.text,
+                                 default_config=chosen.default_config)
+    if resumed is not None:
+        hf_dir, group = resumed.hf_source, resumed.group
+    if setup.init not in INITS:
+        raise UsageError(f"--init {setup.init!r}: the inits are {', '.join(INITS)}")
+    if setup.init != "normal":
+        if start_weights is not None:
+            raise UsageError(f"--init {setup.init} draws the parameters: it does not go with --weights or --resume")
+        model.weights, scaled = gpt2_init(model.weights, opts.seed)
+        if setup.progress:
+            print(f"note: --init gpt2 scaled {len(scaled)} residual projections by 1/√(2L)", file=sys.stderr)
     settings = _plan_settings(model)
-    lr = lr if lr is not None else settings.get("lr")
-    if lr is None or not lr > 0 or not math.isfinite(lr):
-        raise UsageError(f"--lr must be a number > 0, got {lr}" if lr is not None else "give a step size: --lr ETA")
-    epochs = epochs if epochs is not None else int(settings.get("epochs") or 1)
-    if epochs < 1 or (steps is not None and steps < 1):
-        raise UsageError("--epochs and --steps must be at least 1")
-    opt = Optimizer(optimizer or ("sgd" if "plan" in settings else "adamw"), clip=clip, weight_decay=weight_decay)
-    loss_name = settings["plan"].loss_output if "plan" in settings else None
-    bounds = token_bounds(model.graph)
     plan = settings.get("plan")
-    rows: np.ndarray | dict[str, np.ndarray]
+    lr = opts.lr if opts.lr is not None else settings.get("lr")
+    if lr is None and plan is not None:
+        lr = DEFAULT_ETA
+        if setup.progress:
+            print(f"note: {plan.algorithm}'s η has no value: {DEFAULT_ETA:g} (set it with --lr ETA or -D "
+                  f"{plan.learning_rate}=…)", file=sys.stderr)
+    if lr is None:
+        raise UsageError("give a step size: --lr ETA (a loss algorithm has no η of its own)")
+    if not lr > 0 or not math.isfinite(lr):
+        raise UsageError(f"η must be a number > 0, got {lr}: give --lr ETA")
+    epochs = opts.epochs if opts.epochs is not None else int(settings.get("epochs") or 1)
+    if epochs < 1:
+        raise UsageError(f"N_epochs is {epochs}: give --epochs N (≥ 1)")
+    kind = opts.optimizer or ("sgd" if plan is not None else "adamw")
+    if kind == "sgd" and (opts.betas, opts.eps) != ((0.9, 0.999), 1e-8):
+        raise UsageError("--betas and --eps set AdamW's constants; SGD has none (add --optimizer adamw)")
+    opt = Optimizer(kind, beta1=opts.betas[0], beta2=opts.betas[1], eps=opts.eps, clip=opts.clip,
+                    weight_decay=opts.weight_decay, decay_all=opts.decay_all)
+    _masking_set(plan, model)
+    bounds = token_bounds(model.graph)
+    rows = _rows(plan, model, data, setup.tokenizer, opts.seq_len, bounds)
+    val = None if setup.val_data is None else _rows(plan, model, setup.val_data, setup.tokenizer, opts.seq_len,
+                                                     bounds)
+    _check_lengths(model, plan, rows)
+    if val is not None:
+        _check_lengths(model, plan, val)
+    examples = len(next(iter(rows.values()))) if isinstance(rows, dict) else len(rows)
+    per_epoch = math.ceil(examples / opts.batch_size)
+    total = opts.steps if opts.steps is not None else per_epoch * epochs
+    if resumed is not None and resumed.steps >= total:
+        raise UsageError(f"--resume {setup.resume}: the run is at step {resumed.steps}, and this one ends at step "
+                         f"{total}: give more --steps or --epochs")
+    ties = tied_unembedding(model.graph, _tied(hf_dir))
+    # Trained from a GGUF file's Q4_0/Q8_0 weights, the step computes with their values: the blocks they carry
+    # would make its compile keep frozen matrices as MatMulNBits (ir/block_coded.py), another computation.
+    step = compile_step(model.graph, plain_weights(model.weights), train=setup.trainable, optimizer=opt,
+                        level=level, ties=ties)
+    if plan is not None and step.graph.outputs[0][0] != "loss":
+        raise UsageError(f"the loss output {plan.loss_output!r} was not found")
+    if resumed is not None:
+        _restore_state(step, resumed, setup.resume)
+    session: dict[str, Any] = {"threads": threads, "provider": compiled.provider} if backend == "onnxruntime" else {}
+    if not setup.arena:
+        session["session"] = {"enable_cpu_mem_arena": False}
+    runtime = make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **session)
+    outdir = Path(setup.out) if setup.out is not None else None
+    # A warm-up rises to η and the cosine takes it down, for either optimizer.
+    sched = opts.schedule or ("cosine" if opts.warmup else "constant")
+    shuffle = opts.shuffle if opts.shuffle is not None else plan is None
+    run = _Run(model, step, runtime, rows, plan, opts, total, lr, sched, shuffle, outdir, (hf_dir, group),
+               setup, resumed.steps if resumed is not None else 0, resumed.history if resumed is not None else [],
+               val)
+    return _loop(run)
+
+
+# η of a training algorithm when neither its config, -D nor --lr gives one (the paper fixes none)
+DEFAULT_ETA = 1e-4
+
+
+def _rows(plan: Any, model: Model, data: Any, tokenizer: Any, seq_len: int,
+          bounds: dict[str, int]) -> np.ndarray | dict[str, np.ndarray]:
     if _pairs(plan):  # one example a row, the lengths the file's (--seq-len and --tokenizer do not apply)
         if isinstance(data, np.ndarray):
             raise UsageError(f"{plan.algorithm} trains on pairs ({', '.join(plan.data)}): give a .npz file or a "
                              "dict of arrays, not one array")
         by_data = {d: bounds[i] for i, d in zip(plan.loss_inputs, plan.data, strict=True) if i in bounds}
-        rows = datasets.read_pairs(data, plan.data, by_data)
-    else:
-        if isinstance(data, dict):
-            raise UsageError("a dict of arrays is data for a training algorithm over pairs (EDTraining); this "
-                             "model reads one token stream")
-        ids = data if isinstance(data, np.ndarray) else datasets.read_tokens(data, tokenizer)
-        rows = datasets.sequences(np.asarray(ids).reshape(-1), seq_len,
-                                  min(bounds.values()) if bounds else None,
-                                  str(data) if not isinstance(data, np.ndarray) else "the data")
-    _check_lengths(model, plan, rows)
-    examples = len(next(iter(rows.values()))) if isinstance(rows, dict) else len(rows)
-    per_epoch = math.ceil(examples / batch_size)
-    total = steps if steps is not None else per_epoch * epochs
-    ties = tied_unembedding(model.graph, _tied(hf_dir))
-    # Trained from a GGUF file's Q4_0/Q8_0 weights, the step computes with their values: the blocks they carry
-    # would make its compile keep frozen matrices as MatMulNBits (ir/block_coded.py), another computation.
-    step = compile_step(model.graph, plain_weights(model.weights), train=trainable, optimizer=opt, level=level,
-                        ties=ties)
-    if loss_name is not None and step.graph.outputs[0][0] != "loss":
-        raise UsageError(f"the loss output {loss_name!r} was not found")
-    session: dict[str, Any] = {"threads": threads, "provider": options.provider} if backend == "onnxruntime" else {}
-    if not arena:
-        session["session"] = {"enable_cpu_mem_arena": False}
-    runtime = make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **session)
-    outdir = Path(out) if out is not None else None
-    sched = schedule or ("cosine" if opt.kind == "adamw" and warmup else "constant")
-    return _loop(model, step, runtime, rows, batch_size, total, lr, warmup, sched, seed, save_every, outdir,
-                 (hf_dir, group), progress, settings.get("plan"))
+        return datasets.read_pairs(data, plan.data, by_data)
+    if isinstance(data, dict):
+        raise UsageError("a dict of arrays is data for a training algorithm over pairs (EDTraining); this "
+                         "model reads one token stream")
+    ids = data if isinstance(data, np.ndarray) else datasets.read_tokens(data, tokenizer)
+    return datasets.sequences(np.asarray(ids).reshape(-1), seq_len,
+                              min(bounds.values()) if bounds else None,
+                              str(data) if not isinstance(data, np.ndarray) else "the data")
+
+
+def _restore_state(step: CompiledStep, resumed: Resumed, where: Any) -> None:
+    """The optimizer state of the resumed run in place of the step's initial one, each tensor checked."""
+    wanted = {k for k in step.state if k.startswith(("m.", "v.")) or k == STEP}
+    got = set(resumed.state)
+    if wanted != got:
+        missing, extra = sorted(wanted - got), sorted(got - wanted)
+        raise UsageError(f"--resume {where}: optimizer.safetensors does not fit this step (missing "
+                         f"{', '.join(missing[:4]) or 'none'}; not of it {', '.join(extra[:4]) or 'none'}): resume "
+                         "with the run's own --optimizer and --train")
+    for k in wanted:
+        v = np.asarray(resumed.state[k], np.float32)
+        if v.size == 1 and np.ndim(step.state[k]) == 0:  # the step count t, saved as one element
+            v = v.reshape(())
+        if v.shape != np.shape(step.state[k]) or not np.isfinite(v).all():
+            raise UsageError(f"--resume {where}: optimizer state {k} is {list(v.shape)} or not finite; the step's "
+                             f"is {list(np.shape(step.state[k]))}")
+        step.state[k] = v
 
 
 def _tied(hf_dir: Path | None) -> bool:
@@ -190,47 +369,118 @@ def _tied(hf_dir: Path | None) -> bool:
     return bool(read_hf_config(hf_dir).get("tie_word_embeddings", False))
 
 
-def _loop(model: Model, step: CompiledStep, runtime: Any, rows: Any, batch_size: int, total: int,
-          lr: float, warmup: int, schedule: str, seed: int, save_every: int, outdir: Path | None,
-          hf: tuple[Path | None, str | None], progress: bool, plan: Any) -> TrainResult:
+@dataclass
+class _Run:
+    model: Model
+    step: CompiledStep
+    runtime: Any
+    rows: Any
+    plan: Any
+    opts: TrainingOptions
+    total: int
+    lr: float
+    schedule: str
+    shuffle: bool
+    outdir: Path | None
+    hf: tuple[Path | None, str | None]
+    setup: TrainingSetup
+    start: int  # steps already done (--resume)
+    earlier: list[Row]  # their loss curve
+    val: Any = None  # the validation data's rows (--val-data)
+
+
+def _positions(run: _Run) -> Iterator[tuple[int, int, Any]]:
+    """(epoch, batch index, batch) of every step, from the first, epoch after epoch, until the steps run out."""
+    count = 0
+    epoch = 0
+    while count < run.total:
+        for i, batch in enumerate(datasets.batches(run.rows, run.opts.batch_size, run.opts.seed, epoch,
+                                                   run.shuffle)):
+            if count >= run.total:
+                return
+            yield epoch, i, batch
+            count += 1
+        epoch += 1
+
+
+def _loop(run: _Run) -> TrainResult:
     from tqdm import tqdm
 
-    rng = np.random.default_rng(seed)
-    history: list[tuple[int, float, float]] = []
+    history = list(run.earlier)
     interrupted = [False]
 
     def on_sigint(signum: int, frame: Any) -> None:
         interrupted[0] = True
 
     previous = signal.signal(signal.SIGINT, on_sigint)
-    bar = tqdm(total=total, desc="train", unit="step", disable=not progress, dynamic_ncols=True)
-    done, epoch = 0, 0
+    # On a terminal a bar; in a log (stderr no terminal) a plain line every --log-every steps, not one
+    # carriage-returned line that grows with every update.
+    tty = sys.stderr.isatty()
+    bar = tqdm(total=run.total, initial=run.start, desc="train", unit="step", disable=not (run.setup.progress and tty),
+               dynamic_ncols=True)
+    done = run.start
     try:
-        while done < total and not interrupted[0]:
-            for batch in datasets.batches(rows, batch_size, seed, epoch):
-                if done >= total or interrupted[0]:
-                    break
-                t0 = time.perf_counter()
-                eta = step_size(done + 1, lr, warmup, total, schedule)
-                loss = runtime.step(_feeds(plan, model, batch, rng), eta)
-                if not math.isfinite(loss):
-                    _stop(done + 1, loss, outdir)
-                done += 1
-                rate = datasets.token_count(batch) / (time.perf_counter() - t0)
-                history.append((done, loss, rate))
-                bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rate:,.0f}")
-                bar.update(1)
-                if outdir is not None and save_every and done % save_every == 0:
-                    _save(model, step, runtime, outdir, hf, history)
-            epoch += 1
+        for k, (epoch, index, batch) in enumerate(_positions(run)):
+            if interrupted[0]:
+                break
+            if k < run.start:
+                continue  # --resume: the steps already run (their batches and masks are drawn by position)
+            t0 = time.perf_counter()
+            eta = step_size(done + 1, run.lr, run.opts.warmup, run.total, run.schedule)
+            loss = run.runtime.step(_feeds(run.plan, run.model, batch, (run.opts.seed, epoch, index)), eta)
+            if not math.isfinite(loss):
+                _stop(done + 1, loss, run.outdir)
+            done += 1
+            rate = datasets.token_count(batch) / (time.perf_counter() - t0)
+            val = _val_loss(run) if run.val is not None and (done % run.setup.val_every == 0 or
+                                                             done == run.total) else math.nan
+            history.append((done, loss, rate, val))
+            shown = {"val": f"{val:.4f}"} if math.isfinite(val) else {}
+            bar.set_postfix(loss=f"{loss:.4f}", **shown, tok_s=f"{rate:,.0f}")
+            bar.update(1)
+            if run.setup.progress and not tty and (done % run.setup.log_every == 0 or done == run.total):
+                said = f"  val {val:.6g}" if math.isfinite(val) else ""
+                print(f"step {done}/{run.total}  loss {loss:.6g}{said}  {rate:,.0f} tokens/s", file=sys.stderr,
+                      flush=True)
+            if run.outdir is not None and run.opts.save_every and done % run.opts.save_every == 0:
+                _save(run, history, done)
     finally:
         bar.close()
         signal.signal(signal.SIGINT, previous)
-    result = TrainResult([h[1] for h in history], _weights(model, step, runtime), done, interrupted[0], outdir,
-                         history)
-    if outdir is not None:
-        _save(model, step, runtime, outdir, hf, history)
+    ours = history[len(run.earlier):]
+    result = TrainResult([h[1] for h in ours], _weights(run.model, run.step, run.runtime), done, interrupted[0],
+                         run.outdir, ours)
+    if run.outdir is not None:
+        _save(run, history, done)
     return result
+
+
+# The epoch number of the validation batches' masking draws (data.masked_positions): no training epoch's.
+VAL_EPOCH = 0xFFFFFFFF
+
+
+def _val_loss(run: _Run) -> float:
+    """The loss over the validation data with the current parameters: the mean over its examples of each
+    one's loss, as the objective is the batch's mean; the batches in order, ETraining's masks drawn as for
+    the epoch VAL_EPOCH. It runs on the numpy interpreter (ir/interpreter.py), the reference every backend's
+    step is checked against, and changes no parameter or optimizer state."""
+    from pseudoformer.ir.interpreter import run as interpret
+
+    weights = _weights(run.model, run.step, run.runtime)
+    total, count = 0.0, 0
+    for i, batch in enumerate(datasets.batches(run.val, run.opts.batch_size, run.opts.seed, 0, shuffle=False)):
+        feeds = _feeds(run.plan, run.model, batch, (run.opts.seed, VAL_EPOCH, i))
+        losses = np.asarray(next(iter(interpret(run.model.graph, feeds, weights).values())), np.float64)
+        total += float(losses.sum()) if losses.ndim else float(losses) * len(next(iter(feeds.values())))
+        count += len(next(iter(feeds.values())))
+    return total / count
+
+
+def _where(run: _Run, done: int) -> tuple[int, int]:
+    """The (epoch, batch index) of the step after `done` steps: where a resumed run goes on."""
+    per_epoch = math.ceil((len(next(iter(run.rows.values()))) if isinstance(run.rows, dict) else len(run.rows))
+                          / run.opts.batch_size)
+    return divmod(done, per_epoch)
 
 
 def _stop(step: int, loss: float, outdir: Path | None) -> None:
@@ -248,10 +498,12 @@ def _weights(model: Model, step: CompiledStep, runtime: Any) -> dict[str, np.nda
     return out
 
 
-def _save(model: Model, step: CompiledStep, runtime: Any, outdir: Path, hf: tuple[Path | None, str | None],
-          history: list[tuple[int, float, float]]) -> None:
+def _save(run: _Run, history: list[Row], done: int) -> None:
+    """The checkpoint, the optimizer state, the loss curve and training.json (with what --resume reads)."""
+    model, step, runtime, outdir = run.model, run.step, run.runtime, run.outdir
+    assert outdir is not None
     weights = _weights(model, step, runtime)
-    save_checkpoint(outdir, weights, *hf)
+    save_checkpoint(outdir, weights, *run.hf)
     values = runtime.values()
     state = {k: v for k, v in values.items() if k.startswith(("m.", "v.")) or k == STEP}
     if state:
@@ -259,5 +511,14 @@ def _save(model: Model, step: CompiledStep, runtime: Any, outdir: Path, hf: tupl
 
         save_weights(state, outdir / "optimizer.safetensors")
     write_loss_curve(outdir, history)
-    write_meta(outdir, {"source": str(model.source), "steps": len(history), "trainable": step.trainable,
-                        "ties": step.ties, "last_loss": history[-1][1] if history else None})
+    epoch, index = _where(run, done)
+    write_meta(outdir, {"source": str(model.source), "steps": done, "trainable": step.trainable,
+                        "ties": step.ties, "last_loss": history[-1][1] if history else None,
+                        "data_position": {"epoch": epoch, "batch": index, "shuffle": run.shuffle},
+                        "hf_source": str(run.hf[0]) if run.hf[0] is not None else None,
+                        "weights_group": run.hf[1],
+                        "options": _jsonable(asdict(run.opts)), "lr": run.lr, "total_steps": run.total})
+
+
+def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -17,9 +18,11 @@ from pseudoformer.base.errors import UsageError
 from pseudoformer.base.file_access import read_inside
 from pseudoformer.weights import hf_engine
 from pseudoformer.weights.hf_checkpoint import open_hf_tensors, read_hf_config, table_for
+from pseudoformer.weights.hf_engine import Planned
 from pseudoformer.weights.hf_table import Table, Tie
 from pseudoformer.weights.safetensors_io import save_weights
-from pseudoformer.weights.tensor_ref import in_memory
+from pseudoformer.weights.safetensors_stream import Entry, write_stream
+from pseudoformer.weights.tensor_ref import TensorRef
 
 CHECKPOINT = "model.safetensors"
 HF_DIR = "hf"
@@ -40,68 +43,101 @@ def save_checkpoint(directory: Path, weights: Mapping[str, np.ndarray], hf_sourc
 
 
 def export_hf(source: Path, ours: Mapping[str, np.ndarray], target: Path, group: str | None = None) -> None:
-    """The source checkpoint with its tensors replaced by the trained ones. The HF → ours mapping (the
-    family's table, applied by hf_engine) only moves values (transposes, head slices), so it is inverted by
-    mapping each HF tensor's element indices: where an index lands in our tensor is where that element's
-    trained value is. A tied copy the file holds (GPT-2's lm_head beside wte) is saved equal to its source."""
+    """The source checkpoint with its tensors replaced by the trained ones, written one HF tensor at a time
+    (holding that tensor, the index map of its elements and nothing else besides `ours`). The HF → ours
+    mapping (the family's table, applied by hf_engine) only moves values (transposes, head slices), so it
+    is inverted by mapping each HF tensor's element indices: where an index lands in our tensor is where
+    that element's trained value is. A tied copy the file holds (GPT-2's lm_head beside wte) is saved equal
+    to its source."""
     config = read_hf_config(source)
     table = table_for(config)
-    tensors = {name: ref.load() for name, ref in open_hf_tensors(source).items()}
-    offsets, start = {}, 0
-    for name, t in tensors.items():
-        offsets[name] = start
-        start += t.size
-    # float64 holds every index of a model below 2^53 elements exactly
-    ids = {n: (np.arange(t.size, dtype=np.float64) + offsets[n]).reshape(t.shape) for n, t in tensors.items()}
-    mapped = hf_engine.plan(table, in_memory(ids), config, list(ours), group=group)
+    refs = open_hf_tensors(source)
+    # Each HF tensor's element indices, made when the mapping reads them: int64, one tensor's worth at a time.
+    ids = {n: TensorRef(tuple(r.shape), np.dtype(np.int64),
+                        lambda r=r: np.arange(int(np.prod(r.shape, dtype=np.int64)), dtype=np.int64).reshape(r.shape))
+           for n, r in refs.items()}
+    mapped = hf_engine.plan(table, ids, config, list(ours), group=group)
     if mapped.problems:
         raise UsageError(f"{source}: " + "; ".join(str(p) for p in mapped.problems))
-    flat = np.concatenate([t.astype(np.float32).reshape(-1) for t in tensors.values()]) if tensors else np.zeros(0)
-    for planned, where in mapped.stream():
+    by_origin: dict[str, list[Planned]] = {}
+    for planned in mapped.tensors.values():
         # A Fill (a tensor the file lacks, BART's final_logits_bias) has no HF element to write back.
-        if planned.name in ours and planned.origin in tensors:
-            flat[np.asarray(where, np.int64).reshape(-1)] = np.asarray(ours[planned.name], np.float32).reshape(-1)
-    out = {n: flat[offsets[n]: offsets[n] + t.size].reshape(t.shape) for n, t in tensors.items()}
-    _retie(table, out, set(mapped.origin.values()))
+        if planned.name in ours and planned.origin in refs:
+            by_origin.setdefault(planned.origin, []).append(planned)
+    copies = _retie(table, {n: tuple(r.shape) for n, r in refs.items()}, set(by_origin))
+
+    def trained(name: str) -> np.ndarray:
+        out = np.array(refs[name].load(), dtype=np.float32)
+        for planned in by_origin.get(name, []):
+            out.reshape(-1)[np.asarray(planned.load(), np.int64).reshape(-1)] = \
+                np.asarray(ours[planned.name], np.float32).reshape(-1)
+        mapped.release()
+        return out
+
     target.mkdir(parents=True, exist_ok=True)
     for f in HF_FILES:
         if (copy := read_inside(source, f, "checkpoint file", "tokenizer")) is not None:
             with atomic_path(target / f, mode=copy.mode) as tmp:  # never more open than its source
                 tmp.write_bytes(copy.data)
-    save_weights(out, target / CHECKPOINT)
+    tensors = [Entry(n, tuple(r.shape), np.dtype(np.float32), lambda n=n: trained(copies.get(n, n)))
+               for n, r in refs.items()]
+    with atomic_path(target / CHECKPOINT) as tmp:
+        write_stream(tensors, tmp, metadata={"producer": "pseudoformer"})
 
 
-def _retie(table: Table, out: dict[str, np.ndarray], read: set[str]) -> None:
-    """Copies of a tied tensor that no parameter was read from take the trained source's values, so the
-    saved checkpoint stays tied (transformers re-ties on load, but a reader of the file sees them equal)."""
-    short = {name.removeprefix(table.prefix): name for name in out}
+def _retie(table: Table, shapes: Mapping[str, tuple[int, ...]], read: set[str]) -> dict[str, str]:
+    """{copy: source} for the copies of a tied tensor that no parameter was read from: they take the trained
+    source's values, so the saved checkpoint stays tied (transformers re-ties on load, but a reader of the
+    file sees them equal)."""
+    short = {name.removeprefix(table.prefix): name for name in shapes}
+    out: dict[str, str] = {}
     for tie in (t for t in table.tensors if isinstance(t, Tie)):
         present = [short[n] for n in tie.sources if n in short]
         if not present or present[0] not in read:
             continue
         for name in (*present[1:], *(short[n] for n in tie.copies if n in short)):
-            if name not in read and out[name].shape == out[present[0]].shape:
-                out[name] = out[present[0]].copy()
+            if name not in read and shapes[name] == shapes[present[0]]:
+                out[name] = present[0]
+    return out
 
 
-def write_loss_curve(directory: Path, losses: Sequence[tuple[int, float, float]]) -> None:
-    """loss.csv (step, loss, tokens per second) and loss.svg, a polyline of the loss by step."""
+def write_loss_curve(directory: Path, losses: Sequence[tuple[int, float, float, float]]) -> None:
+    """loss.csv (step, loss, tokens per second, and with --val-data the validation loss where it was
+    measured) and loss.svg, a polyline of the loss by step (and the validation loss's)."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["step", "loss", "tokens_per_s"])
-    w.writerows([(s, f"{v:.6g}", f"{r:.1f}") for s, v, r in losses])
+    validated = any(math.isfinite(row[3]) for row in losses)
+    w.writerow(["step", "loss", "tokens_per_s", *(["val_loss"] if validated else [])])
+    # repr: the shortest text that reads back as the same float (the loss as computed, not rounded)
+    for s, v, r, val in losses:
+        w.writerow([s, repr(float(v)), f"{r:.1f}", *([repr(float(val)) if math.isfinite(val) else ""]
+                                                     if validated else [])])
     write_atomic(directory / "loss.csv", lambda fh: fh.write(buf.getvalue().encode()))
-    write_atomic(directory / "loss.svg", lambda fh: fh.write(svg_curve([(s, v) for s, v, _ in losses]).encode()))
+    curve = svg_curve([(s, v) for s, v, _, _ in losses], [(s, val) for s, _, _, val in losses if math.isfinite(val)])
+    write_atomic(directory / "loss.svg", lambda fh: fh.write(curve.encode()))
 
 
-def svg_curve(points: Sequence[tuple[int, float]], width: int = 640, height: int = 320) -> str:
-    """A line chart of (step, loss) as a standalone SVG: axes, the min and max loss, the first and last step."""
+def read_loss_curve(directory: Path) -> list[tuple[int, float, float, float]]:
+    """loss.csv read back (a resumed run's curve goes on from it); nothing where it is missing or unreadable."""
+    try:
+        rows = list(csv.reader(io.StringIO((directory / "loss.csv").read_text())))[1:]
+        return [(int(r[0]), float(r[1]), float(r[2]), float(r[3]) if len(r) > 3 and r[3] else math.nan)
+                for r in rows]
+    except (OSError, ValueError, IndexError):
+        return []
+
+
+def svg_curve(points: Sequence[tuple[int, float]], val: Sequence[tuple[int, float]] = (), width: int = 640,
+              height: int = 320) -> str:
+    """A line chart of (step, loss) as a standalone SVG: axes, the min and max loss, the first and last step;
+    the validation loss (`val`), where there is one, as a second, orange line on the same axes."""
     pad = 48
     finite = [(s, v) for s, v in points if np.isfinite(v)]
+    checked = [(s, v) for s, v in val if np.isfinite(v)]
     if not finite:
         finite = [(0, 0.0)]
     s0, s1 = finite[0][0], max(finite[-1][0], finite[0][0] + 1)
-    lo, hi = min(v for _, v in finite), max(v for _, v in finite)
+    lo, hi = min(v for _, v in finite + checked), max(v for _, v in finite + checked)
     hi = hi if hi > lo else lo + 1.0
 
     def xy(s: float, v: float) -> str:
@@ -110,6 +146,9 @@ def svg_curve(points: Sequence[tuple[int, float]], width: int = 640, height: int
         return f"{x:.1f},{y:.1f}"
 
     line = " ".join(xy(s, v) for s, v in finite)
+    second = (f'<polyline fill="none" stroke="#ff7f0e" stroke-width="1.5" points="{" ".join(xy(s, v) for s, v in checked)}"/>\n'
+              f'<text x="{width - pad}" y="{pad - 8}" text-anchor="end" fill="#ff7f0e">validation</text>\n'
+              if checked else "")
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
             f'font-size="12">\n<rect width="100%" height="100%" fill="white"/>\n'
             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>\n'
@@ -120,7 +159,7 @@ def svg_curve(points: Sequence[tuple[int, float]], width: int = 640, height: int
             f'<text x="{width - pad}" y="{height - pad + 16}" text-anchor="middle">{s1}</text>\n'
             f'<text x="{width / 2}" y="{height - 8}" text-anchor="middle">step</text>\n'
             f'<text x="12" y="{height / 2}" transform="rotate(-90 12 {height / 2})" text-anchor="middle">loss</text>\n'
-            f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{line}"/>\n</svg>\n')
+            f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{line}"/>\n{second}</svg>\n')
 
 
 def write_meta(directory: Path, meta: Mapping[str, object]) -> None:
