@@ -52,10 +52,14 @@ def export_hf(source: Path, ours: Mapping[str, np.ndarray], target: Path, group:
     config = read_hf_config(source)
     table = table_for(config)
     refs = open_hf_tensors(source)
-    # Each HF tensor's element indices, made when the mapping reads them: int64, one tensor's worth at a time.
-    ids = {n: TensorRef(tuple(r.shape), np.dtype(np.int64),
-                        lambda r=r: np.arange(int(np.prod(r.shape, dtype=np.int64)), dtype=np.int64).reshape(r.shape))
-           for n, r in refs.items()}
+    # Each HF tensor's element indices, made when the mapping reads them, one tensor's worth at a time: int32
+    # (a float32 tensor's size) where they fit.
+    def index(shape: tuple[int, ...]) -> TensorRef:
+        size = int(np.prod(shape, dtype=np.int64))
+        kind = np.dtype(np.int32 if size < 2**31 else np.int64)
+        return TensorRef(shape, kind, lambda: np.arange(size, dtype=kind).reshape(shape))
+
+    ids = {n: index(tuple(r.shape)) for n, r in refs.items()}
     mapped = hf_engine.plan(table, ids, config, list(ours), group=group)
     if mapped.problems:
         raise UsageError(f"{source}: " + "; ".join(str(p) for p in mapped.problems))
@@ -67,10 +71,13 @@ def export_hf(source: Path, ours: Mapping[str, np.ndarray], target: Path, group:
     copies = _retie(table, {n: tuple(r.shape) for n, r in refs.items()}, set(by_origin))
 
     def trained(name: str) -> np.ndarray:
-        out = np.array(refs[name].load(), dtype=np.float32)
+        out = np.asarray(refs[name].load(), dtype=np.float32)
+        if not out.flags.writeable or not out.flags.c_contiguous:  # a view of the file: written into, a copy
+            out = np.array(out, order="C")
         for planned in by_origin.get(name, []):
-            out.reshape(-1)[np.asarray(planned.load(), np.int64).reshape(-1)] = \
-                np.asarray(ours[planned.name], np.float32).reshape(-1)
+            # the index map in our tensor's shape (a transposed or sliced view of the HF tensor's), used as it
+            # is: flattening it, or widening it to int64, would copy it
+            out.reshape(-1)[planned.load()] = np.asarray(ours[planned.name], np.float32)
         mapped.release()
         return out
 
