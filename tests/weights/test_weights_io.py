@@ -70,12 +70,12 @@ def test_save_is_atomic(tmp_path, monkeypatch):
     save_weights(random_weights(SMALL, 0), target)
     before = target.read_bytes()
 
-    def boom(tensors, filename, metadata=None):
+    def boom(tensors, filename, metadata=None):  # the streaming writer, failing half-way
         with open(filename, "wb") as f:
             f.write(b"half a file")
         raise OSError("disk full")
 
-    monkeypatch.setattr(sio, "save_file", boom)
+    monkeypatch.setattr(sio, "write_stream", boom)
     with pytest.raises(OutputError, match="disk full"):
         save_weights(random_weights(SMALL, 1), target)
     assert target.read_bytes() == before
