@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from common.harness import common_arguments, machine_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 LOSS = ROOT / "tests" / "training" / "gpt2_loss.alg"
@@ -58,10 +59,9 @@ def _peak_of(cmd: list[str]) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--layers", type=int)
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--quick", action="store_true")
@@ -96,9 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      str(args.threads), "--batch", str(args.batch), "--seq", str(args.seq)] + \
                 (["--quick"] if args.quick else []) + (["--layers", str(args.layers)] if args.layers else [])
             peaks.update(json.loads(subprocess.run(child, check=True, capture_output=True, text=True).stdout))
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown CPU")
-    result = {"shape": shape, "batch": args.batch, "seq": args.seq, "steps": args.steps, "cpu": cpu,
+    facts = machine_facts("torch", "onnxruntime", "transformers")
+    cpu = facts["cpu"]
+    result = {"shape": shape, "batch": args.batch, "seq": args.seq, "steps": args.steps, "machine": facts,
               "peak_mib": peaks, "ratio": peaks["ours"] / peaks["torch"]}
     print(f"{cpu}: GPT-2 {shape['n_layer']} layers, d_e {shape['n_embd']}, batch {args.batch}, seq {args.seq}, "
           f"{args.steps} AdamW steps and the save: peak RSS ours {peaks['ours']:,.0f} MiB, torch eager "
