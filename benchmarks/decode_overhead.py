@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -67,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import onnxruntime as ort
 
     sys.path.insert(0, str(ROOT))
+    from benchmarks.bench_int4 import machine
     from benchmarks.bench_llama import make_checkpoint
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load
@@ -99,12 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if r:
                 rows.append((wall, statistics.median(t for t, _ in times), statistics.median(k for _, k in times)))
     wall, run, kernels = (statistics.median(c) for c in zip(*rows, strict=True))
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown CPU")
     shape = "a tiny Llama (--quick)" if args.quick else "SmolLM2-135M's shape"
     kind = f"{args.quantize or 'fp32'} {'standard ONNX ops' if args.standard else '--contrib-ops'}"
     print(f"# decode step outside the kernels: {shape}, {kind}, prompt {args.prompt}, {args.new} new tokens, greedy, "
-          f"{args.threads} threads; {cpu}, load {os.getloadavg()[0]:.1f}; medians of {args.rounds} generations")
+          f"{args.threads} threads; {machine()}; medians of {args.rounds} generations")
     print("| per token | ms | share of wall |")
     print("|---|---|---|")
     for label, value in (("wall (the loop)", wall), ("onnxruntime run", run), ("kernels", kernels),

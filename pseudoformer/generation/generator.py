@@ -43,8 +43,9 @@ class Generation:
 
     tokens: list[list[int]]
     scores: list[np.ndarray] = field(default_factory=list)  # the model's output column, per step [batch, vocab]
+    # seconds of the prefill and of every later step, each with the choice of the token it scored
     prefill_seconds: float = 0.0
-    step_seconds: list[float] = field(default_factory=list)  # every step after the first token
+    step_seconds: list[float] = field(default_factory=list)
 
 
 class Generator:
@@ -167,7 +168,6 @@ class Generator:
         on_device = sampling.greedy and not keep_scores
         start = time.perf_counter()
         scores, cache = self.runtime.prefill({self.decoder_input: x, **enc})
-        result.prefill_seconds = time.perf_counter() - start
         for i in range(max_new_tokens):
             if on_device and isinstance(scores, DeviceScores):
                 y = scores.argmax()
@@ -176,6 +176,11 @@ class Generator:
                 if keep_scores:
                     result.scores.append(column.copy())
                 y = sample(log_probabilities(column, self.model_output), sampling, rng)
+            # a token's time: the run that scored it and its choice (as genai's generate_next_token)
+            if i:
+                result.step_seconds.append(time.perf_counter() - start)
+            else:
+                result.prefill_seconds = time.perf_counter() - start
             for row in np.flatnonzero(~finished):
                 result.tokens[row].append(int(y[row]))
             if eos_token is not None:
@@ -186,7 +191,6 @@ class Generator:
                 break
             start = time.perf_counter()
             scores, cache = self.runtime.step({self.decoder_input: y[:, None], **enc}, cache)
-            result.step_seconds.append(time.perf_counter() - start)
         return result
 
     def _encode(self, encoder_inputs: Mapping[str, Any] | None) -> dict[str, Any]:
