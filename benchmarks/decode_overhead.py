@@ -25,13 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from common.decoding import make_checkpoint
+from common.harness import common_arguments, machine_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2)
+    common_arguments(ap)
     ap.add_argument("--quantize", choices=["int4"], default=None)
     ap.add_argument("--standard", action="store_true", help="standard ONNX ops (the cache concatenated each step)")
     ap.add_argument("--checkpoint", type=Path, help="a checkpoint directory to reuse (made in a temporary one otherwise)")
@@ -65,9 +66,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import onnxruntime as ort
 
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.bench_int4 import machine
-    from benchmarks.bench_llama import make_checkpoint
     from pseudoformer.generation import Generator, Sampling
     from pseudoformer.model import load
     from pseudoformer.passes.quantize import QuantizeOptions
@@ -102,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shape = "a tiny Llama (--quick)" if args.quick else "SmolLM2-135M's shape"
     kind = f"{args.quantize or 'fp32'} {'standard ONNX ops' if args.standard else '--contrib-ops'}"
     print(f"# decode step outside the kernels: {shape}, {kind}, prompt {args.prompt}, {args.new} new tokens, greedy, "
-          f"{args.threads} threads; {machine()}; medians of {args.rounds} generations")
+          f"{args.threads} threads; {machine_summary()}; medians of {args.rounds} generations")
     print("| per token | ms | share of wall |")
     print("|---|---|---|")
     for label, value in (("wall (the loop)", wall), ("onnxruntime run", run), ("kernels", kernels),

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
+
 import pytest
 
-from benchmarks.decode_overhead import main
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.mark.parametrize("standard", [False, True])
 def test_a_tiny_llamas_step_is_split_into_kernels_run_and_the_rest(capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch,
                                                                    standard: bool) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))  # as the script runs: its folder first, `common` found there
+    main = importlib.import_module("decode_overhead").main
     assert main(["--quick", "--prompt", "8", "--new", "5", "--rounds", "1", "--threads", "1",
                  *(["--standard"] if standard else [])]) == 0
     rows = {}
