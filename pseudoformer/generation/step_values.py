@@ -10,7 +10,7 @@ every token reuses. Per token, the loop then:
 - writes the new ids into the token buffer and the length into its buffer (OrtValue.update_inplace: a copy
   to the device on CUDA, a few bytes);
 - runs the session with the binding made once;
-- for greedy decoding, runs ArgMax over the scores where they are (a one-node session on the same device,
+- for greedy decoding, runs ArgMax over the scores where they are (a two-node session on the same device,
   its input bound to the scores buffer and its output to the token buffer), and reads back only the ids.
 
 So on CUDA the cache, the inputs and the scores stay on the device and only the sampled ids cross; on the CPU
@@ -44,7 +44,7 @@ class DeviceScores:
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         scores = self._values.scores.numpy()
-        return scores if dtype is None else scores.astype(dtype, copy=bool(copy))
+        return np.array(scores, dtype=dtype, copy=True) if copy else np.asarray(scores, dtype=dtype)
 
     def argmax(self) -> np.ndarray:
         """The id of the largest score per row (ties to the lowest id, as numpy's argmax), int64 [batch]."""
@@ -173,28 +173,30 @@ class StepValues:
     def greedy(self) -> np.ndarray:
         """ArgMax over the scores buffer on its device, into the token buffer; the ids read back [batch]."""
         if self._argmax is None:
-            self._argmax = _argmax_runner(self.runner, self.dtypes[self.output], [self.batch, *self.scores_shape[1:]])
+            self._argmax = _argmax_runner(self.runner, self.dtypes[self.output], self.dtypes[self.token_input],
+                                          [self.batch, *self.scores_shape[1:]])
             self._argmax_binding = self._argmax.session.io_binding()
             self._argmax_binding.bind_ortvalue_input("scores", self.scores)
             self._argmax_binding.bind_ortvalue_output("ids", self.tokens)
         self._argmax.session.run_with_iobinding(self._argmax_binding)
-        ids = np.array(self.tokens.numpy(), dtype=np.int64)  # [batch, 1], a copy: the buffer is the next input
+        ids = np.array(self.tokens.numpy())  # [batch, 1], a copy: the buffer is the next input
         self._written = ids
         return ids[:, 0]
 
 
-def _argmax_runner(runner: Any, dtype: Any, shape: list[int]) -> Any:
-    """A one-node session, ArgMax over the last axis of the scores (first maximum, as numpy's), on the step's
-    provider, one thread."""
-    from onnx import TensorProto, helper
+def _argmax_runner(runner: Any, dtype: Any, ids_dtype: Any, shape: list[int]) -> Any:
+    """A small session, ArgMax over the last axis of the scores (first maximum, as numpy's) cast to the token
+    input's type (ONNX's ArgMax gives int64), on the step's provider, one thread."""
+    from onnx import helper
 
     from pseudoformer.backends.onnx import OnnxRunner
 
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    dims = shape
+    ids = helper.np_dtype_to_tensor_dtype(np.dtype(ids_dtype))
     graph = helper.make_graph(
-        [helper.make_node("ArgMax", ["scores"], ["ids"], axis=-1, keepdims=0)], "greedy",
-        [helper.make_tensor_value_info("scores", elem, dims)],
-        [helper.make_tensor_value_info("ids", TensorProto.INT64, dims[:-1])])
+        [helper.make_node("ArgMax", ["scores"], ["argmax"], axis=-1, keepdims=0),
+         helper.make_node("Cast", ["argmax"], ["ids"], to=ids)], "greedy",
+        [helper.make_tensor_value_info("scores", elem, shape)],
+        [helper.make_tensor_value_info("ids", ids, shape[:-1])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
     return OnnxRunner(model, provider=runner.provider, threads=1)
