@@ -24,6 +24,7 @@ from pseudoformer.base.errors import UsageError
 from pseudoformer.generation.precision import half_decoder, half_weights
 from pseudoformer.generation.runtimes import Cache, NumpyRuntime, OnnxRuntime, Runtime
 from pseudoformer.generation.sampling import Sampling, log_probabilities, sample
+from pseudoformer.generation.step_values import DeviceScores
 from pseudoformer.inputs import check_input, size_limit, token_bounds
 from pseudoformer.ir import Graph
 from pseudoformer.model import Model
@@ -42,8 +43,9 @@ class Generation:
 
     tokens: list[list[int]]
     scores: list[np.ndarray] = field(default_factory=list)  # the model's output column, per step [batch, vocab]
+    # seconds of the prefill and of every later step, each with the choice of the token it scored
     prefill_seconds: float = 0.0
-    step_seconds: list[float] = field(default_factory=list)  # every step after the first token
+    step_seconds: list[float] = field(default_factory=list)
 
 
 class Generator:
@@ -160,16 +162,25 @@ class Generator:
         result = Generation(tokens=[[] for _ in range(x.shape[0])])
         finished = np.zeros(x.shape[0], dtype=bool)
         reserve = getattr(self.runtime, "reserve", None)
-        if reserve is not None:  # a cache kept in buffers: room for every position this generation takes
-            reserve(x.shape[0], x.shape[1] + max_new_tokens)
+        if reserve is not None:  # values made once per generation: room for every position it feeds
+            reserve(x.shape[0], x.shape[1] + max_new_tokens - 1)
+        # greedy ids computed where the scores are (ONNX: on the provider's device), only they read back
+        on_device = sampling.greedy and not keep_scores
         start = time.perf_counter()
         scores, cache = self.runtime.prefill({self.decoder_input: x, **enc})
-        result.prefill_seconds = time.perf_counter() - start
         for i in range(max_new_tokens):
-            column = np.asarray(scores)[:, -1]
-            if keep_scores:
-                result.scores.append(column.copy())
-            y = sample(log_probabilities(column, self.model_output), sampling, rng)
+            if on_device and isinstance(scores, DeviceScores):
+                y = scores.argmax()
+            else:
+                column = np.asarray(scores)[:, -1]
+                if keep_scores:
+                    result.scores.append(column.copy())
+                y = sample(log_probabilities(column, self.model_output), sampling, rng)
+            # a token's time: the run that scored it and its choice (as genai's generate_next_token)
+            if i:
+                result.step_seconds.append(time.perf_counter() - start)
+            else:
+                result.prefill_seconds = time.perf_counter() - start
             for row in np.flatnonzero(~finished):
                 result.tokens[row].append(int(y[row]))
             if eos_token is not None:
@@ -180,7 +191,6 @@ class Generator:
                 break
             start = time.perf_counter()
             scores, cache = self.runtime.step({self.decoder_input: y[:, None], **enc}, cache)
-            result.step_seconds.append(time.perf_counter() - start)
         return result
 
     def _encode(self, encoder_inputs: Mapping[str, Any] | None) -> dict[str, Any]:

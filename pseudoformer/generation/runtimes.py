@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pseudoformer.generation.onnx_files import OnnxFiles, load_proto
+from pseudoformer.generation.step_values import PAST_LENGTH, DeviceScores, StepValues
 from pseudoformer.ir import Graph, TensorType
 from pseudoformer.passes.kv_cache import IncrementalDecoder
 
@@ -59,17 +60,17 @@ class NumpyRuntime:
         return out[self.output], _next_cache(self.dec, out)
 
 
-PAST_LENGTH = "past_sequence_length"  # the step's input of the cache's length, when the cache is in buffers
-
-
 class OnnxRuntime:
     """onnxruntime sessions; the step graph also prefills (with an empty cache), so the decoder's
-    weights are loaded once. Outputs are bound to ORT-allocated values and fed back as they are.
+    weights are loaded once. The step's tokens, scores (and the cache in buffers) are values on the
+    provider's device made once per generation and bound once (step_values.py): per token only the new
+    ids and the cache's length are written, and greedy decoding reads back only the ids.
 
     With contrib_ops, where every attention over the cache is one GroupQueryAttention takes, the cache
-    lives in buffers allocated once per generation (`reserve`) for all its positions, each bound as
-    both a step's past input and its present output: the kernel appends the new keys and values in
-    place, and a step binds only its tokens and the cache's length (PAST_LENGTH)."""
+    lives in buffers allocated for all its positions (`reserve`), each bound as both a step's past input
+    and its present output: the kernel appends the new keys and values in place, and a step writes only
+    its tokens and the cache's length (PAST_LENGTH). With standard ONNX ops a step's present is a new
+    value (Attention concatenates past and new), bound as the next step's past."""
 
     def __init__(self, dec: IncrementalDecoder, output: str, weights: Mapping[str, np.ndarray], *,
                  provider: str = "cpu", threads: int | None = None, metadata: Mapping[str, str] | None = None,
@@ -111,9 +112,7 @@ class OnnxRuntime:
                         if self.encoder_path is not None else None)
         self.ort = self.runner._ort
         self.device = self.runner.device
-        self._binding: Any = None
-        self._capacity = self._output_index = 0
-        self._output_buffer: Any = None
+        self.values = StepValues(self.runner, dec, output, self.buffered)
 
     @functools.cached_property
     def step_model(self) -> Any:
@@ -130,81 +129,42 @@ class OnnxRuntime:
         return {k: self.ort.OrtValue.ortvalue_from_numpy(v, self.device) for k, v in values.items()}
 
     def reserve(self, batch: int, positions: int) -> None:
-        """Make room for `positions` (prompt and new tokens) per row: the cache buffers, bound once."""
+        """Make room for `positions` (prompt and new tokens) per row: the step's values, bound once (those of
+        the last generation are kept when they fit)."""
+        self.values.reserve(batch, positions)
+
+    def prefill(self, feed: Mapping[str, Any]) -> tuple[DeviceScores, Cache]:
+        tokens = np.asarray(feed[self.values.token_input])
+        if self.values.batch != tokens.shape[0] or (self.buffered and self.values.capacity < tokens.shape[-1]):
+            self.reserve(tokens.shape[0], 2 * tokens.shape[-1])  # no reserve: the prompt's length again
+        else:
+            self.reserve(self.values.batch, self.values.capacity)  # the session may have been replaced
+        self.values.bind_extras(feed)
+        binding = self.values.prefill_binding(tokens)
+        if self.buffered:
+            self.values.write(None, 0)
+            self.values.run(binding)
+            return DeviceScores(self.values), {PAST_LENGTH: tokens.shape[-1]}
+        empty = {k: self.ort.OrtValue.ortvalue_from_numpy(v, self.device)
+                 for k, v in empty_cache(self.dec, feed).items()}
+        return DeviceScores(self.values), _next_cache(self.dec, self.values.run(binding, empty))
+
+    def step(self, feed: Mapping[str, Any], cache: Cache) -> tuple[DeviceScores, Cache]:
+        values = self.values
+        tokens = np.asarray(feed[values.token_input])
+        values.bind_extras(feed)
+        # one new token per row, the loop's case, goes through the token buffer and the binding made once
+        one = tokens.shape == (values.batch, 1)
+        binding = values.binding if one else values.prefill_binding(tokens)
         if not self.buffered:
-            return
-        binding = self.runner.session.io_binding()
-        presents = {name for s in self.dec.slots for name in (s.present_key, s.present_value)}
-        # The output of a step has a fixed shape ([batch, 1, vocabulary] after the last-position cut):
-        # bound to a buffer of its own, it is read without get_outputs() wrapping every cache buffer.
-        result = dict(self.dec.step.outputs)[self.output]
-        shape = [batch if d == "batch" else d for d in result.type.shape]
-        self._output_buffer = None
-        if all(isinstance(d, int) for d in shape):
-            self._output_buffer = self.ort.OrtValue.ortvalue_from_shape_and_type(
-                shape, np.dtype(result.dtype.value), self.device)
-        # get_outputs() lists the outputs in the order they were bound: the model's own ones first
-        own = [name for name in self.runner.output_names if name not in presents]
-        self._output_index = own.index(self.output)
-        for name in own:
-            if name == self.output and self._output_buffer is not None:
-                binding.bind_ortvalue_output(name, self._output_buffer)
-            else:
-                binding.bind_output(name, self.device)
-        for s in self.dec.slots:
-            for past, present, t in ((s.past_key, s.present_key, s.key_type),
-                                     (s.past_value, s.present_value, s.value_type)):
-                shape = [batch if d == "batch" else positions if isinstance(d, str) else d for d in t.shape]
-                buffer = self.ort.OrtValue.ortvalue_from_shape_and_type(shape, np.dtype(t.dtype.value), self.device)
-                binding.bind_ortvalue_input(past, buffer)
-                binding.bind_ortvalue_output(present, buffer)
-        self._binding, self._capacity = binding, positions
-
-    def prefill(self, feed: Mapping[str, Any]) -> tuple[np.ndarray, Cache]:
-        if self.buffered:
-            if self._binding is None:
-                tokens = np.asarray(feed[self.dec.step.inputs[0].attrs["name"]])
-                self.reserve(tokens.shape[0], 2 * tokens.shape[-1])  # no reserve: the prompt's length again
-            return self.step(feed, {PAST_LENGTH: 0})
-        empty = empty_cache(self.dec, feed)
-        return self.step(feed, {k: self.ort.OrtValue.ortvalue_from_numpy(v, self.device) for k, v in empty.items()})
-
-    def step(self, feed: Mapping[str, Any], cache: Cache) -> tuple[np.ndarray, Cache]:
-        if self.buffered:
-            return self._buffered_step(feed, cache)
-        session = self.runner.session
-        binding = session.io_binding()
-        for name, value in feed.items():
-            if isinstance(value, self.ort.OrtValue):
-                binding.bind_ortvalue_input(name, value)
-            else:
-                binding.bind_cpu_input(name, np.ascontiguousarray(value))
-        for name, value in cache.items():
-            binding.bind_ortvalue_input(name, value)
-        names = self.runner.output_names
-        for name in names:
-            binding.bind_output(name, self.device)
-        session.run_with_iobinding(binding)
-        values = dict(zip(names, binding.get_outputs(), strict=True))
-        return values[self.output].numpy(), _next_cache(self.dec, values)
-
-    def _buffered_step(self, feed: Mapping[str, Any], cache: Cache) -> tuple[np.ndarray, Cache]:
+            values.write(tokens if one else None, None)
+            return DeviceScores(values), _next_cache(self.dec, values.run(binding, cache))
         past = int(cache[PAST_LENGTH])
-        binding = self._binding
-        new = 0
-        for name, value in feed.items():
-            if isinstance(value, self.ort.OrtValue):
-                binding.bind_ortvalue_input(name, value)
-            else:
-                value = np.ascontiguousarray(value)
-                binding.bind_cpu_input(name, value)
-                new = max(new, value.shape[-1]) if name == self.dec.step.inputs[0].attrs["name"] else new
-        if past + new > self._capacity:  # the kernel would write past the buffers' end
-            raise RuntimeError(f"the cache holds {self._capacity} positions; {past + new} were asked for")
-        binding.bind_cpu_input(PAST_LENGTH, np.array([past], dtype=np.int64))
-        self.runner.session.run_with_iobinding(binding)
-        out = self._output_buffer or binding.get_outputs()[self._output_index]
-        return out.numpy(), {PAST_LENGTH: past + new}
+        if past + tokens.shape[-1] > values.capacity:  # the kernel would write past the buffers' end
+            raise RuntimeError(f"the cache holds {values.capacity} positions; {past + tokens.shape[-1]} were asked for")
+        values.write(tokens if one else None, past)
+        values.run(binding)
+        return DeviceScores(values), {PAST_LENGTH: past + tokens.shape[-1]}
 
 
 def empty_cache(dec: IncrementalDecoder, feed: Mapping[str, Any]) -> dict[str, np.ndarray]:
