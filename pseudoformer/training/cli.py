@@ -21,6 +21,8 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     t.add_argument("--tokenizer", metavar="FILE", help="a tokenizers tokenizer.json (or a directory holding one) "
                    "that turns a text --data file into token ids")
     t.add_argument("--weights", help="start from a .safetensors file of ours or a HuggingFace checkpoint directory")
+    t.add_argument("--allow-nonfinite", action="store_true",
+                   help="load weights that hold NaN or ±∞ (refused by default, naming the tensors)")
     t.add_argument("--seed", type=int, default=0, help="seed of the init (without --weights), of the shuffle and "
                    "of ETraining's masking draws")
     t.add_argument("--objective", choices=["next-token", "masked"], help="for a model whose file does not say its "
@@ -91,7 +93,9 @@ def run(args: argparse.Namespace) -> int:
                           weights=args.weights, tokenizer=args.tokenizer,
                           trainable=tuple(args.train) if args.train is not None else None, out=args.output,
                           arena=args.arena, compile=options, objective=args.objective, resume=args.resume,
-                          log_every=args.log_every, val_data=args.val_data, val_every=args.val_every, init=args.init)
+                          log_every=args.log_every, val_data=args.val_data, val_every=args.val_every, init=args.init,
+                          include=tuple(args.include or ()), max_nodes=args.max_nodes,
+                          allow_nonfinite=args.allow_nonfinite)
     result = run_training(args.file, args.data, hyper, setup)
     last = f"{result.losses[-1]:.4f}" if result.losses else "none"
     saved = f"; saved to {result.out}" if result.out is not None else ""

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pseudoformer.base.errors import UsageError
+from pseudoformer.base.limits import MAX_NODES
 from pseudoformer.config import resolve
 from pseudoformer.inputs import check_size, token_bounds
 from pseudoformer.ir.block_coded import plain_weights
@@ -225,6 +226,10 @@ class TrainingSetup:
     val_data: str | Path | np.ndarray | dict[str, np.ndarray] | None = None  # held-out data, read as `data`
     val_every: int = 100  # the validation loss every N steps (and at the last)
     init: str = "normal"  # the parameters without --weights: normal or gpt2 (init.py)
+    # How the model is loaded, as for every command (model.load): --include, --max-nodes, --allow-nonfinite
+    include: tuple[str, ...] = ()
+    max_nodes: int = MAX_NODES
+    allow_nonfinite: bool = False
 
 
 def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarray],
@@ -253,7 +258,8 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     start_weights = resumed.weights if resumed is not None else setup.weights
     model, hf_dir, group = _load(chosen.path, start_weights, opts.seed, entry=chosen.entry, config=setup.config,
                                  defines=list(setup.defines), text=chosen.text,
-                                 default_config=chosen.default_config)
+                                 default_config=chosen.default_config, include=setup.include,
+                                 max_nodes=setup.max_nodes, allow_nonfinite=setup.allow_nonfinite)
     if resumed is not None:
         hf_dir, group = resumed.hf_source, resumed.group
     if setup.init not in INITS:
@@ -412,7 +418,8 @@ def _loop(run: _Run) -> TrainResult:
     def on_sigint(signum: int, frame: Any) -> None:
         interrupted[0] = True
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    # Ctrl-C and SIGTERM (a scheduler's stop, `kill`) alike: finish the step, save, and return.
+    previous = {sig: signal.signal(sig, on_sigint) for sig in (signal.SIGINT, signal.SIGTERM)}
     # On a terminal a bar; in a log (stderr no terminal) a plain line every --log-every steps, not one
     # carriage-returned line that grows with every update.
     tty = sys.stderr.isatty()
@@ -446,7 +453,8 @@ def _loop(run: _Run) -> TrainResult:
                 _save(run, history, done)
     finally:
         bar.close()
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     ours = history[len(run.earlier):]
     result = TrainResult([h[1] for h in ours], _weights(run.model, run.step, run.runtime), done, interrupted[0],
                          run.outdir, ours)
@@ -503,6 +511,12 @@ def _save(run: _Run, history: list[Row], done: int) -> None:
     model, step, runtime, outdir = run.model, run.step, run.runtime, run.outdir
     assert outdir is not None
     weights = _weights(model, step, runtime)
+    bad = [k for k, v in weights.items() if not np.isfinite(np.asarray(v, np.float32)).all()]
+    if bad:  # a step whose loss was finite can still leave ±∞ or NaN in θ: never written over a good checkpoint
+        kept = f"; the last good checkpoint is in {outdir}" if (outdir / "model.safetensors").exists() else ""
+        raise TrainingStopped(f"the parameters became non-finite by step {done} ({', '.join(bad[:3])}"
+                              f"{', …' if len(bad) > 3 else ''}): training stopped (lower --lr, or clip the gradient "
+                              f"with --clip){kept}")
     save_checkpoint(outdir, weights, *run.hf)
     values = runtime.values()
     state = {k: v for k, v in values.items() if k.startswith(("m.", "v.")) or k == STEP}

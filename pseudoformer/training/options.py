@@ -46,8 +46,17 @@ def _whole(flag: str, value: object, least: int) -> None:
         raise UsageError(f"{flag} must be a whole number ≥ {least}, got {value!r}")
 
 
+# The step computes in float32: a value past its range would be ±∞ there, and a nonzero one below its smallest
+# normal number 0 or a denormal (an η of 1e-50 trains nothing, silently).
+FLOAT32_MAX, FLOAT32_TINY = 3.4028234663852886e38, 1.1754943508222875e-38
+
+
 def _real(flag: str, value: object, low: float, high: float = math.inf, *, closed_low: bool = True,
           closed_high: bool = False) -> None:
+    if not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and \
+            (abs(value) > FLOAT32_MAX or 0 < abs(value) < FLOAT32_TINY):
+        raise UsageError(f"{flag} {value!r} is outside float32's range (its normal numbers, {FLOAT32_TINY:.3g} to "
+                         f"{FLOAT32_MAX:.3g}), which the training step computes in")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
             value < low or (value == low and not closed_low) or value > high or (value == high and not closed_high):
         span = f"{'[' if closed_low else '('}{low:g}, {'∞' if high == math.inf else f'{high:g}'}" \

@@ -133,7 +133,8 @@ def test_a_non_finite_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path: Pa
     assert len((out / "loss.csv").read_text().splitlines()) == step  # the header and the step − 1 good ones
 
 
-def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path: Path, ids: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(sig: signal.Signals, tmp_path: Path, ids: Path) -> None:
     out = tmp_path / "out"
     cmd = [sys.executable, "-c", "import sys; from pseudoformer.cli import main; sys.exit(main())", "train", LOSS, *TINY, "--seq-len", "8", "--batch-size", "4",
            "--data", str(ids), "--steps", "100000", "--lr", "1e-3", "--backend", "interpreter", "--log-every", "1", "-o", str(out)]
@@ -144,7 +145,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path: Path, ids: Path) 
         c = proc.stderr.read(1)
         assert c, f"train ended before its first step: {seen[-2000:]}"
         seen += c
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     rest = proc.communicate(timeout=120)[1]
     assert proc.returncode == 0, rest
     assert "interrupted after step" in rest and "Traceback" not in rest
