@@ -123,11 +123,12 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def load_npy(path: str | Path, what: str) -> np.ndarray:
+def load_npy(path: str | Path, what: str, *, mapped: bool = False) -> np.ndarray:
+    """A .npy array, its header checked before any data is read: a plain dtype (never unpickled), and a
+    file exactly as long as the shape says, within the input cap. `mapped`: the data memory-mapped, read-only,
+    instead of read (a token stream is read a batch at a time, not held whole)."""
     import numpy as np  # here: the command line imports this module, and `--version` needs no numpy
 
-    """A .npy array, its header checked before any data is read: a plain dtype (never unpickled), and a
-    file exactly as long as the shape says, within the input cap."""
     cap = FILE_CAPS["input"]
     fd, st = _open(path, what, allow_null=False)
     assert fd is not None
@@ -152,6 +153,9 @@ def load_npy(path: str | Path, what: str) -> np.ndarray:
         if have != need:
             raise FileAccessError(f"{what} {path}: its header says shape {tuple(shape)} of {dtype}, {need:,} bytes, "
                                   f"but the file holds {have:,} bytes of data")
+        if mapped:
+            return np.memmap(fh, dtype=dtype, mode="r", offset=fh.tell(), shape=tuple(shape),
+                             order="F" if fortran else "C")
         data = fh.read(need)
     if len(data) != need:
         raise FileAccessError(f"{what} {path} changed while it was read")

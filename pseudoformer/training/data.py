@@ -24,7 +24,7 @@ def read_tokens(path: str | Path, tokenizer: str | Path | None = None) -> np.nda
     _regular(path)
     if path.suffix == ".npy":
         try:
-            ids = load_npy(path, "data file")
+            ids = load_npy(path, "data file", mapped=True)  # memory-mapped: read a batch at a time
         except FileAccessError as e:
             raise UsageError(e.message) from None
         if ids.dtype.kind not in "iu":

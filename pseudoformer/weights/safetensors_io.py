@@ -98,7 +98,14 @@ def _read_one(path: Path, name: str, stored: str) -> np.ndarray:
         with safe_open(str(path), framework="numpy") as f:
             return f.get_tensor(name)
     except Exception as e:  # the file changed or broke since its header was read
-        raise WeightsError(f"cannot read tensor {name} of safetensors file '{path}': {e}") from e
+        raise WeightsError(f"cannot read tensor {name} of safetensors file '{path}': {_said(e)}") from e
+
+
+def _said(e: Exception) -> str:
+    """What the safetensors library said, cut to its first line and 200 characters: its refusal of a header
+    quotes the header itself, which is the file's to choose and can be megabytes long."""
+    lines = str(e).splitlines() or [type(e).__name__]
+    return lines[0][:200] + (" …" if len(lines[0]) > 200 or len(lines) > 1 else "")
 
 
 def open_safetensors(path: str | Path) -> dict[str, TensorRef]:
@@ -124,7 +131,7 @@ def open_safetensors(path: str | Path) -> dict[str, TensorRef]:
     except WeightsError:
         raise
     except Exception as e:  # safetensors raises its own SafetensorError
-        raise WeightsError(f"cannot read safetensors file '{path}': {e}") from e
+        raise WeightsError(f"cannot read safetensors file '{path}': {_said(e)}") from e
 
 
 def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:

@@ -102,3 +102,14 @@ def test_a_quantized_block_with_a_non_finite_scale_is_refused_naming_the_tensor(
     r = run_cli(argv, capfd)
     judge(r, "'blk.0.attn_q.weight' (Q8_0) dequantizes to a value that is not finite")
     assert "warning" not in r.err.lower()
+
+
+def test_a_refused_safetensors_header_is_not_quoted_whole(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    header = json.dumps({"a": {"dtype": "X" * 100_000, "shape": [1], "data_offsets": [0, 4]}}).encode()
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(4))
+    r = run_cli(["run", LLAMA, "--weights", path, "--input", "x=[[1, 2]]", "-o", tmp_path / "y.npz"], capfd)
+    judge(r, "cannot read safetensors file")
+    assert len(r.err) < 1000

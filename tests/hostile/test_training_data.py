@@ -68,7 +68,8 @@ def test_a_token_file_keeps_its_type_and_trains_as_int64_does(tmp_path: Path) ->
     ids = np.tile(np.arange(20), 20)
     np.save(tmp_path / "u8.npy", ids.astype(np.uint8))
     np.save(tmp_path / "i64.npy", ids.astype(np.int64))
-    assert read_tokens(tmp_path / "u8.npy").dtype == np.uint8
+    stream = read_tokens(tmp_path / "u8.npy")
+    assert stream.dtype == np.uint8 and isinstance(stream, np.memmap)  # mapped, read a batch at a time
     defines = TINY[1::2]
     losses = [train(LOSS, tmp_path / name, defines=defines, seq_len=8, batch_size=2, steps=2, lr=1e-3,
                     progress=False).losses for name in ("u8.npy", "i64.npy")]
