@@ -24,7 +24,8 @@ BACKENDS: dict[str, tuple[str, ...]] = {
     "numpy": ("run", "generate", "train"),  # the reference interpreter: nothing to write a file of
     "onnx": ("compile", "inspect", "run", "generate", "train", "genai"),
     "tvm": ("compile", "inspect", "run", "generate", "train"),
-    # "torch": a row here when the torch backend arrives (backends/torch)
+    # a torch.nn.Module from the API (deploy_torch.py), and train's torch.optim trainer (training/torch_loop.py)
+    "torch": ("compile", "train"),
 }
 # The spellings `train` took before the one above (its runtimes' names); read as the new, with a note.
 OLD_SPELLINGS = {"interpreter": "numpy", "onnxruntime": "onnx"}
@@ -163,6 +164,8 @@ class CompileOptions:
             out.append("--functions is for the onnx backend")
         if self.contrib_ops and b != "onnx":
             out.append("--contrib-ops is for the onnx backend (onnxruntime's com.microsoft kernels)")
+        if self.quantize is not None and b == "torch":
+            out.append("--quantize is for the onnx and tvm backends")
         if self.int8_activations and (b != "tvm" or self.quantize is None):
             out.append("int8 activations are the tvm backend's int4 products: use them with --backend tvm "
                        "--quantize int4")

@@ -100,6 +100,8 @@ def compile(path: str | Path, *, entry: str | None = None, config: str | Path | 
 
     backend="onnx" (the default) gives a CompiledModel (.onnx); backend="tvm" a TVMCompiledModel (a .so
     for `target` "llvm", this CPU, or "cuda"; needs pip install pseudoformer[tvm]). Both .save and .run.
+    backend="torch" gives a torch.nn.Module (deploy_torch.py; needs pip install pseudoformer[torch]):
+    `module(**inputs)` → {output name: tensor}, its parameters ours by name.
     opt_level: 0, 1 or 2 (the default). dtype: "float32" or "float16". opset: ONNX's.
     tvm_params: "args" (the default) passes a TVM model's weights at run time, saved beside the .so;
     "bind" compiles them into the .so as constants.
@@ -135,8 +137,12 @@ def streams_weights(options: CompileOptions) -> bool:
     return options.backend == "onnx" or (options.backend == "tvm" and options.quantize is not None)
 
 
-def compile_loaded(model: Model, options: CompileOptions) -> CompiledModel | TVMCompiledModel:
+def compile_loaded(model: Model, options: CompileOptions) -> CompiledModel | TVMCompiledModel | Any:
     """`model` compiled for the backend `options` name (checked options: from_keywords, from_arguments)."""
+    if options.backend == "torch":
+        from pseudoformer.deploy_torch import to_module
+
+        return to_module(model, options)
     if options.backend == "tvm":
         from pseudoformer.deploy_tvm import compile_model
 
