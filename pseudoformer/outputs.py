@@ -12,7 +12,6 @@ since replacing it would destroy what the command was reading.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,10 +113,10 @@ def inputs_of(args: argparse.Namespace) -> Iterator[tuple[str, Path]]:
     if weights:
         w = Path(weights)
         yield "--weights", w
-        if w.is_dir():
-            with contextlib.suppress(OSError):
-                for child in sorted(w.iterdir())[:10_000]:
-                    yield "a file of --weights", child
+        from pseudoformer.weights import checkpoint_files  # only for a command given --weights
+
+        for child in checkpoint_files(w):
+            yield "a file of --weights", child
     for spec in getattr(args, "inputs", None) or []:
         name, _, file = spec.partition("=")
         if file and not file.lstrip().startswith("["):
