@@ -143,7 +143,9 @@ def _codes(ckpt: GGUFCheckpoint, planned: Planned, info: TensorInfo) -> Codes | 
 
     def read() -> np.ndarray:
         raw = f.raw(info).reshape(n, -1)
-        return np.ascontiguousarray((order(raw) if order else raw)[picked])
+        blocks = np.ascontiguousarray((order(raw) if order else raw)[picked])
+        f.release(info)
+        return blocks
 
     return Codes(info.qtype.name, read, transposed)
 
@@ -291,6 +293,7 @@ def _ref(f: GGUFFile, info: TensorInfo, order: Callable[[np.ndarray], np.ndarray
             values = raw.view(dtype).reshape(info.shape).copy()
         else:
             values = _dequantize(f, raw, info)
+        f.release(info)  # copied or dequantized: the map's pages are no longer needed
         if order is not None:  # llama.cpp's row permutation undone
             values = order(values)
         if shift:  # Gemma's norms: llama.cpp stored 1 + γ for HF's γ
