@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from gguf import GGMLQuantizationType as Q
 
@@ -131,7 +130,7 @@ def test_a_streamed_q8_0_file_keeps_its_blocks_and_compiles_as_the_loaded_one(tm
     assert coded and all(codes_of(eager.weights[name]) is not None for name in coded)
     a, b = lower(streamed), lower(eager)
     assert [n.op_type for n in a.graph.node].count("MatMulNBits") > 0
-    assert onnx.helper.printable_graph(a.graph) == onnx.helper.printable_graph(b.graph)
+    assert list(a.graph.node) == list(b.graph.node)
     assert {t.name: t.raw_data for t in a.graph.initializer} == {t.name: t.raw_data for t in b.graph.initializer}
 
 
