@@ -45,9 +45,8 @@ class TextTokenizer:
 
 def open_tokenizer(path: str | Path) -> TextTokenizer:
     """The tokenizer of a tokenizer.json, of a directory holding one, or of a GGUF file's metadata."""
-    from pseudoformer.weights import (
-        tokenizer_file,  # what a file is, GGUF or not, is weights/checkpoint.py's to say
-    )
+    # Whether the file is GGUF (named so, or by its magic) is weights/checkpoint.py's to say.
+    from pseudoformer.weights import tokenizer_file
 
     p = Path(path)
     if tokenizer_file(p).gguf:
