@@ -136,16 +136,20 @@ def _same(a: Path, b: Path) -> bool:
 def _copied(args: argparse.Namespace) -> tuple[Path, tuple[str, ...]] | None:
     """The checkpoint folder whose files the command copies into its output, and their names."""
     weights = getattr(args, "weights", None)
-    if not weights or not Path(weights).is_dir():
+    if not weights:
+        return None
+    from pseudoformer.weights import checkpoint_directory  # only for a command given --weights
+
+    if (directory := checkpoint_directory(weights)) is None:
         return None
     if args.command == "train" and getattr(args, "output", None):
         from pseudoformer.training.outputs import HF_FILES
 
-        return Path(weights), HF_FILES
+        return directory, HF_FILES
     if args.command == "compile" and getattr(args, "genai_folder", None):
         from pseudoformer.deploy_genai import TOKENIZER_FILES
 
-        return Path(weights), ("config.json", *TOKENIZER_FILES)
+        return directory, ("config.json", *TOKENIZER_FILES)
     return None
 
 

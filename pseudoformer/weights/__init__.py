@@ -17,6 +17,7 @@ from pseudoformer.base.lazy_names import lazy_names
 _NAMES = {
     "Checkpoint": "pseudoformer.weights.checkpoint",
     "TokenizerFile": "pseudoformer.weights.checkpoint",
+    "checkpoint_directory": "pseudoformer.weights.checkpoint",
     "checkpoint_files": "pseudoformer.weights.checkpoint",
     "open_checkpoint": "pseudoformer.weights.checkpoint",
     "tokenizer_file": "pseudoformer.weights.checkpoint",

@@ -202,13 +202,20 @@ def tokenizer_file(path: str | Path) -> TokenizerFile:
     return TokenizerFile(Path(path), gguf=_is_gguf(Path(path)))
 
 
+def checkpoint_directory(path: str | Path) -> Path | None:
+    """The directory a --weights path is (a HF checkpoint's, to be), else None; nothing is read. For the checks
+    made before any work (outputs.py), which leave what is wrong with the checkpoint to open_checkpoint."""
+    path = Path(path).expanduser()
+    return path if path.is_dir() else None
+
+
 def checkpoint_files(path: str | Path) -> Iterator[Path]:
     """The files a checkpoint directory holds (none for a file, or a path that is not there), sorted, at
     most MAX_LISTED: what a command reads from ``--weights`` besides the path itself."""
-    path = Path(path)
-    if path.is_dir():
+    directory = checkpoint_directory(path)
+    if directory is not None:
         try:
-            yield from sorted(path.iterdir())[:MAX_LISTED]
+            yield from sorted(directory.iterdir())[:MAX_LISTED]
         except OSError:
             return
 
