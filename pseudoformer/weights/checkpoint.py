@@ -123,7 +123,7 @@ class HFDirectory(Checkpoint):
         return f"{self.path} is a HuggingFace {self._config.get('model_type')!r} checkpoint"
 
     def config(self) -> dict[str, Any]:
-        return dict(self._config)
+        return self._config  # itself, not a copy: a SourcedConfig names the file and key of each value
 
     def plan(self, expected: Collection[str], *, group: str | None = None) -> CheckpointPlan:
         plan = map_hf_checkpoint(self.path, expected, group=group)
@@ -149,7 +149,7 @@ class GGUFCheckpointFile(Checkpoint):
         return f"{self.path} is a GGUF file of a {self._opened.config.get('model_type')!r} model"
 
     def config(self) -> dict[str, Any]:
-        return dict(self._opened.config)
+        return self._opened.config  # its values named by metadata key (config_values.SourcedConfig)
 
     def plan(self, expected: Collection[str], *, group: str | None = None) -> CheckpointPlan:
         plan = map_gguf(self._opened, expected, group=group)

@@ -145,6 +145,13 @@ def _codes(ckpt: GGUFCheckpoint, planned: Planned, info: TensorInfo) -> Codes | 
         raw = f.raw(info).reshape(n, -1)
         blocks = np.ascontiguousarray((order(raw) if order else raw)[picked])
         f.release(info)
+        # Kept as blocks, a weight is never dequantized: its scales (each block's first 2 bytes, float16) are
+        # checked here, as dequantizing checks them (_dequantize).
+        scales = blocks.reshape(blocks.shape[0], -1, FORMATS[info.qtype.name][1])[..., :2].copy().view(np.float16)
+        if not np.isfinite(scales).all():
+            row = int(np.argwhere(~np.isfinite(scales))[0][0])
+            raise f.error(f"tensor {info.name!r} ({info.qtype.name}) dequantizes to a value that is not finite in "
+                          f"row {row}: a block's scale is infinite or NaN (a damaged file)", at=None)
         return blocks
 
     return Codes(info.qtype.name, read, transposed)

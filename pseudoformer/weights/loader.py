@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import mmap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from pseudoformer.base.errors import UsageError
 from pseudoformer.ir.block_coded import BlockCoded, Codes, LazyBlockCoded
 from pseudoformer.ir.lazy_tensor import LazyTensor
 
@@ -191,11 +193,24 @@ def _path_of(path: str | Path | Checkpoint) -> Path:
     return path.path if isinstance(path, Checkpoint) else Path(path)
 
 
-def _lazy(read: _Tensor, dtype: np.dtype, codes: Codes | None) -> LazyTensor:
+def _lazy(read: Tensor, dtype: np.dtype, codes: Codes | None) -> LazyTensor:
     shape = tuple(int(d) for d in read.shape)
+    compute = _as_usage_error(lambda: contiguous(_read(read), dtype))
     if codes is not None:  # the quantize pass keeps the file's blocks, as for a loaded BlockCoded weight
-        return LazyBlockCoded(shape, dtype, lambda: contiguous(_read(read), dtype), codes)
-    return LazyTensor(shape, dtype, lambda: contiguous(_read(read), dtype))
+        return LazyBlockCoded(shape, dtype, compute, dataclasses.replace(codes, read=_as_usage_error(codes.read)))
+    return LazyTensor(shape, dtype, compute)
+
+
+def _as_usage_error(call: Callable[[], np.ndarray]) -> Callable[[], np.ndarray]:
+    """``call``, a file's complaint about a tensor (a damaged block) raised as the user's error it is: a streamed
+    tensor is read as the model is written, long after model.load turned the checkpoint's errors into those."""
+    def read() -> np.ndarray:
+        try:
+            return call()
+        except WeightsError as e:
+            raise UsageError(str(e)) from None
+
+    return read
 
 
 def open_weights(path: str | Path | Checkpoint, expected: Expected, *, group: str | None = None,
