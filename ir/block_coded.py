@@ -9,15 +9,19 @@ quantizing the dequantized values again, which would add a second rounding.
 BlockCoded is an ndarray (the dequantized float32 values, which the interpreter and every other pass
 use as any weight) that also carries its codes. Only the array itself and copies of it carry them:
 a view of part of it, or an array computed from it, is a plain weight (``__array_finalize__``).
+A weight streamed from the file (weights/loader.py's open_weights) is a LazyBlockCoded: the codes
+known before the values are read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from .lazy_tensor import LazyTensor
 
 # GGUF's block formats that map onto MatMulNBits unchanged: bits per code, bytes per block of 32.
 FORMATS = {"Q4_0": (4, 18), "Q8_0": (8, 34)}
@@ -55,13 +59,22 @@ class BlockCoded(np.ndarray):
         self.codes = obj.codes if same else None  # type: ignore[union-attr]
 
 
+@dataclass(frozen=True)
+class LazyBlockCoded(LazyTensor):
+    """A LazyTensor of a block-coded weight: its values read when loaded, its codes known now."""
+
+    codes: Codes | None = field(default=None, repr=False, compare=False)
+
+
 def plain_weights(weights: Mapping[str, Any]) -> dict[str, Any]:
     """The weights without their blocks (the same values, as plain arrays): computed with as they are."""
-    return {k: v.view(np.ndarray) if isinstance(v, BlockCoded) else v for k, v in weights.items()}
+    return {k: v.view(np.ndarray) if isinstance(v, BlockCoded)
+            else LazyTensor(v.shape, v.dtype, v.compute) if isinstance(v, LazyBlockCoded) else v
+            for k, v in weights.items()}
 
 
 def codes_of(value: object) -> Codes | None:
-    return value.codes if isinstance(value, BlockCoded) else None
+    return value.codes if isinstance(value, BlockCoded | LazyBlockCoded) else None
 
 
 def matmul_nbits(blocks: np.ndarray, fmt: str) -> tuple[np.ndarray, np.ndarray]:

@@ -75,6 +75,7 @@ def export(model: Model, out: str | Path, options: CompileOptions | None = None,
     from pseudoformer.passes.genai_interface import INPUT_IDS, LOGITS, genai_step
     from pseudoformer.passes.generation_passes import incremental
     from pseudoformer.passes.pass_base import PassContext
+    from pseudoformer.weights import open_checkpoint
 
     options = from_keywords(options, keywords, "genai", opt_level=2)
     quantize, contrib_ops = options.quantize, options.contrib_ops
@@ -84,7 +85,7 @@ def export(model: Model, out: str | Path, options: CompileOptions | None = None,
                          "sequence of token ids")
     output = output or model.output_names[0]
     out = _folder(out)
-    checkpoint = Path(weights) if weights is not None and Path(weights).is_dir() else None
+    checkpoint = open_checkpoint(weights).directory if weights is not None else None  # its files go along
     passes = replace(options, lazy_weights=True)
     graph, params = run(model.graph, model_passes(passes), weights=model.weights, options=passes,
                         check=debugging())

@@ -35,15 +35,7 @@ from pseudoformer.model_checks import check_finite, check_memory
 from pseudoformer.run_settings import check_max_nodes, check_seed
 from pseudoformer.tied_weights import tie
 from pseudoformer.version import __version__
-from pseudoformer.weights import (
-    WeightsError,
-    gguf_config,
-    hf_hyperparameters,
-    load_weights,
-    open_weights,
-    random_weights,
-    read_hf_config,
-)
+from pseudoformer.weights import WeightsError, load_weights, open_checkpoint, open_weights, random_weights
 
 
 def packaged_models() -> Path:
@@ -131,23 +123,14 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
     hf_note = ""
     wpath = Path(weights) if weights is not None else None
     if wpath is not None:
-        if not wpath.exists():
-            raise UsageError(f"no such weights file or directory: {wpath}")
-        if wpath.is_dir():
-            try:
-                hf_config = read_hf_config(wpath)
-                hf = hf_hyperparameters(hf_config)
-            except WeightsError as e:
-                raise UsageError(str(e)) from None
-            hf_note = f"{wpath} is a HuggingFace {hf_config.get('model_type')!r} checkpoint"
-        elif wpath.suffix == ".gguf":
-            # Read as the HF checkpoint it was converted from: its metadata as that config.json.
-            try:
-                hf_config = gguf_config(wpath)
-                hf = hf_hyperparameters(hf_config)
-            except WeightsError as e:
-                raise UsageError(str(e)) from None
-            hf_note = f"{wpath} is a GGUF file of a {hf_config.get('model_type')!r} model"
+        # What the path is (a HF directory, a GGUF file read as one, a safetensors file) is the checkpoint's to say.
+        try:
+            checkpoint = open_checkpoint(wpath)
+            hf = checkpoint.hyperparameters()
+        except WeightsError as e:
+            raise UsageError(str(e)) from None
+        if hf is not None:
+            hf_config, hf_note = checkpoint.config() or {}, checkpoint.describe()
     cfg = resolve(src, config, defines, hf, default_config)
     prog = load_program(src, source, include=include)
     # τ and ℓ_gen of the file's DInference may be set beside its model's sizes: not unknown to the model.
@@ -174,9 +157,9 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
         twins = None
         try:
             if lazy_weights:
-                params, twins = open_weights(wpath, expected, group=group)
+                params, twins = open_weights(checkpoint, expected, group=group)
             else:
-                params = load_weights(wpath, expected, group=group)
+                params = load_weights(checkpoint, expected, group=group)
         except WeightsError as e:
             if hf_note:  # name the checkpoint's kind: a misfit list alone reads like a corrupt file
                 e.summary += f" ({hf_note})"

@@ -3,6 +3,7 @@ weights a checkpoint gave them are finite numbers."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -70,7 +71,7 @@ def _checked(name: str, lazy: LazyTensor, source: str | Path) -> LazyTensor:
             raise _refuse([why], source)
         return a
 
-    return LazyTensor(lazy.shape, lazy.dtype, compute)
+    return dataclasses.replace(lazy, compute=compute)  # a LazyBlockCoded keeps its codes
 
 
 def check_finite(params: Mapping[str, np.ndarray | LazyTensor], source: str | Path,

@@ -12,7 +12,6 @@ since replacing it would destroy what the command was reading.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,10 +113,10 @@ def inputs_of(args: argparse.Namespace) -> Iterator[tuple[str, Path]]:
     if weights:
         w = Path(weights)
         yield "--weights", w
-        if w.is_dir():
-            with contextlib.suppress(OSError):
-                for child in sorted(w.iterdir())[:10_000]:
-                    yield "a file of --weights", child
+        from pseudoformer.weights import checkpoint_files  # only for a command given --weights
+
+        for child in checkpoint_files(w):
+            yield "a file of --weights", child
     for spec in getattr(args, "inputs", None) or []:
         name, _, file = spec.partition("=")
         if file and not file.lstrip().startswith("["):
@@ -137,16 +136,20 @@ def _same(a: Path, b: Path) -> bool:
 def _copied(args: argparse.Namespace) -> tuple[Path, tuple[str, ...]] | None:
     """The checkpoint folder whose files the command copies into its output, and their names."""
     weights = getattr(args, "weights", None)
-    if not weights or not Path(weights).is_dir():
+    if not weights:
+        return None
+    from pseudoformer.weights import checkpoint_directory  # only for a command given --weights
+
+    if (directory := checkpoint_directory(weights)) is None:
         return None
     if args.command == "train" and getattr(args, "output", None):
         from pseudoformer.training.outputs import HF_FILES
 
-        return Path(weights), HF_FILES
+        return directory, HF_FILES
     if args.command == "compile" and getattr(args, "genai_folder", None):
         from pseudoformer.deploy_genai import TOKENIZER_FILES
 
-        return Path(weights), ("config.json", *TOKENIZER_FILES)
+        return directory, ("config.json", *TOKENIZER_FILES)
     return None
 
 

@@ -45,8 +45,11 @@ class TextTokenizer:
 
 def open_tokenizer(path: str | Path) -> TextTokenizer:
     """The tokenizer of a tokenizer.json, of a directory holding one, or of a GGUF file's metadata."""
+    # Whether the file is GGUF (named so, or by its magic) is weights/checkpoint.py's to say.
+    from pseudoformer.weights import tokenizer_file
+
     p = Path(path)
-    if p.suffix == ".gguf" and p.is_file():
+    if tokenizer_file(p).gguf:
         return TextTokenizer(_gguf(str(p)), str(p))
     if p.is_dir():
         p = p / "tokenizer.json"

@@ -30,7 +30,7 @@ STAGES = [
     ("pseudoformer.model", "elaborate", "elaborate"),
     ("pseudoformer.weights.hf_checkpoint", "read_hf_tensors", "read safetensors"),
     ("pseudoformer.weights.safetensors_io", "_read_one", "read safetensors"),  # tensors read one at a time
-    ("pseudoformer.weights.loader", "map_hf_checkpoint", "map HF names"),  # the plan (headers, names, shapes)
+    ("pseudoformer.weights.checkpoint", "map_hf_checkpoint", "map HF names"),  # the plan (headers, names, shapes)
     ("pseudoformer.weights.loader", "fit", "fit (transposes, copies)"),
     ("pseudoformer.model", "model_metadata", "metadata (source sha256)"),
     ("pseudoformer.optimize", "optimize", "passes (-O2)"),

@@ -7,7 +7,6 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from pseudoformer.base.errors import UsageError
 from pseudoformer.base.terminal import escape
@@ -126,15 +125,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _checkpoint_tokenizer(weights: str | None) -> str:
-    """The tokenizer.json beside a HF checkpoint's weights, which --prompt encodes with."""
-    if weights is not None and Path(weights).suffix == ".gguf" and Path(weights).is_file():
-        return str(weights)  # its vocabulary is in its metadata (weights/gguf_tokenizer.py)
-    if weights is None or not Path(weights).is_dir():
-        raise UsageError("--prompt needs a tokenizer: give --tokenizer tokenizer.json, or --weights a HuggingFace "
-                         "checkpoint directory that holds one, or a GGUF file")
-    path = Path(weights) / "tokenizer.json"
-    if not path.is_file():
+    """The tokenizer the --weights checkpoint holds (a HF directory's tokenizer.json, a GGUF file's
+    vocabulary), which --prompt encodes with."""
+    from pseudoformer.weights import WeightsError, open_checkpoint
+
+    needs = ("--prompt needs a tokenizer: give --tokenizer tokenizer.json, or --weights a HuggingFace checkpoint "
+             "directory that holds one, or a GGUF file")
+    if weights is None:
+        raise UsageError(needs)
+    try:
+        checkpoint = open_checkpoint(weights)
+    except WeightsError as e:
+        raise UsageError(str(e)) from None
+    found = checkpoint.tokenizer()
+    if found is None and checkpoint.directory is not None:
         raise UsageError(f"--prompt needs a tokenizer, and {weights} has no tokenizer.json: give --tokenizer FILE")
-    return str(path)
+    if found is None:
+        raise UsageError(needs)
+    return str(found.path)
 
 

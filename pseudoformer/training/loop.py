@@ -34,6 +34,7 @@ from pseudoformer.training.init import INITS, gpt2_init
 from pseudoformer.training.options import TrainingOptions
 from pseudoformer.training.outputs import read_loss_curve, save_checkpoint, write_loss_curve, write_meta
 from pseudoformer.training.runtimes import make_runtime
+from pseudoformer.weights import open_checkpoint
 
 if TYPE_CHECKING:
     from pseudoformer.backends.options import CompileOptions
@@ -75,7 +76,7 @@ def _load(source: str | Path, weights: str | Path | None, seed: int, text: str |
     parameter group that checkpoint filled (``theta`` for a loss algorithm over ``θ : GPT2``; load places it).
     `text`: the source of a training algorithm derived from a model's kind (derive.py), read as `source`."""
     model = load(source, weights=weights, seed=seed, source=text, **kw)
-    wdir = Path(weights) if weights is not None and Path(weights).is_dir() else None
+    wdir = open_checkpoint(weights).directory if weights is not None else None  # a HF directory, to export as one
     return model, wdir, model.meta.get("weights_group")
 
 

@@ -1,9 +1,10 @@
 """Model parameters in the paper's layout: loading, mapping from HuggingFace, saving, random init.
 
 Parameters are named tensors laid out as in Formal Algorithms for Transformers: features x
-positions, and matrices W in R^{out x in} so that y = W x. A checkpoint is a safetensors file, an HF
-directory (config.json and safetensors shards) or a GGUF file (gguf_checkpoint: dequantized, its Q4_0/Q8_0
-blocks kept for MatMulNBits); a pickled checkpoint is refused, never unpickled.
+positions, and matrices W in R^{out x in} so that y = W x. A checkpoint is a HuggingFace directory
+(config.json and safetensors shards), a GGUF file (gguf_checkpoint: dequantized, its Q4_0/Q8_0 blocks
+kept for MatMulNBits) or a safetensors file of our own names; open_checkpoint (checkpoint.py) alone
+tells which, and each reads its tensors one at a time. A pickled checkpoint is refused, never unpickled.
 A HuggingFace family is a table (hf_table.Table: hf_gpt2, hf_bert, hf_bart, hf_llama, …) that one engine
 (hf_engine) applies; map_hf_checkpoint plans a checkpoint's mapping, to read it one tensor at a time.
 
@@ -14,6 +15,12 @@ its weights through safetensors_io) does not run the checkpoint readers.
 from pseudoformer.base.lazy_names import lazy_names
 
 _NAMES = {
+    "Checkpoint": "pseudoformer.weights.checkpoint",
+    "TokenizerFile": "pseudoformer.weights.checkpoint",
+    "checkpoint_directory": "pseudoformer.weights.checkpoint",
+    "checkpoint_files": "pseudoformer.weights.checkpoint",
+    "open_checkpoint": "pseudoformer.weights.checkpoint",
+    "tokenizer_file": "pseudoformer.weights.checkpoint",
     "Problem": "pseudoformer.weights.errors",
     "WeightsError": "pseudoformer.weights.errors",
     "gguf_config": "pseudoformer.weights.gguf_checkpoint",

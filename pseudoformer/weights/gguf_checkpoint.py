@@ -28,7 +28,7 @@ from gguf import quants
 from gguf.constants import GGMLQuantizationType as Q
 from gguf.constants import GGUFValueType
 
-from pseudoformer.ir.block_coded import FORMATS, BlockCoded, Codes
+from pseudoformer.ir.block_coded import FORMATS, Codes
 
 from . import hf_engine
 from .config_values import MAX_INT, SourcedConfig, float_problem
@@ -90,11 +90,11 @@ def open_gguf(path: str | Path) -> GGUFCheckpoint:
 def gguf_config(path: str | Path) -> dict[str, Any]:
     """The config.json a HF checkpoint of this GGUF file would have (model_type included)."""
     ckpt = open_gguf(path)
-    _check_model(ckpt)
+    check_model(ckpt)
     return ckpt.config
 
 
-def _check_model(ckpt: GGUFCheckpoint) -> None:
+def check_model(ckpt: GGUFCheckpoint) -> None:
     from .hf_checkpoint import TABLES  # the family tables; hf_checkpoint imports nothing of ours
 
     if ckpt.arch.model_type not in TABLES:
@@ -102,26 +102,25 @@ def _check_model(ckpt: GGUFCheckpoint) -> None:
                            f"takes model_type {ckpt.arch.model_type!r} yet")
 
 
-def map_gguf(path: str | Path, expected: Expected | Collection[str], *, group: str | None = None
-             ) -> tuple[Plan, GGUFCheckpoint]:
+def map_gguf(ckpt: GGUFCheckpoint, expected: Expected | Collection[str], *, group: str | None = None) -> Plan:
     """The plan of hf_engine for the file's family, as for a HF directory (problems collected, not raised)."""
     from .hf_checkpoint import TABLES  # the family tables; hf_checkpoint imports nothing of ours
 
-    ckpt = open_gguf(path)
-    _check_model(ckpt)
-    return hf_engine.plan(TABLES[ckpt.arch.model_type], ckpt.tensors, ckpt.config, expected, group=group), ckpt
+    check_model(ckpt)
+    return hf_engine.plan(TABLES[ckpt.arch.model_type], ckpt.tensors, ckpt.config, expected, group=group)
 
 
-def with_codes(ckpt: GGUFCheckpoint, plan: Plan, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``params`` with each weight that came from a Q4_0 or Q8_0 matrix carrying that matrix's blocks."""
-    out = dict(params)
+def block_codes(ckpt: GGUFCheckpoint, plan: Plan) -> dict[str, Codes]:
+    """{our name: the blocks its values came from}, for each weight the plan makes of a Q4_0 or Q8_0 matrix's
+    rows (ir/block_coded.py); none of them read yet."""
+    out: dict[str, Codes] = {}
     for name, planned in plan.tensors.items():
         info = ckpt.infos.get(planned.origin)
-        if info is None or info.qtype.name not in FORMATS or len(info.shape) != 2 or name not in out:
+        if info is None or info.qtype.name not in FORMATS or len(info.shape) != 2:
             continue
         codes = _codes(ckpt, planned, info)
         if codes is not None:
-            out[name] = BlockCoded(out[name], codes)
+            out[name] = codes
     return out
 
 
@@ -144,7 +143,16 @@ def _codes(ckpt: GGUFCheckpoint, planned: Planned, info: TensorInfo) -> Codes | 
 
     def read() -> np.ndarray:
         raw = f.raw(info).reshape(n, -1)
-        return np.ascontiguousarray((order(raw) if order else raw)[picked])
+        blocks = np.ascontiguousarray((order(raw) if order else raw)[picked])
+        f.release(info)
+        # Kept as blocks, a weight is never dequantized: its scales (each block's first 2 bytes, float16) are
+        # checked here, as dequantizing checks them (_dequantize).
+        scales = blocks.reshape(blocks.shape[0], -1, FORMATS[info.qtype.name][1])[..., :2].copy().view(np.float16)
+        if not np.isfinite(scales).all():
+            row = int(np.argwhere(~np.isfinite(scales))[0][0])
+            raise f.error(f"tensor {info.name!r} ({info.qtype.name}) dequantizes to a value that is not finite in "
+                          f"row {row}: a block's scale is infinite or NaN (a damaged file)", at=None)
+        return blocks
 
     return Codes(info.qtype.name, read, transposed)
 
@@ -292,6 +300,7 @@ def _ref(f: GGUFFile, info: TensorInfo, order: Callable[[np.ndarray], np.ndarray
             values = raw.view(dtype).reshape(info.shape).copy()
         else:
             values = _dequantize(f, raw, info)
+        f.release(info)  # copied or dequantized: the map's pages are no longer needed
         if order is not None:  # llama.cpp's row permutation undone
             values = order(values)
         if shift:  # Gemma's norms: llama.cpp stored 1 + γ for HF's γ

@@ -140,6 +140,17 @@ class GGUFFile:
         """The tensor's bytes, a read-only view of the map (nothing is copied until it is used)."""
         return np.frombuffer(self._map, np.uint8, info.nbytes, info.offset)
 
+    def release(self, info: TensorInfo) -> None:
+        """Let the pages of a tensor that was read (and copied or dequantized) leave this process's memory.
+
+        A page of the map that was read stays resident, and counted in the process's RSS, until the map
+        is closed: reading a 4 GB file one tensor at a time would end holding all 4 GB. The map is the
+        file's (shared, read-only), so the kernel reads a dropped page back from the page cache should
+        it be touched again: a page that a neighbouring tensor shares is safe to drop with it."""
+        if isinstance(self._map, mmap.mmap) and info.nbytes:
+            start = info.offset - info.offset % mmap.PAGESIZE
+            self._map.madvise(mmap.MADV_DONTNEED, start, min(info.offset + info.nbytes, self.size) - start)
+
     # ---- the header's primitives, each checked against the bytes left ----
 
     def _need(self, n: int, what: str) -> None:

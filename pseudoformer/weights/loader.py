@@ -2,57 +2,58 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import mmap
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from pseudoformer.base.errors import UsageError
+from pseudoformer.ir.block_coded import BlockCoded, Codes, LazyBlockCoded
 from pseudoformer.ir.lazy_tensor import LazyTensor
 
+from .checkpoint import Checkpoint, Tensor, open_checkpoint
 from .errors import Problem, WeightsError, fmt_shape
-from .gguf_checkpoint import map_gguf, with_codes
-from .hf_checkpoint import map_hf_checkpoint
-from .hf_engine import Planned
 from .random_init import random_weights
-from .safetensors_io import PICKLE_SUFFIXES, open_safetensors, read_safetensors, refuse_pickle
-from .tensor_ref import TensorRef
 
 Expected = Mapping[str, tuple[tuple[int, ...], str]]
 
 
 class _Tensor(Protocol):
-    """What fit needs to judge a tensor before reading it: an array, or a planned HF tensor."""
+    """What fit needs to judge a tensor before reading it: an array, or a checkpoint's unread tensor."""
 
     shape: tuple[int, ...]
     dtype: np.dtype
 
 
-def _read(tensor: np.ndarray | Planned) -> np.ndarray:
+def _read(tensor: np.ndarray | Tensor) -> np.ndarray:
     return tensor if isinstance(tensor, np.ndarray) else tensor.load()
 
 
 def fit(
-    tensors: Mapping[str, np.ndarray | Planned],
+    tensors: Mapping[str, np.ndarray | Tensor],
     expected: Expected,
     source: str | Path,
     *,
     origin: Mapping[str, str] | None = None,
     problems: list[Problem] | None = None,
     private: bool = False,
+    hint: str = "",
 ) -> dict[str, np.ndarray]:
     """Check ``tensors`` against ``expected`` and return them cast, or raise every problem at once.
 
-    ``tensors`` are arrays, or planned HF tensors (hf_engine.Planned) that are judged by their
+    ``tensors`` are arrays, or a checkpoint's unread tensors (checkpoint.Tensor) that are judged by their
     shapes and dtypes and read only once every one of them fits, one after another in the plan's
     order. ``origin`` names the file tensor each of ours came from (for HF checkpoints), so a shape
     complaint points at something the user can find in their checkpoint. ``private``: the tensors
     are views of buffers that nothing else holds (what safetensors read into memory for a HF
-    mapping), so one that is already contiguous is returned as it is instead of copied.
+    mapping), so one that is already contiguous is returned as it is instead of copied. ``hint`` is
+    added to a misfit's summary: what the user probably meant.
     """
-    _misfits(tensors, expected, source, origin or {}, problems or [])
+    _misfits(tensors, expected, source, origin or {}, problems or [], hint)
     # In the order of `tensors`: a plan lists the pieces of one HF tensor together, so each is read once.
     cast = {name: contiguous(_read(t), np.dtype(expected[name][1])) for name, t in tensors.items()}
     out = {name: cast[name] for name in expected}
@@ -63,7 +64,7 @@ def fit(
 
 
 def _misfits(tensors: Mapping[str, _Tensor], expected: Expected, source: str | Path, origin: Mapping[str, str],
-             problems: list[Problem]) -> None:
+             problems: list[Problem], hint: str = "") -> None:
     """Raise every missing, unexpected, mis-shaped or non-float tensor at once, judged by shapes and dtypes."""
     found = list(problems)
 
@@ -90,7 +91,10 @@ def _misfits(tensors: Mapping[str, _Tensor], expected: Expected, source: str | P
     for name in tensors.keys() - expected.keys():
         found.append(Problem(name, "unexpected", f"shape {fmt_shape(tensors[name].shape)}{where(name)}"))
     if found:
-        raise WeightsError.misfit(source, found)
+        error = WeightsError.misfit(source, found)
+        error.summary += hint
+        error.args = (error.summary, error.problems)
+        raise error
 
 
 # Columns of a transposed matrix copied at a time (see contiguous): 64 float32 are 4 cache lines.
@@ -145,15 +149,15 @@ def _check_expected(expected: Expected) -> None:
 
 
 def load_weights(
-    path: str | Path | None, expected: Expected, *, seed: int | None = None, group: str | None = None
+    path: str | Path | Checkpoint | None, expected: Expected, *, seed: int | None = None, group: str | None = None
 ) -> dict[str, np.ndarray]:
     """The model's parameters, by our names, as contiguous arrays of the expected shapes and dtypes.
 
-    ``path`` is one of
+    ``path`` is a checkpoint (open_checkpoint, checkpoint.py), or the path of one:
       * a ``.safetensors`` file whose tensor names are ours (e.g. written by ``save_weights``);
       * a HuggingFace checkpoint directory (config.json + model.safetensors, or a sharded
-        model.safetensors.index.json) of model_type gpt2, bert, bart, llama, mistral or qwen2, mapped to our names;
-      * a ``.gguf`` file (llama.cpp) of architecture llama, mistral or qwen2, read as that HF checkpoint
+        model.safetensors.index.json) of a supported model_type, mapped to our names;
+      * a ``.gguf`` file (llama.cpp) of a supported architecture, read as that HF checkpoint
         (gguf_checkpoint.py); weights from Q4_0 and Q8_0 matrices carry their blocks (ir/block_coded.py);
       * ``None``: seeded random weights (``random_weights(expected, seed or 0)``).
     ``seed`` only means something without a path; giving both is refused rather than ignored.
@@ -168,46 +172,48 @@ def load_weights(
         return random_weights(expected, 0 if seed is None else seed)
     if seed is not None:
         raise ValueError(
-            f"seed={seed} given together with weights path '{path}'; seed only applies to random weights"
+            f"seed={seed} given together with weights path '{_path_of(path)}'; seed only applies to random weights"
         )
-    path = Path(path).expanduser()
-    if path.is_dir():
-        plan = map_hf_checkpoint(path, expected, group=group)
-        # safetensors copies each tensor out of the file into memory of its own (open_safetensors),
-        # and the mapping's views of those are disjoint: no second copy is needed to own them.
-        try:
-            return fit(plan.tensors, expected, path, origin=plan.origin, problems=plan.verify(), private=True)
-        finally:
-            plan.release()
-    if not path.exists():
-        raise WeightsError(f"weights '{path}': no such file or directory")
-    if path.suffix == ".gguf":
-        return _load_gguf(path, expected, group)
-    if path.suffix in PICKLE_SUFFIXES:
-        raise refuse_pickle(path)
-    if path.suffix != ".safetensors":
-        hint = "; pass the checkpoint directory instead" if path.name == "config.json" else ""
-        raise WeightsError(
-            f"weights '{path}': expected a .safetensors or .gguf file or a HuggingFace checkpoint directory{hint}"
-        )
-    tensors = read_safetensors(path)
-    if group and not any(name.startswith(f"{group}.") for name in tensors):  # the model's own names
-        tensors = {f"{group}.{name}": array for name, array in tensors.items()}
+    checkpoint = _checkpoint(path)
+    plan = checkpoint.plan(expected, group=group)
     try:
-        return fit(tensors, expected, path)
-    except WeightsError as e:
-        if tensors and tensors.keys().isdisjoint(expected) and (path.parent / "config.json").is_file():
-            # Probably a HF model.safetensors given directly: its names are HF's, not ours.
-            e.summary += f" (no names in common; to map HF names, pass the directory '{path.parent}')"
-            e.args = (e.summary, e.problems)
-        raise
+        params = fit(plan.tensors, expected, checkpoint.path, origin=plan.origin, problems=plan.checks(),
+                     private=plan.private, hint=plan.hint)
+    finally:
+        plan.release()
+    return {name: BlockCoded(value, plan.codes[name]) if name in plan.codes else value
+            for name, value in params.items()}
 
 
-def _lazy(read: _Tensor, dtype: np.dtype) -> LazyTensor:
-    return LazyTensor(tuple(int(d) for d in read.shape), dtype, lambda: contiguous(_read(read), dtype))
+def _checkpoint(path: str | Path | Checkpoint) -> Checkpoint:
+    return path if isinstance(path, Checkpoint) else open_checkpoint(path)
 
 
-def open_weights(path: str | Path, expected: Expected, *, group: str | None = None,
+def _path_of(path: str | Path | Checkpoint) -> Path:
+    return path.path if isinstance(path, Checkpoint) else Path(path)
+
+
+def _lazy(read: Tensor, dtype: np.dtype, codes: Codes | None) -> LazyTensor:
+    shape = tuple(int(d) for d in read.shape)
+    compute = _as_usage_error(lambda: contiguous(_read(read), dtype))
+    if codes is not None:  # the quantize pass keeps the file's blocks, as for a loaded BlockCoded weight
+        return LazyBlockCoded(shape, dtype, compute, dataclasses.replace(codes, read=_as_usage_error(codes.read)))
+    return LazyTensor(shape, dtype, compute)
+
+
+def _as_usage_error(call: Callable[[], np.ndarray]) -> Callable[[], np.ndarray]:
+    """``call``, a file's complaint about a tensor (a damaged block) raised as the user's error it is: a streamed
+    tensor is read as the model is written, long after model.load turned the checkpoint's errors into those."""
+    def read() -> np.ndarray:
+        try:
+            return call()
+        except WeightsError as e:
+            raise UsageError(str(e)) from None
+
+    return read
+
+
+def open_weights(path: str | Path | Checkpoint, expected: Expected, *, group: str | None = None,
                  ) -> tuple[dict[str, LazyTensor], dict[str, str]]:
     """``load_weights`` without reading: each parameter a LazyTensor that reads (and casts) its tensor
     from the checkpoint when a writer loads it, and {name: the name it is the transpose of} for the
@@ -215,45 +221,18 @@ def open_weights(path: str | Path, expected: Expected, *, group: str | None = No
 
     Every check that needs no data (missing, unexpected, mis-shaped tensors) is made now; the checks
     that do (a tied copy equal to its source) read those tensors now, one pair at a time. A compile
-    then holds one checkpoint tensor at a time instead of the whole model (issue 25).
+    then holds one checkpoint tensor at a time instead of the whole model (issue 25), whatever the
+    checkpoint's kind: a GGUF file's tensors too are read (and dequantized) one at a time.
     """
     _check_expected(expected)
-    path = Path(path).expanduser()
-    if path.is_dir():
-        plan = map_hf_checkpoint(path, expected, group=group)
-        problems = plan.verify()
-        plan.release()
-        _misfits(plan.tensors, expected, path, plan.origin, problems)
-        tensors: Mapping[str, _Tensor] = plan.tensors
-        # Kept is the one `expected` lists first, as tied_weights.transposed_twins keeps it from values.
-        order = {name: i for i, name in enumerate(expected)}
-        twins = dict(sorted(((a, b) if order[a] > order[b] else (b, a)) for a, b in plan.transposed_twins().items()
-                            if a in order and b in order))
-    else:
-        if not path.exists():
-            raise WeightsError(f"weights '{path}': no such file or directory")
-        if path.suffix in PICKLE_SUFFIXES:
-            raise refuse_pickle(path)
-        if path.suffix != ".safetensors":
-            return load_weights(path, expected, group=group), {}  # load_weights says what is wrong
-        refs: dict[str, TensorRef] = open_safetensors(path)
-        if group and not any(name.startswith(f"{group}.") for name in refs):
-            refs = {f"{group}.{name}": ref for name, ref in refs.items()}
-        if refs.keys() != expected.keys() or any(tuple(refs[n].shape) != tuple(s) for n, (s, _) in expected.items()):
-            return load_weights(path, expected, group=group), {}  # the misfit, and its hints, as load_weights says
-        _misfits(refs, expected, path, {}, [])
-        tensors, twins = refs, {}
-    return {name: _lazy(tensors[name], np.dtype(expected[name][1])) for name in expected}, twins
-
-
-def _load_gguf(path: Path, expected: Expected, group: str | None) -> dict[str, np.ndarray]:
-    plan, ckpt = map_gguf(path, expected, group=group)
-    # A complaint names the GGUF tensor (blk.0.attn_q.weight), which is what the user's file holds.
-    origin = {name: ckpt.infos[o].name if o in ckpt.infos else o for name, o in plan.origin.items()}
-    try:
-        # Every tensor read is a buffer of its own (dequantized, or copied out of the map), and the mapping's
-        # views of one are disjoint: owned already, so the model is not held twice (as for a HF directory).
-        params = fit(plan.tensors, expected, path, origin=origin, problems=plan.verify(), private=True)
-    finally:
-        plan.release()
-    return with_codes(ckpt, plan, params)
+    checkpoint = _checkpoint(path)
+    plan = checkpoint.plan(expected, group=group)
+    problems = plan.checks()
+    plan.release()
+    _misfits(plan.tensors, expected, checkpoint.path, plan.origin, problems, plan.hint)
+    # Kept is the one `expected` lists first, as tied_weights.transposed_twins keeps it from values.
+    order = {name: i for i, name in enumerate(expected)}
+    twins = dict(sorted(((a, b) if order[a] > order[b] else (b, a)) for a, b in plan.twins.items()
+                        if a in order and b in order))
+    return {name: _lazy(plan.tensors[name], np.dtype(expected[name][1]), plan.codes.get(name))
+            for name in expected}, twins

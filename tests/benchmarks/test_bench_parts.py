@@ -119,7 +119,7 @@ def test_stage_clock_wraps_the_compiler_and_restores_it(monkeypatch: pytest.Monk
     stages = bench_module("common.cpu_compile_time", monkeypatch)
     model = importlib.import_module("pseudoformer.model")
 
-    loader = importlib.import_module("pseudoformer.weights.loader")
+    loader = importlib.import_module("pseudoformer.weights.checkpoint")  # where a HF directory is mapped
     before, mapping = model.load_program, loader.map_hf_checkpoint
     sc = stages.StageClock()
     with sc.installed():
