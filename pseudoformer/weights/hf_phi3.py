@@ -45,7 +45,7 @@ PHI3 = replace(
     model_types=("phi3",),
     label="Phi-3",
     kind="phi3",
-    algorithms=("Phi3", "Mistral"),  # phi3.alg's Phi3 is Mistral's decoder, used through `θ : Mistral`
+    algorithms=("Phi3",),
     config=tuple(phi3_rope if f is rope else f for f in MISTRAL.config),
     refusals=tuple(r for r in MISTRAL.refusals if getattr(r, "key", None) != "partial_rotary_factor"),
     tensors=(

@@ -3,7 +3,7 @@
     ir  ←  frontend, passes  ←  backends  ←  pseudoformer (the API, CLI, weights, generation)
 
 `pseudoformer.base.errors`, `pseudoformer.version`, the safetensors file format (`pseudoformer.weights.errors`,
-`.safetensors_io`, which the TVM backend saves its weights in) and the rules for touching files
+`.safetensors_io` and `.safetensors_stream`, which the TVM backend saves its weights in) and the rules for touching files
 (`pseudoformer.base.limits`, `.regular_file`, `.file_access`, `.atomic_write`) and the import of a package's modules
 that register themselves (`pseudoformer.base.submodules`) and the hostile-input helpers (`.terminal`, `.model_files`,
 `.manifest`) sit below every stage, with the two packages whose __init__ imports nothing eagerly
@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = {"pseudoformer": "pseudoformer", "pseudoformer.frontend": "frontend", "pseudoformer.ir": "ir",
            "pseudoformer.passes": "passes", "pseudoformer.backends": "backends"}
 SHARED = {"pseudoformer.base", "pseudoformer.base.lazy_names", "pseudoformer.weights", "pseudoformer.base.errors", "pseudoformer.version", "pseudoformer.weights.errors",
-          "pseudoformer.weights.safetensors_io", "pseudoformer.weights.tensor_ref", "pseudoformer.base.limits",
+          "pseudoformer.weights.safetensors_io", "pseudoformer.weights.safetensors_stream",
+          "pseudoformer.weights.tensor_ref", "pseudoformer.base.limits",
           "pseudoformer.base.regular_file", "pseudoformer.base.file_access", "pseudoformer.base.atomic_write",
           "pseudoformer.base.submodules", "pseudoformer.base.terminal", "pseudoformer.base.model_files", "pseudoformer.base.manifest"}
 # What each stage may import besides itself and the shared modules.
