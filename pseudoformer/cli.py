@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
+    except MemoryError:  # an allocation the machine (or a ulimit) refused: the input's size, not a bug
+        _say("error: out of memory: this command needs more memory than the process may have (a smaller model, "
+             "batch or sequence, or more memory, or a higher ulimit -v)")
     except OSError as e:
         if e.filename is None:
             return _internal(e)
@@ -338,6 +341,11 @@ def _run(args: argparse.Namespace) -> int:
                 raise
     import numpy as np
 
+    undefined = [k for k, v in outputs.items() if np.issubdtype(np.asarray(v).dtype, np.floating) and np.isnan(v).any()]
+    if undefined:  # NaN is never an answer: the weights or hyperparameters (finite, but extreme) made one
+        raise UsageError(f"the output {', '.join(undefined)} holds NaN: this model's weights or hyperparameters make "
+                         "it undefined (an ε of 0 under a norm, values whose squares pass float32's range); nothing "
+                         "was written")
     write_atomic(Path(args.output), lambda fh: np.savez(fh, **outputs))
     shapes = ", ".join(f"{k}{list(v.shape)}" for k, v in outputs.items())
     _say(f"wrote {escape(args.output)}: {escape(shapes)}")
