@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -62,8 +63,11 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
                    "line every N steps (default 10)")
     t.add_argument("--train", action="append", metavar="NAME",
                    help="train only this parameter (repeatable; the rest stay frozen), e.g. LoRA's A and B")
-    add_backend_argument(t, "onnx", "onnx (onnxruntime, the default), tvm or numpy (the reference interpreter); "
-                         "the old spellings onnxruntime and interpreter are read as onnx and numpy")
+    add_backend_argument(t, "onnx", "onnx (onnxruntime, the default), tvm, numpy (the reference interpreter) or "
+                         "torch (torch.optim; under torchrun, on its process group); the old spellings onnxruntime "
+                         "and interpreter are read as onnx and numpy")
+    t.add_argument("--fsdp", action="store_true", help="--backend torch under torchrun: shard the model with FSDP2 "
+                   "(fully_shard per layer) instead of DDP")
     add_provider_argument(t)
     t.add_argument("--threads", type=int, help="onnxruntime threads (default: all cores)")
     t.add_argument("--no-arena", dest="arena", action="store_false",
@@ -95,8 +99,10 @@ def run(args: argparse.Namespace) -> int:
                           arena=args.arena, compile=options, objective=args.objective, resume=args.resume,
                           log_every=args.log_every, val_data=args.val_data, val_every=args.val_every, init=args.init,
                           include=tuple(args.include or ()), max_nodes=args.max_nodes,
-                          allow_nonfinite=args.allow_nonfinite)
+                          allow_nonfinite=args.allow_nonfinite, fsdp=args.fsdp)
     result = run_training(args.file, args.data, hyper, setup)
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 alone reports
+        return 0
     last = f"{result.losses[-1]:.4f}" if result.losses else "none"
     saved = f"; saved to {result.out}" if result.out is not None else ""
     if result.interrupted:

@@ -42,14 +42,20 @@ def tied_unembedding(graph: Graph, tied: bool) -> dict[str, str]:
     return out
 
 
+def loss_graph(graph: Graph, level: int, ties: Mapping[str, str]) -> Graph:
+    """The loss graph as a step differentiates it: tied weights read as one, optimised at `level`, then the
+    "training" pipeline (log ∘ softmax as one stable log_softmax, …). The torch trainer runs it as it is."""
+    graph = tie(graph, ties)
+    graph = run_passes(graph, pipeline(level))
+    return run_passes(graph, named_pipeline("training"))
+
+
 def compile_step(graph: Graph, weights: Mapping[str, np.ndarray], *,
                  train: Callable[[str], bool] | Iterable[str] | None = None, optimizer: Optimizer | None = None,
                  level: int = 2, ties: Mapping[str, str] | None = None) -> CompiledStep:
     opt = optimizer or Optimizer()
     ties = dict(ties or {})
-    graph = tie(graph, ties)
-    graph = run_passes(graph, pipeline(level))
-    graph = run_passes(graph, named_pipeline("training"))
+    graph = loss_graph(graph, level, ties)
     marked = step_graph(graph, train, opt, gradient_outputs=True)
     marked = run_passes(marked, named_pipeline("training-step"))
     step = without_gradients(marked)

@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,9 +38,10 @@ from pseudoformer.weights import open_checkpoint
 
 if TYPE_CHECKING:
     from pseudoformer.backends.options import CompileOptions
+    from pseudoformer.training.torch_loop import TorchStep
 
 # The training step's runtime (training/runtimes.py) on each backend --backend names.
-_STEP_RUNTIMES = {"numpy": "interpreter", "onnx": "onnxruntime", "tvm": "tvm"}
+_STEP_RUNTIMES = {"numpy": "interpreter", "onnx": "onnxruntime", "tvm": "tvm", "torch": "torch"}
 
 # (step, loss, tokens/s, validation loss: NaN where it was not measured)
 Row = tuple[int, float, float, float]
@@ -184,14 +185,15 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
           decay_all: bool = False, shuffle: bool | None = None, objective: str | None = None,
           resume: str | Path | None = None, log_every: int = 10,
           val_data: str | Path | np.ndarray | dict[str, np.ndarray] | None = None, val_every: int = 100,
-          init: str = "normal",
+          init: str = "normal", fsdp: bool = False,
           hyperparameters: TrainingOptions | None = None, **keywords: Any) -> TrainResult:
     """Train the parameters of a loss algorithm's model (see the module's docstring); returns the losses and
     the trained weights. `trainable`: the parameter names to train (the rest frozen); all by default.
     `arena=False`: onnxruntime frees each tensor after its last use instead of keeping its arena (slower).
     How the step is compiled and run: `options` (a CompileOptions) or keywords naming its fields: backend
-    ("onnx", the default; "tvm"; "numpy", the reference interpreter), opt_level (2), threads, provider.
-    What it computes: the hyperparameters' keywords, a thin layer over `hyperparameters` (a TrainingOptions),
+    ("onnx", the default; "tvm"; "numpy", the reference interpreter; "torch", torch.optim on a torch module:
+    torch_loop.py, under torchrun on the process group with DDP, or FSDP2 if `fsdp`), opt_level (2), threads,
+    provider. What it computes: the hyperparameters' keywords, a thin layer over `hyperparameters` (a TrainingOptions),
     which, given, replaces them."""
     from pseudoformer.compile_options import from_keywords
 
@@ -204,7 +206,7 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
         entry=entry, config=config, defines=tuple(defines or ()), weights=weights, tokenizer=tokenizer,
         trainable=tuple(trainable) if trainable is not None else None, out=out, progress=progress, arena=arena,
         compile=compiled, objective=objective, resume=resume, log_every=log_every, val_data=val_data,
-        val_every=val_every, init=init))
+        val_every=val_every, init=init, fsdp=fsdp))
 
 
 @dataclass(frozen=True)
@@ -231,6 +233,7 @@ class TrainingSetup:
     include: tuple[str, ...] = ()
     max_nodes: int = MAX_NODES
     allow_nonfinite: bool = False
+    fsdp: bool = False  # --backend torch under torchrun: FSDP2 (fully_shard per layer) instead of DDP
 
 
 def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarray],
@@ -244,6 +247,8 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     if not setup.arena and backend != "onnxruntime":
         raise UsageError(f"--no-arena is about onnxruntime's memory arena: it does not apply to the "
                          f"{compiled.backend} backend")
+    if setup.fsdp and backend != "torch":
+        raise UsageError("--fsdp shards the torch backend's model: use it with --backend torch under torchrun")
     for flag, value in (("--log-every", setup.log_every), ("--val-every", setup.val_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"{flag} must be a whole number ≥ 1, got {value!r}")
@@ -308,16 +313,29 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     ties = tied_unembedding(model.graph, _tied(hf_dir))
     # Trained from a GGUF file's Q4_0/Q8_0 weights, the step computes with their values: the blocks they carry
     # would make its compile keep frozen matrices as MatMulNBits (ir/block_coded.py), another computation.
-    step = compile_step(model.graph, plain_weights(model.weights), train=setup.trainable, optimizer=opt,
-                        level=level, ties=ties)
-    if plan is not None and step.graph.outputs[0][0] != "loss":
-        raise UsageError(f"the loss output {plan.loss_output!r} was not found")
-    if resumed is not None:
-        _restore_state(step, resumed, setup.resume)
-    session: dict[str, Any] = {"threads": threads, "provider": compiled.provider} if backend == "onnxruntime" else {}
-    if not setup.arena:
-        session["session"] = {"enable_cpu_mem_arena": False}
-    runtime = make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **session)
+    runtime: Any
+    if backend == "torch":
+        from pseudoformer.training.torch_loop import torch_step
+
+        step, runtime = torch_step(model.graph, plain_weights(model.weights), setup.trainable, opt, level, ties,
+                                   plan.loss_output if plan is not None else None, fsdp=setup.fsdp,
+                                   threads=threads)
+        if resumed is not None:
+            _restore_state(step, resumed, setup.resume)
+            runtime.load_state(step.state)
+        setup = replace(setup, progress=setup.progress and runtime.writes)  # rank 0 alone reports and writes
+    else:
+        step = compile_step(model.graph, plain_weights(model.weights), train=setup.trainable, optimizer=opt,
+                            level=level, ties=ties)
+        if plan is not None and step.graph.outputs[0][0] != "loss":
+            raise UsageError(f"the loss output {plan.loss_output!r} was not found")
+        if resumed is not None:
+            _restore_state(step, resumed, setup.resume)
+        session: dict[str, Any] = ({"threads": threads, "provider": compiled.provider} if backend == "onnxruntime"
+                                   else {})
+        if not setup.arena:
+            session["session"] = {"enable_cpu_mem_arena": False}
+        runtime = make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **session)
     outdir = Path(setup.out) if setup.out is not None else None
     # A warm-up rises to η and the cosine takes it down, for either optimizer.
     sched = opts.schedule or ("cosine" if opts.warmup else "constant")
@@ -349,7 +367,7 @@ def _rows(plan: Any, model: Model, data: Any, tokenizer: Any, seq_len: int,
                               str(data) if not isinstance(data, np.ndarray) else "the data")
 
 
-def _restore_state(step: CompiledStep, resumed: Resumed, where: Any) -> None:
+def _restore_state(step: CompiledStep | TorchStep, resumed: Resumed, where: Any) -> None:
     """The optimizer state of the resumed run in place of the step's initial one, each tensor checked."""
     wanted = {k for k in step.state if k.startswith(("m.", "v.")) or k == STEP}
     got = set(resumed.state)
@@ -379,7 +397,7 @@ def _tied(hf_dir: Path | None) -> bool:
 @dataclass
 class _Run:
     model: Model
-    step: CompiledStep
+    step: CompiledStep | TorchStep
     runtime: Any
     rows: Any
     plan: Any
@@ -499,7 +517,7 @@ def _stop(step: int, loss: float, outdir: Path | None) -> None:
                           f"gradient with --clip){kept}")
 
 
-def _weights(model: Model, step: CompiledStep, runtime: Any) -> dict[str, np.ndarray]:
+def _weights(model: Model, step: CompiledStep | TorchStep, runtime: Any) -> dict[str, np.ndarray]:
     values = runtime.values()
     out = {k: values.get(k, v) for k, v in model.weights.items()}
     for unemb, emb in step.ties.items():
@@ -518,8 +536,10 @@ def _save(run: _Run, history: list[Row], done: int) -> None:
         raise TrainingStopped(f"the parameters became non-finite by step {done} ({', '.join(bad[:3])}"
                               f"{', …' if len(bad) > 3 else ''}): training stopped (lower --lr, or clip the gradient "
                               f"with --clip){kept}")
+    values = runtime.values()  # on every rank of a process group: gathering FSDP2's shards takes all of them
+    if not getattr(runtime, "writes", True):  # under torchrun, rank 0 alone writes
+        return
     save_checkpoint(outdir, weights, *run.hf)
-    values = runtime.values()
     state = {k: v for k, v in values.items() if k.startswith(("m.", "v.")) or k == STEP}
     if state:
         from pseudoformer.weights.safetensors_io import save_weights

@@ -25,7 +25,7 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 INLINE = re.compile(r"`([^`\n]+)`")
 SHELL = ("", "sh", "bash", "shell", "console")
 SEPARATORS = ("&&", "||", "|", ";")
-OTHER_PROGRAMS = ("python", "python3", "pip", "pip3", "pytest", "git", "ruff", "uv", "genai", "optimum-cli")
+OTHER_PROGRAMS = ("python", "python3", "pip", "pip3", "pytest", "git", "ruff", "uv", "genai", "optimum-cli", "torchrun")
 
 
 def _flags(parser: argparse.ArgumentParser) -> set[str]:

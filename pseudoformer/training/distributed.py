@@ -1,0 +1,89 @@
+"""The process group `train --backend torch` runs on under torchrun (torch_loop.py): one process is a group
+of one; under `torchrun --nproc-per-node N` (WORLD_SIZE > 1) torch.distributed's, gloo on CPUs and NCCL on
+GPUs, each rank on its own device (LOCAL_RANK's GPU, or the CPU).
+
+    share(batch)   this rank's rows of the global batch (np.array_split: shares differ by a row at most)
+    wrap(module)   DDP, or FSDP2 (`fully_shard` on each layer — each child of a module named `layers` —
+                   then on the whole) with fsdp=True
+    sum(x)         a number summed over the ranks;   full(t): a parameter or state tensor, whole, as numpy
+    writes         whether this rank writes files and draws the progress bar (rank 0 alone)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pseudoformer.base.errors import UsageError
+
+
+@dataclass
+class Group:
+    rank: int = 0
+    world: int = 1
+    device: Any = "cpu"
+
+    @classmethod
+    def from_env(cls) -> Group:
+        import torch
+        import torch.distributed as dist
+
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        device = torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
+        if world <= 1:
+            return cls(0, 1, device)
+        if not dist.is_initialized():
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        return cls(dist.get_rank(), dist.get_world_size(), device)
+
+    @property
+    def writes(self) -> bool:
+        return self.rank == 0
+
+    def share(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.world == 1:
+            return dict(batch)
+        rows = len(next(iter(batch.values())))
+        if rows < self.world:
+            raise UsageError(f"a batch of {rows} rows cannot be shared by {self.world} processes: --batch-size is "
+                             "the global batch, at least one row a process")
+        return {k: np.array_split(v, self.world)[self.rank] for k, v in batch.items()}
+
+    def wrap(self, module: Any, *, fsdp: bool = False) -> Any:
+        if self.world == 1 and not fsdp:
+            return module
+        if fsdp:
+            from torch.distributed.fsdp import fully_shard
+
+            from pseudoformer.backends.torch.layer_calls import call_layers
+
+            layers = [f"{name}.{child}" for name, m in module.named_modules() if name.rsplit(".", 1)[-1] == "layers"
+                      for child, _ in m.named_children()]
+            call_layers(module, layers)  # so that each layer's forward runs, and FSDP2's hooks with it
+            for name in layers:
+                fully_shard(module.get_submodule(name), reshard_after_forward=False)
+            return fully_shard(module)
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [self.device.index] if getattr(self.device, "type", "cpu") == "cuda" else None
+        return DistributedDataParallel(module, device_ids=ids)
+
+    def sum(self, value: Any) -> float:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            value = value.clone()
+            dist.all_reduce(value)
+        return float(value)
+
+    def full(self, tensor: Any) -> np.ndarray:
+        if hasattr(tensor, "full_tensor"):  # an FSDP2 shard
+            tensor = tensor.full_tensor()
+        return tensor.detach().cpu().numpy().copy()

@@ -1,0 +1,135 @@
+"""`train --backend torch`: the loss algorithm as a torch.nn.Module (backends/torch/), torch's autograd and
+torch.optim's SGD or AdamW, run by the same loop as the other backends (loop.py: data order, step size
+schedule, checkpoints, progress bar, loss curve).
+
+What the step computes is the ONNX step's (passes/training_step.py): the objective is the mean of the
+per-example loss over the batch, the gradient's global norm is clipped as clip_grad_norm_ clips it, the
+update is torch.optim's (SGD without momentum; AdamW with its decoupled decay), and η is set on the
+optimizer before each step. Frozen parameters (--train) have requires_grad off; LoRA is the --train of its
+A and B.
+
+Under `torchrun` (WORLD_SIZE > 1) the step runs on the process group (distributed.py): --batch-size is the
+global batch, each rank takes its share of each batch's rows, and the gradient is averaged over the ranks
+(DDP, or FSDP2 with --fsdp). Each rank's loss is weighted by its share of the rows, so that the average is
+the global batch's mean even where the shares differ by a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pseudoformer.base.errors import BackendError, UsageError
+from pseudoformer.ir import Graph
+from pseudoformer.passes.autodiff import objective, trainable_params
+from pseudoformer.passes.training_step import STEP, Optimizer
+from pseudoformer.training.compile import loss_graph
+
+
+@dataclass
+class TorchStep:
+    """What the loop and its outputs read of a compiled step (compile.CompiledStep's fields they use)."""
+
+    trainable: list[str]
+    ties: dict[str, str]
+    frozen: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class TorchRuntime:
+    """The loss module, its optimizer and (under torchrun) its process group: `step(feeds, η)` → the batch's
+    mean loss; `values()` → the parameters and the optimizer state by our names."""
+
+    def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], names: list[str], opt: Optimizer,
+                 loss: str, *, fsdp: bool = False, threads: int | None = None) -> None:
+        import torch
+
+        from pseudoformer.backends.torch.compile import to_torch
+        from pseudoformer.backends.torch.names import our_name
+        from pseudoformer.training import distributed
+
+        if threads is not None:
+            torch.set_num_threads(threads)
+        self.torch = torch
+        self.group = distributed.Group.from_env()
+        try:
+            module = to_torch(graph, weights)
+        except BackendError as e:
+            raise UsageError(str(e)) from None
+        trained = set(names)
+        for name, p in module.named_parameters():
+            p.requires_grad_(our_name(name) in trained)
+        self.module = self.group.wrap(module.to(self.group.device), fsdp=fsdp)
+        # after the wrap: FSDP2 replaces each parameter by its shard (a DTensor) in place
+        self.names = {p: our_name(name) for name, p in module.named_parameters() if p.requires_grad}
+        self.params = list(self.names)
+        self.loss = loss
+        self.clip = opt.clip
+        if opt.kind == "sgd":
+            self.optimizer = torch.optim.SGD(self.params, lr=0.0)
+        else:
+            self.optimizer = torch.optim.AdamW(self.params, lr=0.0, betas=(opt.beta1, opt.beta2), eps=opt.eps,
+                                               weight_decay=opt.weight_decay)
+        self.kind = opt.kind
+
+    @property
+    def writes(self) -> bool:
+        """Whether this process writes the checkpoint and the loss curve (rank 0 of a group)."""
+        return self.group.writes
+
+    def step(self, feeds: Mapping[str, np.ndarray], eta: float) -> float:
+        torch = self.torch
+        rows = len(next(iter(feeds.values())))
+        share = self.group.share(feeds)
+        out = self.module(**{k: torch.from_numpy(np.ascontiguousarray(v)).to(self.group.device)
+                             for k, v in share.items()})[self.loss]
+        if out.dim() == 1:  # the per-example loss: this rank's part of the global batch's mean
+            total = out.sum()
+            scaled = total * (self.group.world / rows)
+        else:
+            total = out * (len(next(iter(share.values()))) / rows * self.group.world)
+            scaled = out
+        self.optimizer.zero_grad(set_to_none=True)
+        scaled.backward()
+        if self.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        for group in self.optimizer.param_groups:
+            group["lr"] = eta
+        self.optimizer.step()
+        if out.dim() == 1:
+            return self.group.sum(total.detach()) / rows
+        return self.group.sum(total.detach()) / self.group.world
+
+    def values(self) -> dict[str, np.ndarray]:
+        """The trained parameters, and AdamW's m, v and step count, by our names (as the other runtimes
+        name them: m.<name>, v.<name>, t)."""
+        out: dict[str, np.ndarray] = {}
+        t = None
+        for p, name in self.names.items():
+            out[name] = self.group.full(p.detach())
+            state = self.optimizer.state.get(p, {})
+            if "exp_avg" in state:
+                out[f"m.{name}"] = self.group.full(state["exp_avg"])
+                out[f"v.{name}"] = self.group.full(state["exp_avg_sq"])
+                t = state["step"]
+        if self.kind == "adamw":
+            out[STEP] = np.asarray(float(t) if t is not None else 0.0, np.float32)
+        return out
+
+
+def torch_step(graph: Graph, weights: Mapping[str, np.ndarray], trainable: Iterable[str] | None,
+               opt: Optimizer, level: int, ties: Mapping[str, str], loss: str | None, *, fsdp: bool = False,
+               threads: int | None = None) -> tuple[TorchStep, TorchRuntime]:
+    """The step of `graph`'s loss for the loop: the same loss graph the ONNX step differentiates
+    (compile.loss_graph), run as a torch module."""
+    prepared = loss_graph(graph, level, dict(ties))
+    names = list(trainable_params(prepared, trainable))
+    if not names:
+        raise UsageError("nothing to train: every parameter is frozen")
+    name = loss or prepared.outputs[0][0]
+    objective(prepared, name)  # refuses a loss that is not one number per example
+    used = {p.attrs["name"] for p in prepared.params()}
+    runtime = TorchRuntime(prepared, {k: v for k, v in weights.items() if k in used}, names, opt, name,
+                           fsdp=fsdp, threads=threads)
+    return TorchStep(names, dict(ties)), runtime

@@ -1,0 +1,53 @@
+"""`train --backend torch` on a process group: 2 CPU processes (gloo, started by torchrun on localhost) give the
+weights of one process with the same global batch, within 1e-5, with DDP and with FSDP2 (--fsdp); rank 0 alone
+writes the checkpoint and the loss curve."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from pseudoformer.training.loop import train  # noqa: E402
+from pseudoformer.weights.safetensors_io import read_safetensors  # noqa: E402
+from tests.training.test_torch_trainer import GPT2, HERE, _data  # noqa: E402
+
+PLAN = dict(seq_len=12, batch_size=5, steps=6, lr=1e-3, optimizer="adamw", clip=1.0)  # 5 rows: shares of 3 and 2
+
+
+def _torchrun(tmp_path: Path, out: Path, *flags: str) -> None:
+    np.save(tmp_path / "ids.npy", _data())
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            "-m", "pseudoformer", "train", str(HERE / "gpt2_loss.alg"), "--data", str(tmp_path / "ids.npy"),
+            "--backend", "torch", "--threads", "1", "--seed", "1", "-o", str(out), *flags]
+    for k, v in PLAN.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    for d in GPT2:
+        argv += ["-D", d]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr.count("trained 6 steps") == 1  # rank 0 alone reports
+
+
+@pytest.fixture(scope="module")
+def one_process():  # type: ignore[no-untyped-def]
+    return train(HERE / "gpt2_loss.alg", _data(), defines=GPT2, backend="torch", seed=1, threads=1, progress=False,
+                 **PLAN)
+
+
+@pytest.mark.parametrize("flags", [(), ("--fsdp",)], ids=["ddp", "fsdp"])
+def test_two_processes_give_the_weights_of_one(tmp_path: Path, one_process, flags: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    _torchrun(tmp_path, tmp_path / "out", *flags)
+    got = read_safetensors(tmp_path / "out" / "model.safetensors")
+    assert set(got) == set(one_process.weights)
+    for k, w in one_process.weights.items():
+        np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-5, err_msg=k)
+    losses = [float(line.split(",")[1]) for line in (tmp_path / "out" / "loss.csv").read_text().splitlines()[1:]]
+    np.testing.assert_allclose(losses, one_process.losses, rtol=1e-5)
