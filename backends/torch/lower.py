@@ -131,8 +131,9 @@ class TorchLowering:
             self.vals[id(n)] = fx.Proxy(self.fx.placeholder(name), self.tracer)
             if self._device_of is None:
                 self._device_of = self.vals[id(n)]
+        nodes = {p.attrs["name"]: p for p in self.graph.params()}
         for name in names:
-            self._parameter(name, params)
+            self._parameter(nodes[name], params)
         for n in self.graph.nodes():
             if id(n) in self.vals:
                 continue
@@ -159,8 +160,8 @@ class TorchLowering:
                 holder.register_buffer(name, buffer, persistent=False)
         return module
 
-    def _parameter(self, name: str, params: Mapping[str, Any]) -> None:
-        node = next(p for p in self.graph.params() if p.attrs["name"] == name)
+    def _parameter(self, node: Node, params: Mapping[str, Any]) -> None:
+        name = node.attrs["name"]
         if name not in params:
             raise BackendError(f"no weights given for parameter {name}")
         arr = np.asarray(materialize(params[name]))

@@ -87,9 +87,9 @@ class TorchRuntime:
         if out.dim() == 1:  # the per-example loss: this rank's part of the global batch's mean
             total = out.sum()
             scaled = total * (self.group.world / rows)
-        else:
+        else:  # one number for the batch: weighted by this rank's share of the rows
             total = out * (len(next(iter(share.values()))) / rows * self.group.world)
-            scaled = out
+            scaled = total
         self.optimizer.zero_grad(set_to_none=True)
         scaled.backward()
         if self.clip > 0:

@@ -4,16 +4,17 @@ SDPA's is_causal is top-left aligned; the IR's causal attention is bottom-right 
 They agree where the queries and keys have one length, and there is_causal is passed when there is no other
 mask; otherwise the causal part (and a sliding window's) is a bool mask built from the run-time lengths,
 bottom-right aligned, ANDed with the attention's own bool mask or made −∞ in its additive bias. Grouped-query
-heads are SDPA's enable_gqa; the packed form [b, s, H·d] is cut into heads and merged back. Soft-capped
-scores (Gemma 2's), and a float16 softmax asked to compute in float32, are not what SDPA computes: those
-attentions lower their formula (passes/decompose.py).
+heads are SDPA's enable_gqa; the packed form [b, s, H·d] is cut into heads and merged back. A float16
+attention whose softmax the float16 pass asks for in float32 (softmax_fp32) runs SDPA on float32 copies of
+its operands. Soft-capped scores (Gemma 2's) are not what SDPA computes: those attentions lower their formula
+(passes/decompose.py).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pseudoformer.backends.torch.dtypes import torch
+from pseudoformer.backends.torch.dtypes import TORCH_DTYPE, torch
 from pseudoformer.backends.torch.lowerings.registry import lowers
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
@@ -27,8 +28,6 @@ F = torch.nn.functional
 
 def _takes(n: Node) -> bool:
     if n.attrs.get("softcap", 0.0):
-        return False
-    if n.attrs.get("softmax_fp32") and n.dtype is not DType.float32:
         return False
     q, k = n.src[0].type, n.src[1].type
     if n.attrs.get("q_heads", 0):
@@ -81,6 +80,11 @@ def attend(t: TorchLowering, n: Node, q: Any, k: Any, v: Any, mask: Node | None,
         else:
             m = m.masked_fill(~keep, float("-inf"))
     grouped = n.src[0].type.rank >= 3 and n.src[1].type.rank >= 3 and _grouped(n)
+    if n.attrs.get("softmax_fp32") and n.dtype is not DType.float32:
+        q, k, v = q.float(), k.float(), v.float()
+        m = m.float() if m is not None and m.dtype.is_floating_point else m
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=is_causal, scale=scale, enable_gqa=grouped)
+        return y.to(TORCH_DTYPE[n.dtype])
     return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=is_causal, scale=scale,
                                           enable_gqa=grouped)
 

@@ -80,3 +80,13 @@ def test_python_dash_m_runs_the_command_line() -> None:
                           timeout=300)
     assert done.returncode == 0, done.stderr
     assert "ok (" in done.stdout
+
+
+def test_float16_computes_in_half_with_the_float32_results_nearby() -> None:
+    full, half = (pseudoformer.compile(GPT2, defines=TINY, backend="torch", dtype=d) for d in ("float32", "float16"))
+    assert {p.dtype for p in half.parameters()} == {torch.float16}
+    x = tokens(2, 9, vocab=11, seed=4)
+    with torch.no_grad():
+        got = half(x=torch.from_numpy(x))["Y"]
+    assert got.dtype == torch.float16
+    assert np.abs(got.float().numpy() - _logits(full, x)).max() < 2e-2
