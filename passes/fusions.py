@@ -17,6 +17,7 @@ and, for layer norm, more accurate than the sum-of-quotients form.
   one_hot_pick        rules/one_hot_pick.py → GATHER_ELEMENTS(p, w; a) for Σ_a [[range = w]] ⊙ p (training)
   log_softmax         rules/log_softmax.py →  z − max z − log Σ exp(z − max z) for log ∘ softmax (training)
   pick_before_slice   rules/pick_before_slice.py → SLICE(GATHER_ELEMENTS(X, w')) for a pick from a slice of X
+  concat_of_transposes rules/concat_of_transposes.py → TRANSPOSE(CONCAT(a_i)) for CONCAT(TRANSPOSE(a_i)) (torch)
   gather_of_transpose rules/gather_of_transpose.py → TRANSPOSE(GATHER(W, i)) for GATHER(TRANSPOSE(W), i) (training)
 
 They expect `cse` and `simplify` to have run (they also work on the raw graph, just with more to
@@ -33,6 +34,7 @@ from __future__ import annotations
 from pseudoformer.passes.pass_base import Pass
 from pseudoformer.passes.rules import (
     attention,
+    concat_of_transposes,
     expert_matmul,
     expert_swiglu,
     gather_of_transpose,
@@ -76,5 +78,11 @@ gather_of_transpose_fusion = Pass.from_rules(
     "gather_of_transpose", "gather(transpose(W), i) → transpose(gather(W, i)): no transposed copy of an embedding "
     "table (training)", [gather_of_transpose.RULE])
 
+# The torch backend's pipeline: per-head weights stacked as stored, so each head's gradient is a slice of rows.
+concat_of_transposes_fusion = Pass.from_rules(
+    "concat_of_transposes", "concat(transpose(a_i; p)) → transpose(concat(a_i); p): stacked weights as stored "
+    "(torch)", [concat_of_transposes.RULE])
+
 PASSES = [layer_norm_fusion, gelu_fusion, swiglu_fusion, rotary_fusion, attention_fusion, expert_matmul_fusion,
-          one_hot_pick_fusion, log_softmax_fusion, pick_before_slice_fusion, gather_of_transpose_fusion]
+          one_hot_pick_fusion, log_softmax_fusion, pick_before_slice_fusion, gather_of_transpose_fusion,
+          concat_of_transposes_fusion]

@@ -72,7 +72,7 @@ PIPELINES: dict[str, list[str]] = {
     # onnxruntime's com.microsoft kernels (--contrib-ops), after "onnx": each fused op is one ONNX node
     "onnx-contrib": ["group_query_attention_fusion", "kv_lengths", "skip_norm_fusion"],
     "tvm": ["decompose", "float16", "fold_constants"],
-    "torch": ["decompose", "float16"],
+    "torch": ["concat_of_transposes", "decompose", "float16"],
     "padding": ["padding_mask"],
     # before the autodiff of a loss graph (passes/autodiff.py): the loss's log ∘ softmax made stable
     "training": ["one_hot_pick", "log_softmax", "pick_before_slice", "gather_of_transpose", "cse"],

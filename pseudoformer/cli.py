@@ -241,6 +241,9 @@ def _compile(args: argparse.Namespace) -> int:
     from pseudoformer.model import load
 
     options = from_arguments(args)  # --genai-folder's rules too, before any work
+    if options.backend == "torch":
+        raise UsageError('--backend torch makes a torch.nn.Module in Python, no file: pseudoformer.compile(FILE, '
+                         'backend="torch") (docs/api.md); `pseudoformer train --backend torch` trains with it')
     if args.genai_folder is not None:
         from pseudoformer.cli_genai import compile_folder
 

@@ -99,7 +99,7 @@ def test_the_defaults_go_together_for_every_command(command: str) -> None:
 Q4 = QuantizeOptions(bits=4)
 RULES = [
     ({"backend": "xla"}, "run", "unknown backend 'xla' (choose numpy, onnx or tvm)"),
-    ({"backend": "numpy"}, "compile", "compile does not take --backend numpy (choose onnx or tvm)"),
+    ({"backend": "numpy"}, "compile", "compile does not take --backend numpy (choose onnx, tvm or torch)"),
     ({"dtype": "bfloat16"}, "compile", "unknown dtype 'bfloat16' (choose float32 or float16)"),
     ({"opt_level": 3}, "compile", "no optimisation level -O3"),
     ({"opset": 99}, "inspect", "--opset 99: pick one from 17 to 26"),

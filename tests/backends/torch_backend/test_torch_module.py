@@ -90,3 +90,10 @@ def test_float16_computes_in_half_with_the_float32_results_nearby() -> None:
         got = half(x=torch.from_numpy(x))["Y"]
     assert got.dtype == torch.float16
     assert np.abs(got.float().numpy() - _logits(full, x)).max() < 2e-2
+
+
+def test_the_compile_command_says_the_module_is_for_python(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pseudoformer.cli import main
+
+    assert main(["compile", str(GPT2), "-D", "L=1", "--backend", "torch", "-o", str(tmp_path / "m.onnx")]) == 1
+    assert 'pseudoformer.compile(FILE, backend="torch")' in capsys.readouterr().err
