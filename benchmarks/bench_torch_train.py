@@ -1,6 +1,6 @@
 """`train --backend torch` step time on a CPU: against HF + torch eager, and DDP over processes against one.
 
-Part 1 (in this process, interleaved by interleaved_timing.round_robin, the same threads): one AdamW step of
+Part 1 (in this process, interleaved by common/harness.round_robin, the same threads): one AdamW step of
 GPT-2 small (or --layers N of it; say so when reporting) on a batch of --batch × --seq tokens, ours
 (pseudoformer.training.torch_loop.TorchRuntime: gpt2_loss.alg lowered by the torch backend, autograd,
 torch.optim.AdamW) against HF's GPT2LMHeadModel with the same weights and batches, its next-token loss written
@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.interleaved_timing import round_robin  # noqa: E402
+from benchmarks.common.harness import common_arguments, machine_summary, round_robin  # noqa: E402
 
 LOSS = ROOT / "tests" / "training" / "gpt2_loss.alg"
 SMALL = dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257)
@@ -39,8 +39,7 @@ QUICK = dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=101)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=2)
+    ap = common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--steps", type=int, default=5, help="timed steps per variant")
@@ -50,16 +49,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="tiny shapes: the smoke test")
     return ap.parse_args(argv)
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def sizes(args: argparse.Namespace) -> dict[str, int]:
@@ -152,7 +141,7 @@ def part2(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     s = sizes(args)
-    print(f"CPU: {cpu_name()}; GPT-2 {'(quick shapes)' if args.quick else 'small'}, {s['n_layer']} layers, "
+    print(f"{machine_summary()}\nGPT-2 {'(quick shapes)' if args.quick else 'small'}, {s['n_layer']} layers, "
           f"batch {args.batch} × seq {args.seq}, AdamW, {args.threads} threads (under load on a shared machine)")
     with tempfile.TemporaryDirectory() as tmp:
         if not args.no_hf:
