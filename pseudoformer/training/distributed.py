@@ -6,6 +6,7 @@ GPUs, each rank on its own device (LOCAL_RANK's GPU, or the CPU).
     wrap(module)   DDP, or FSDP2 (`fully_shard` on each layer — each child of a module named `layers` —
                    then on the whole) with fsdp=True
     sum(x)         a number summed over the ranks;   full(t): a parameter or state tensor, whole, as numpy
+    like(p, a)     a whole array as a tensor placed as parameter p is (p's shard of it under FSDP2)
     writes         whether this rank writes files and draws the progress bar (rank 0 alone)
 """
 
@@ -82,6 +83,16 @@ class Group:
             value = value.clone()
             dist.all_reduce(value)
         return float(value)
+
+    def like(self, param: Any, array: np.ndarray) -> Any:
+        import torch
+
+        whole = torch.from_numpy(np.array(array, np.float32)).to(param.device)
+        if hasattr(param, "device_mesh"):  # an FSDP2 shard (a DTensor): the same placement of the whole
+            from torch.distributed.tensor import distribute_tensor
+
+            return distribute_tensor(whole, param.device_mesh, param.placements)
+        return whole.reshape(param.shape)
 
     def full(self, tensor: Any) -> np.ndarray:
         if hasattr(tensor, "full_tensor"):  # an FSDP2 shard

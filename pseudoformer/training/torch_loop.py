@@ -6,7 +6,9 @@ What the step computes is the ONNX step's (passes/training_step.py): the objecti
 per-example loss over the batch, the gradient's global norm is clipped as clip_grad_norm_ clips it, the
 update is torch.optim's (SGD without momentum; AdamW with its decoupled decay, its fused kernel, which
 matches the ONNX step within 1e-5 and saves a pass per tensor group), and η is set on the optimizer before
-each step. Frozen parameters (--train) have requires_grad off; LoRA is the --train of its
+each step. AdamW's β₁, β₂, ε and λ are the run's (TrainingOptions); as the ONNX step does, λ decays only the
+parameters of rank ≥ 2 unless --decay-all (two param groups, the other with λ = 0). --resume puts the run's
+m, v and t into the optimizer's state (load_state). Frozen parameters (--train) have requires_grad off; LoRA is the --train of its
 A and B.
 
 Under `torchrun` (WORLD_SIZE > 1) the step runs on the process group (distributed.py): --batch-size is the
@@ -36,6 +38,8 @@ class TorchStep:
     trainable: list[str]
     ties: dict[str, str]
     frozen: dict[str, np.ndarray] = field(default_factory=dict)
+    # AdamW's initial m.<name>, v.<name> and t, by the ONNX step's names: what --resume replaces (loop.py)
+    state: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class TorchRuntime:
@@ -70,8 +74,12 @@ class TorchRuntime:
         if opt.kind == "sgd":
             self.optimizer = torch.optim.SGD(self.params, lr=0.0)
         else:
-            self.optimizer = torch.optim.AdamW(self.params, lr=0.0, betas=(opt.beta1, opt.beta2), eps=opt.eps,
-                                               weight_decay=opt.weight_decay, fused=True)
+            # λ on the matrices only, unless decay_all (as passes/training_step.py's AdamW update decays)
+            decays = [opt.decay_all or p.dim() >= 2 for p in self.params]
+            groups = [{"params": [p for p, d in zip(self.params, decays, strict=True) if d == on], "weight_decay": wd}
+                      for on, wd in ((True, opt.weight_decay), (False, 0.0)) if on in decays]
+            self.optimizer = torch.optim.AdamW(groups, lr=0.0, betas=(opt.beta1, opt.beta2), eps=opt.eps,
+                                               fused=True)
         self.kind = opt.kind
 
     @property
@@ -102,6 +110,28 @@ class TorchRuntime:
             return self.group.sum(total.detach()) / rows
         return self.group.sum(total.detach()) / self.group.world
 
+    def initial_state(self) -> dict[str, np.ndarray]:
+        """AdamW's state before the first step, by the names values() gives it (none for SGD)."""
+        if self.kind != "adamw":
+            return {}
+        out: dict[str, np.ndarray] = {STEP: np.zeros((), np.float32)}
+        for p, name in self.names.items():
+            out[f"m.{name}"] = out[f"v.{name}"] = np.zeros(tuple(p.shape), np.float32)
+        return out
+
+    def load_state(self, state: Mapping[str, np.ndarray]) -> None:
+        """AdamW's m, v and t from a run's optimizer.safetensors (checked against initial_state by loop.py),
+        as torch.optim keeps them: the fused kernel's step a float32 tensor on the parameter's device."""
+        if self.kind != "adamw":
+            return
+        torch = self.torch
+        t = float(np.asarray(state[STEP]).reshape(()))
+        for p, name in self.names.items():
+            self.optimizer.state[p] = {
+                "step": torch.tensor(t, dtype=torch.float32, device=p.device),
+                "exp_avg": self.group.like(p, state[f"m.{name}"]),
+                "exp_avg_sq": self.group.like(p, state[f"v.{name}"])}
+
     def values(self) -> dict[str, np.ndarray]:
         """The trained parameters, and AdamW's m, v and step count, by our names (as the other runtimes
         name them: m.<name>, v.<name>, t)."""
@@ -129,8 +159,10 @@ def torch_step(graph: Graph, weights: Mapping[str, np.ndarray], trainable: Itera
     if not names:
         raise UsageError("nothing to train: every parameter is frozen")
     name = loss or prepared.outputs[0][0]
+    if name not in dict(prepared.outputs):
+        raise UsageError(f"the loss output {name!r} was not found")
     objective(prepared, name)  # refuses a loss that is not one number per example
     used = {p.attrs["name"] for p in prepared.params()}
     runtime = TorchRuntime(prepared, {k: v for k, v in weights.items() if k in used}, names, opt, name,
                            fsdp=fsdp, threads=threads)
-    return TorchStep(names, dict(ties)), runtime
+    return TorchStep(names, dict(ties), state=runtime.initial_state()), runtime

@@ -83,3 +83,31 @@ def test_the_command_line_trains_with_torch(tmp_path: Path, capsys: pytest.Captu
     assert (tmp_path / "out" / "model.safetensors").is_file() and (tmp_path / "out" / "loss.csv").is_file()
     assert main([*argv[:-2], "--fsdp", "--backend", "onnx"]) == 1
     assert "--fsdp" in capsys.readouterr().err
+
+
+def test_adamw_constants_and_decay_all_match_the_onnx_trainer(tmp_path: Path) -> None:
+    # β₁, β₂, ε from the options, and λ on every parameter (not the matrices alone): one param group
+    _assert_same(*_both(tmp_path, HERE / "gpt2_loss.alg", defines=GPT2, lr=3e-3, optimizer="adamw",
+                        betas=(0.8, 0.95), eps=1e-6, weight_decay=0.2, decay_all=True))
+
+
+def test_resume_goes_on_with_m_v_and_t(tmp_path: Path) -> None:
+    common = dict(defines=GPT2, seq_len=12, batch_size=4, lr=3e-3, optimizer="adamw", weight_decay=0.1,
+                  progress=False, seed=1, backend="torch")
+    whole = train(HERE / "gpt2_loss.alg", _data(), steps=20, **common)
+    train(HERE / "gpt2_loss.alg", _data(), steps=12, out=tmp_path / "run", **common)
+    resumed = train(HERE / "gpt2_loss.alg", _data(), steps=20, resume=tmp_path / "run", out=tmp_path / "run",
+                    **common)
+    np.testing.assert_allclose(resumed.losses, whole.losses[12:], rtol=TOL, atol=TOL)
+    for k, w in whole.weights.items():
+        np.testing.assert_allclose(resumed.weights[k], w, rtol=TOL, atol=TOL, err_msg=k)
+    state = read_safetensors(tmp_path / "run" / "optimizer.safetensors")
+    assert float(np.asarray(state["t"]).reshape(())) == 20
+
+
+def test_validation_loss_is_the_loops(tmp_path: Path) -> None:
+    ours, theirs = _both(tmp_path, HERE / "gpt2_loss.alg", defines=GPT2, lr=3e-3, optimizer="adamw",
+                         val_data=_data(96), val_every=10)
+    vals = [[h[3] for h in r.history if h[0] in (10, 20)] for r in (ours, theirs)]
+    assert len(vals[1]) == 2 and np.isfinite(vals[1]).all()
+    np.testing.assert_allclose(vals[1], vals[0], rtol=TOL, atol=TOL)
