@@ -38,7 +38,8 @@ MIN_OPSET = 17
 MAX_OPSET = 26
 # Where a command runs a model on a provider other than the CPU, and on which backends; the rest say why
 # not (problems). A compile's provider is where its model's .run runs by default.
-CUDA_RUNS = {"run": ("onnx",), "compile": ("onnx",), "generate": ("onnx",), "train": ("onnx",)}
+# train --backend torch: each process on a GPU (its LOCAL_RANK's) with --provider cuda, on the CPU without.
+CUDA_RUNS = {"run": ("onnx",), "compile": ("onnx",), "generate": ("onnx",), "train": ("onnx", "torch")}
 # The commands that run a model as they are given: a provider the installed onnxruntime lacks is refused before
 # anything is compiled for it (backends/onnx/providers.require_installed). A compile's provider is where its
 # .run runs later, perhaps on another machine.
@@ -183,7 +184,12 @@ class CompileOptions:
         refused in one line naming pseudoformer[gpu], before anything is compiled for it. Asked by the commands
         that run a model as they are given (RUNS_NOW), not when options are read: a compile's provider is where
         its .run runs later, perhaps elsewhere."""
-        if command in RUNS_NOW and self.provider != "cpu" and self.backend in CUDA_RUNS.get(command, ()):
+        if command in RUNS_NOW and self.provider != "cpu" and self.backend == "torch":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise UsageError(f"--provider {self.provider}: this torch ({torch.__version__}) sees no CUDA device")
+        elif command in RUNS_NOW and self.provider != "cpu" and self.backend in CUDA_RUNS.get(command, ()):
             from pseudoformer.backends.onnx.providers import require_installed
             from pseudoformer.base.errors import BackendError
 

@@ -1,6 +1,6 @@
 """The process group `train --backend torch` runs on under torchrun (torch_loop.py): one process is a group
 of one; under `torchrun --nproc-per-node N` (WORLD_SIZE > 1) torch.distributed's, gloo on CPUs and NCCL on
-GPUs, each rank on its own device (LOCAL_RANK's GPU, or the CPU).
+GPUs, each rank on its own device (with --provider cuda LOCAL_RANK's GPU, else the CPU).
 
     share(batch)   this rank's rows of the global batch (np.array_split: shares differ by a row at most)
     wrap(module)   DDP, or FSDP2 (`fully_shard` on each layer — each child of a module named `layers` —
@@ -29,13 +29,13 @@ class Group:
     device: Any = "cpu"
 
     @classmethod
-    def from_env(cls) -> Group:
+    def from_env(cls, cuda: bool = False) -> Group:
         import torch
         import torch.distributed as dist
 
         world = int(os.environ.get("WORLD_SIZE", "1"))
         local = int(os.environ.get("LOCAL_RANK", "0"))
-        device = torch.device("cuda", local) if torch.cuda.is_available() else torch.device("cpu")
+        device = torch.device("cuda", local) if cuda else torch.device("cpu")
         if world <= 1:
             return cls(0, 1, device)
         if not dist.is_initialized():

@@ -319,7 +319,7 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
 
         step, runtime = torch_step(model.graph, plain_weights(model.weights), setup.trainable, opt, level, ties,
                                    plan.loss_output if plan is not None else None, fsdp=setup.fsdp,
-                                   threads=threads)
+                                   threads=threads, cuda=compiled.provider == "cuda")
         if resumed is not None:
             _restore_state(step, resumed, setup.resume)
             runtime.load_state(step.state)

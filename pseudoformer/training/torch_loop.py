@@ -47,7 +47,7 @@ class TorchRuntime:
     mean loss; `values()` → the parameters and the optimizer state by our names."""
 
     def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], names: list[str], opt: Optimizer,
-                 loss: str, *, fsdp: bool = False, threads: int | None = None) -> None:
+                 loss: str, *, fsdp: bool = False, threads: int | None = None, cuda: bool = False) -> None:
         import torch
 
         from pseudoformer.backends.torch.compile import to_torch
@@ -57,7 +57,7 @@ class TorchRuntime:
         if threads is not None:
             torch.set_num_threads(threads)
         self.torch = torch
-        self.group = distributed.Group.from_env()
+        self.group = distributed.Group.from_env(cuda)
         try:
             module = to_torch(graph, weights)
         except BackendError as e:
@@ -151,7 +151,7 @@ class TorchRuntime:
 
 def torch_step(graph: Graph, weights: Mapping[str, np.ndarray], trainable: Iterable[str] | None,
                opt: Optimizer, level: int, ties: Mapping[str, str], loss: str | None, *, fsdp: bool = False,
-               threads: int | None = None) -> tuple[TorchStep, TorchRuntime]:
+               threads: int | None = None, cuda: bool = False) -> tuple[TorchStep, TorchRuntime]:
     """The step of `graph`'s loss for the loop: the same loss graph the ONNX step differentiates
     (compile.loss_graph), run as a torch module."""
     prepared = loss_graph(graph, level, dict(ties))
@@ -164,5 +164,5 @@ def torch_step(graph: Graph, weights: Mapping[str, np.ndarray], trainable: Itera
     objective(prepared, name)  # refuses a loss that is not one number per example
     used = {p.attrs["name"] for p in prepared.params()}
     runtime = TorchRuntime(prepared, {k: v for k, v in weights.items() if k in used}, names, opt, name,
-                           fsdp=fsdp, threads=threads)
+                           fsdp=fsdp, threads=threads, cuda=cuda)
     return TorchStep(names, dict(ties), state=runtime.initial_state()), runtime

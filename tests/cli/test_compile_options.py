@@ -107,7 +107,7 @@ RULES = [
     ({"provider": "cuda", "backend": "numpy"}, "run", "--provider cuda is for the onnx backend; numpy runs on the CPU"),
     ({"provider": "cuda", "backend": "numpy"}, "generate", "--provider cuda is for the onnx backend; numpy runs on "
      "the CPU"),
-    ({"provider": "cuda", "backend": "tvm"}, "train", "--provider cuda is for the onnx backend; tvm builds for "
+    ({"provider": "cuda", "backend": "tvm"}, "train", "--provider cuda is for the onnx or torch backend; tvm builds for "
      "--target cuda instead"),
     ({"dtype": "float16", "backend": "numpy"}, "generate", "--dtype float16 is for the onnx backend; numpy generates "
      "in float32"),

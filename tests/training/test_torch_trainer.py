@@ -85,6 +85,23 @@ def test_the_command_line_trains_with_torch(tmp_path: Path, capsys: pytest.Captu
     assert "--fsdp" in capsys.readouterr().err
 
 
+def test_provider_cuda_is_the_torch_trainers_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+
+    from pseudoformer.backends.options import CompileOptions
+    from pseudoformer.cli import main
+
+    assert CompileOptions(backend="torch", provider="cuda").problems("train") == []
+    assert CompileOptions(backend="torch", provider="cuda").problems("run")  # train alone runs torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device: the refusal below is for one without")
+    np.save(tmp_path / "ids.npy", _data())
+    argv = ["train", str(HERE / "gpt2_loss.alg"), "--data", str(tmp_path / "ids.npy"), "--backend", "torch",
+            "--provider", "cuda", "--steps", "1", "--lr", "1e-3", *[a for d in GPT2 for a in ("-D", d)]]
+    assert main(argv) == 1
+    assert "sees no CUDA device" in capsys.readouterr().err
+
+
 def test_adamw_constants_and_decay_all_match_the_onnx_trainer(tmp_path: Path) -> None:
     # β₁, β₂, ε from the options, and λ on every parameter (not the matrices alone): one param group
     _assert_same(*_both(tmp_path, HERE / "gpt2_loss.alg", defines=GPT2, lr=3e-3, optimizer="adamw",
