@@ -345,7 +345,7 @@ def _run(args: argparse.Namespace) -> int:
     import numpy as np
 
     undefined = [k for k, v in outputs.items() if np.issubdtype(np.asarray(v).dtype, np.floating) and np.isnan(v).any()]
-    if undefined:  # NaN is never an answer: the weights or hyperparameters (finite, but extreme) made one
+    if undefined and not getattr(args, "allow_nonfinite", False):  # NaN is no answer, unless NaN weights were let in
         raise UsageError(f"the output {', '.join(undefined)} holds NaN: this model's weights or hyperparameters make "
                          "it undefined (an ε of 0 under a norm, values whose squares pass float32's range); nothing "
                          "was written")

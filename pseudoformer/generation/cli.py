@@ -57,7 +57,7 @@ def parse_ids(text: str | None, flag: str) -> list[int] | None:
     body = text.strip()
     listed = body.startswith("[") and body.endswith("]")  # a JSON list, "[464, 2068]": commas separate there
     parts = [p for p in re.split(r"\s*,\s*|\s+" if listed else r"\s+", body[1:-1] if listed else body) if p]
-    if not parts or not all(re.fullmatch(r"\d+", p) and len(p) <= 18 for p in parts):
+    if not parts or not all(re.fullmatch(r"\d+", p) for p in parts):
         # "1,000" is not read as the ids 1 and 0: outside a [list], ids are separated by spaces only.
         raise UsageError(f"{flag} takes token ids: non-negative integers separated by spaces (\"464 2068\") or a list "
                          f"(\"[464, 2068]\"), got {escape(text)!r}")
