@@ -18,11 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from pseudoformer.cli_parser import build_parser
-from tests.hostile.conftest import GPT2, SMALL_GPT2, Result
+from tests.hostile.conftest import GPT2, SMALL_GPT2, TINY_TRAIN, TRAIN_LOSS, Result
 
-LOSS = str(Path(__file__).resolve().parents[1] / "training" / "gpt2_loss.alg")
-TINY_TRAIN = ["-D", "L=1", "-D", "H=2", "-D", "d_e=16", "-D", "d_mlp=32", "-D", "d_attn=8", "-D", "d_mid=8",
-              "-D", "N_V=50", "-D", "ell_max=32", "-D", "eps=1e-5"]
 # Values no numeric option takes: each must be refused, whatever the option.
 BAD_INT = ("-1",)
 BAD_FLOAT = ("nan", "inf", "-inf", "-1")
@@ -58,7 +55,7 @@ def base_commands(d: Path) -> dict[str, list[str]]:
         "compile": ["compile", GPT2, *SMALL_GPT2, "-o", str(d / "m.onnx")],
         "run": ["run", GPT2, *SMALL_GPT2, "--input", "x=[[1, 2]]", "-o", str(d / "y.npz")],
         "generate": ["generate", GPT2, *SMALL_GPT2, "--prompt-ids", "1 2", "--max-new-tokens", "2"],
-        "train": ["train", LOSS, *TINY_TRAIN, "--data", str(ids), "--seq-len", "8", "--steps", "1", "--lr", "1e-3",
+        "train": ["train", TRAIN_LOSS, *TINY_TRAIN, "--data", str(ids), "--seq-len", "8", "--steps", "1", "--lr", "1e-3",
                   "--batch-size", "2"],
     }
 
@@ -117,7 +114,7 @@ def output_probes(d: Path) -> Iterator[Probe]:
     ids = d / "ids.npy"
     for command in ("compile", "run", "inspect", "train"):
         argv = [a if a != GPT2 else str(alg) for a in bases[command]]
-        for what, out in (("the source", alg if command != "train" else Path(LOSS)), ("/dev/null", Path("/dev/null")),
+        for what, out in (("the source", alg if command != "train" else Path(TRAIN_LOSS)), ("/dev/null", Path("/dev/null")),
                           ("a FIFO", _not_regular(d)["a FIFO"])):
             if command == "inspect":
                 argv = [*argv, "--format", "json"]

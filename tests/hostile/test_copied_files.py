@@ -15,10 +15,8 @@ import numpy as np
 import pytest
 
 from pseudoformer.base.file_access import FileAccessError, read_inside
-from tests.hostile.conftest import MODELS, judge, run_cli
+from tests.hostile.conftest import MODELS, TRAIN_LOSS, judge, run_cli
 from tests.training import torch_cases
-
-LOSS = str(Path(__file__).resolve().parents[1] / "training" / "gpt2_loss.alg")
 
 
 def _secret(tmp_path: Path) -> Path:
@@ -52,7 +50,7 @@ def test_read_inside_takes_files_and_links_within_and_refuses_links_out(tmp_path
 def _trained(tmp_path: Path, capfd: pytest.CaptureFixture[str]):  # noqa: ANN202
     ids = tmp_path / "ids.npy"
     np.save(ids, np.tile(np.arange(20, dtype=np.int64), 20))
-    return run_cli(["train", LOSS, "--weights", tmp_path / "hf", "--data", ids, "--seq-len", "8", "--batch-size", "2",
+    return run_cli(["train", TRAIN_LOSS, "--weights", tmp_path / "hf", "--data", ids, "--seq-len", "8", "--batch-size", "2",
                     "--steps", "1", "--lr", "1e-3", "-o", tmp_path / "out"], capfd)
 
 

@@ -10,26 +10,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from tests.hostile.conftest import MODELS, judge, run_cli
+from tests.hostile.conftest import MODELS, TINY_TRAIN, TRAIN_LOSS, judge, run_cli
 from tests.training import torch_cases
-
-LOSS = Path(__file__).resolve().parents[1] / "training" / "gpt2_loss.alg"
-TINY = ["-D", "L=1", "-D", "H=2", "-D", "d_e=16", "-D", "d_mlp=32", "-D", "d_attn=8", "-D", "d_mid=8",
-        "-D", "N_V=50", "-D", "ell_max=32", "-D", "eps=1e-5"]
-
-
-@pytest.fixture
-def ids(tmp_path: Path) -> Path:
-    path = tmp_path / "ids.npy"
-    np.save(path, np.tile(np.arange(20, dtype=np.int64), 20))
-    return path
 
 
 def _train(out: Path | str, ids: Path, capfd: pytest.CaptureFixture[str], *extra: str | Path):  # noqa: ANN202
-    return run_cli(["train", LOSS, *extra, "--data", ids, "--seq-len", "8", "--batch-size", "2", "--steps", "1",
+    return run_cli(["train", TRAIN_LOSS, *extra, "--data", ids, "--seq-len", "8", "--batch-size", "2", "--steps", "1",
                     "--lr", "1e-3", "-o", out], capfd)
 
 
@@ -37,13 +25,13 @@ def _train(out: Path | str, ids: Path, capfd: pytest.CaptureFixture[str], *extra
 def test_an_output_that_is_no_folder_is_refused_before_any_step(kind: str, tmp_path: Path, ids: Path,
                                                                  capfd: pytest.CaptureFixture[str]) -> None:
     before = ids.read_bytes()
-    out = {"data": ids, "alg": LOSS, "null": Path("/dev/null"), "fifo": tmp_path / "fifo",
+    out = {"data": ids, "alg": TRAIN_LOSS, "null": Path("/dev/null"), "fifo": tmp_path / "fifo",
            "file": tmp_path / "file.txt", "missing parent": tmp_path / "file.txt" / "run"}[kind]
     if kind == "fifo":
         os.mkfifo(out)
     if kind in ("file", "missing parent"):
         (tmp_path / "file.txt").write_text("x")
-    r = _train(out, ids, capfd, *TINY)
+    r = _train(out, ids, capfd, *TINY_TRAIN)
     judge(r, "cannot write -o")
     assert "step/s" not in r.err  # refused before the first step
     assert ids.read_bytes() == before

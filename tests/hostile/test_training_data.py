@@ -16,15 +16,11 @@ import pytest
 from pseudoformer import train
 from pseudoformer.base.limits import FILE_CAPS
 from pseudoformer.training.data import read_pairs, read_tokens
-from tests.hostile.conftest import judge, run_cli
-
-LOSS = str(Path(__file__).resolve().parents[1] / "training" / "gpt2_loss.alg")
-TINY = ["-D", "L=1", "-D", "H=2", "-D", "d_e=16", "-D", "d_mlp=32", "-D", "d_attn=8", "-D", "d_mid=8",
-        "-D", "N_V=50", "-D", "ell_max=32", "-D", "eps=1e-5"]
+from tests.hostile.conftest import TINY_TRAIN, TRAIN_LOSS, judge, run_cli
 
 
 def _train(data: Path | str, capfd: pytest.CaptureFixture[str], *extra: str):  # noqa: ANN202
-    return run_cli(["train", LOSS, *TINY, "--data", data, "--seq-len", "8", "--steps", "1", "--lr", "1e-3", *extra],
+    return run_cli(["train", TRAIN_LOSS, *TINY_TRAIN, "--data", data, "--seq-len", "8", "--steps", "1", "--lr", "1e-3", *extra],
                    capfd)
 
 
@@ -60,7 +56,7 @@ def test_data_that_is_no_file_says_so(kind: str, tmp_path: Path, capfd: pytest.C
 def test_a_sequence_past_the_models_positions_is_refused(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "ids.npy"
     np.save(path, np.tile(np.arange(20, dtype=np.int64), 20))
-    r = run_cli(["train", LOSS, *TINY, "--data", path, "--seq-len", "40", "--steps", "1", "--lr", "1e-3"], capfd)
+    r = run_cli(["train", TRAIN_LOSS, *TINY_TRAIN, "--data", path, "--seq-len", "40", "--steps", "1", "--lr", "1e-3"], capfd)
     judge(r, "has seq = 40, but the model takes at most 32")
 
 
@@ -70,8 +66,8 @@ def test_a_token_file_keeps_its_type_and_trains_as_int64_does(tmp_path: Path) ->
     np.save(tmp_path / "i64.npy", ids.astype(np.int64))
     stream = read_tokens(tmp_path / "u8.npy")
     assert stream.dtype == np.uint8 and isinstance(stream, np.memmap)  # mapped, read a batch at a time
-    defines = TINY[1::2]
-    losses = [train(LOSS, tmp_path / name, defines=defines, seq_len=8, batch_size=2, steps=2, lr=1e-3,
+    defines = TINY_TRAIN[1::2]
+    losses = [train(TRAIN_LOSS, tmp_path / name, defines=defines, seq_len=8, batch_size=2, steps=2, lr=1e-3,
                     progress=False).losses for name in ("u8.npy", "i64.npy")]
     assert losses[0] == losses[1]
 

@@ -8,25 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from tests.hostile.conftest import judge, run_cli
-
-LOSS = str(Path(__file__).resolve().parents[1] / "training" / "gpt2_loss.alg")
-TINY = ["-D", "L=1", "-D", "H=2", "-D", "d_e=16", "-D", "d_mlp=32", "-D", "d_attn=8", "-D", "d_mid=8",
-        "-D", "N_V=50", "-D", "ell_max=32", "-D", "eps=1e-5"]
-
-
-@pytest.fixture
-def ids(tmp_path: Path) -> Path:
-    path = tmp_path / "ids.npy"
-    np.save(path, np.tile(np.arange(20, dtype=np.int64), 20))
-    return path
+from tests.hostile.conftest import TINY_TRAIN, TRAIN_LOSS, judge, run_cli
 
 
 def _train(ids: Path, capfd: pytest.CaptureFixture[str], *extra: str | Path):  # noqa: ANN202
-    return run_cli(["train", LOSS, *TINY, "--data", ids, "--seq-len", "8", "--batch-size", "2", *extra], capfd)
+    return run_cli(["train", TRAIN_LOSS, *TINY_TRAIN, "--data", ids, "--seq-len", "8", "--batch-size", "2", *extra], capfd)
 
 
 def test_non_finite_parameters_never_replace_a_good_checkpoint(tmp_path: Path, ids: Path,
