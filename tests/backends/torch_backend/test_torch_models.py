@@ -109,3 +109,21 @@ def test_each_hf_family_matches_hf(kind: str, tmp_path: Path) -> None:
             got = module(x=torch.from_numpy(x))["Y"].numpy()
         err = float(np.abs(log_softmax(got) - log_softmax(want)).max())
         assert err <= HF_TOL, f"{kind} {shape}: max log-prob error {err:.3g}"
+
+
+def test_bart_matches_hf(tmp_path: Path) -> None:
+    """The encoder–decoder family: BART's logits given z and x, as tests/models/test_bart_vs_hf.py checks the
+    interpreter and ONNX Runtime."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    from tests.models.test_bart_vs_hf import SHAPES, SMALL, _hf, _hf_logits, _inputs
+
+    hf = _hf(BartForConditionalGeneration, BartConfig(**SMALL), seed=0)
+    module = pseudoformer.compile(MODELS / "bart.alg", weights=save_hf(hf, tmp_path), backend="torch")
+    for shape in SHAPES[:3]:
+        z, x = _inputs(*shape, vocab=SMALL["vocab_size"])
+        with torch.no_grad():
+            got = module(z=torch.from_numpy(z), x=torch.from_numpy(x))["Y"].numpy()
+        want = _hf_logits(hf, z, x)
+        err = float(np.abs(log_softmax(got) - log_softmax(want)).max())
+        assert err <= HF_TOL, f"bart {shape}: max log-prob error {err:.3g}"
