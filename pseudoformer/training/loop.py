@@ -1,20 +1,14 @@
-"""`pseudoformer.train`: load a loss algorithm (or a training algorithm, whose plan the frontend made),
-compile its training step for a backend, and run it over the data: a tqdm bar (step, loss, tokens/s),
-a step size schedule, checkpoints every --save-every steps and at the end, the loss curve.
-
-A NaN or infinite loss stops training with a message naming the step, after the last good checkpoint
-was kept (the bad step's update is never saved); Ctrl-C saves a checkpoint of the last finished step
-and returns cleanly.
+"""`pseudoformer.train`: load a loss algorithm (or a training algorithm, whose plan the frontend made, or one
+derived from the model's kind), read its data, compile its training step for a backend (or resume a run), and
+hand the run to training/steps.py, which runs the steps, the progress, the validation loss and the checkpoints.
 """
 
 from __future__ import annotations
 
 import math
-import signal
 import sys
-import time
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +26,9 @@ from pseudoformer.training.compile import CompiledStep, compile_step, tied_unemb
 from pseudoformer.training.derive import training_source
 from pseudoformer.training.init import INITS, gpt2_init
 from pseudoformer.training.options import TrainingOptions
-from pseudoformer.training.outputs import read_loss_curve, save_checkpoint, write_loss_curve, write_meta
+from pseudoformer.training.outputs import read_loss_curve
 from pseudoformer.training.runtimes import make_runtime
+from pseudoformer.training.steps import Row, Run, TrainResult, run_steps
 from pseudoformer.weights import open_checkpoint
 
 if TYPE_CHECKING:
@@ -42,33 +37,6 @@ if TYPE_CHECKING:
 
 # The training step's runtime (training/runtimes.py) on each backend --backend names.
 _STEP_RUNTIMES = {"numpy": "interpreter", "onnx": "onnxruntime", "tvm": "tvm", "torch": "torch"}
-
-# (step, loss, tokens/s, validation loss: NaN where it was not measured)
-Row = tuple[int, float, float, float]
-
-
-class TrainingStopped(UsageError):
-    """Training cannot go on (a loss that is not finite); the last good checkpoint is kept."""
-
-
-@dataclass
-class TrainResult:
-    losses: list[float]
-    weights: dict[str, np.ndarray]  # every parameter after the last finished step
-    steps: int
-    interrupted: bool = False
-    out: Path | None = None
-    history: list[Row] = field(default_factory=list)  # (step, loss, tokens/s, validation loss or NaN)
-
-
-def step_size(step: int, lr: float, warmup: int, total: int, schedule: str) -> float:
-    """η at step (from 1): constant, or linear warm-up over `warmup` steps then cosine decay to 0 at `total`."""
-    if schedule == "constant":
-        return lr
-    if warmup and step <= warmup:
-        return lr * step / warmup
-    span = max(total - warmup, 1)
-    return lr * 0.5 * (1 + math.cos(math.pi * min(step - warmup, span) / span))
 
 
 def _load(source: str | Path, weights: str | Path | None, seed: int, text: str | None = None,
@@ -88,25 +56,6 @@ def _plan_settings(model: Model) -> dict[str, Any]:
         return {}
     hp = model.config.hyperparameters
     return {"lr": hp.get(plan.learning_rate), "epochs": hp.get(plan.epochs), "plan": plan}
-
-
-def _feeds(plan: Any, model: Model, rows: Any, where: tuple[int, int, int]) -> dict[str, np.ndarray]:
-    """The loss graph's inputs for a batch of sequences: the tokens, ETraining's masked copy (its draws
-    data.masked_positions's for (seed, epoch, batch) = `where`), or EDTraining's pairs (a dict by the
-    dataset's member names, z and x)."""
-    # The data stays in its file's integer type (data.read_tokens); each batch is widened as it is fed.
-    rows = {k: np.asarray(a, np.int64) for k, a in rows.items()} if isinstance(rows, dict) else np.asarray(rows, np.int64)
-    if plan is None:
-        return {model.input_names[0]: rows}
-    if isinstance(rows, dict):
-        return {i: rows[d] for i, d in zip(plan.loss_inputs, plan.data, strict=True)}
-    if plan.masking is not None:
-        m, hp = plan.masking, model.config.hyperparameters
-        token = m.mask_token if isinstance(m.mask_token, int) else int(hp[m.mask_token])
-        hide = datasets.masked_positions(rows.shape, float(hp[m.probability]), *where)
-        return {m.masked_input: np.where(hide, token, rows), m.target_input: rows,
-                m.positions_input: hide.astype(np.float32)}
-    return {plan.loss_inputs[0]: rows}
 
 
 def _masking_set(plan: Any, model: Model) -> None:
@@ -340,10 +289,10 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     # A warm-up rises to η and the cosine takes it down, for either optimizer.
     sched = opts.schedule or ("cosine" if opts.warmup else "constant")
     shuffle = opts.shuffle if opts.shuffle is not None else plan is None
-    run = _Run(model, step, runtime, rows, plan, opts, total, lr, sched, shuffle, outdir, (hf_dir, group),
+    run = Run(model, step, runtime, rows, plan, opts, total, lr, sched, shuffle, outdir, (hf_dir, group),
                setup, resumed.steps if resumed is not None else 0, resumed.history if resumed is not None else [],
                val)
-    return _loop(run)
+    return run_steps(run)
 
 
 # η of a training algorithm when neither its config, -D nor --lr gives one (the paper fixes none)
@@ -394,166 +343,3 @@ def _tied(hf_dir: Path | None) -> bool:
     return bool(read_hf_config(hf_dir).get("tie_word_embeddings", False))
 
 
-@dataclass
-class _Run:
-    model: Model
-    step: CompiledStep | TorchStep
-    runtime: Any
-    rows: Any
-    plan: Any
-    opts: TrainingOptions
-    total: int
-    lr: float
-    schedule: str
-    shuffle: bool
-    outdir: Path | None
-    hf: tuple[Path | None, str | None]
-    setup: TrainingSetup
-    start: int  # steps already done (--resume)
-    earlier: list[Row]  # their loss curve
-    val: Any = None  # the validation data's rows (--val-data)
-
-
-def _positions(run: _Run) -> Iterator[tuple[int, int, Any]]:
-    """(epoch, batch index, batch) of every step, from the first, epoch after epoch, until the steps run out."""
-    count = 0
-    epoch = 0
-    while count < run.total:
-        for i, batch in enumerate(datasets.batches(run.rows, run.opts.batch_size, run.opts.seed, epoch,
-                                                   run.shuffle)):
-            if count >= run.total:
-                return
-            yield epoch, i, batch
-            count += 1
-        epoch += 1
-
-
-def _loop(run: _Run) -> TrainResult:
-    from tqdm import tqdm
-
-    history = list(run.earlier)
-    interrupted = [False]
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        interrupted[0] = True
-
-    # Ctrl-C and SIGTERM (a scheduler's stop, `kill`) alike: finish the step, save, and return.
-    previous = {sig: signal.signal(sig, on_sigint) for sig in (signal.SIGINT, signal.SIGTERM)}
-    # On a terminal a bar; in a log (stderr no terminal) a plain line every --log-every steps, not one
-    # carriage-returned line that grows with every update.
-    tty = sys.stderr.isatty()
-    bar = tqdm(total=run.total, initial=run.start, desc="train", unit="step", disable=not (run.setup.progress and tty),
-               dynamic_ncols=True)
-    done = run.start
-    try:
-        for k, (epoch, index, batch) in enumerate(_positions(run)):
-            if interrupted[0]:
-                break
-            if k < run.start:
-                continue  # --resume: the steps already run (their batches and masks are drawn by position)
-            t0 = time.perf_counter()
-            eta = step_size(done + 1, run.lr, run.opts.warmup, run.total, run.schedule)
-            loss = run.runtime.step(_feeds(run.plan, run.model, batch, (run.opts.seed, epoch, index)), eta)
-            if not math.isfinite(loss):
-                _stop(done + 1, loss, run.outdir)
-            done += 1
-            rate = datasets.token_count(batch) / (time.perf_counter() - t0)
-            val = _val_loss(run) if run.val is not None and (done % run.setup.val_every == 0 or
-                                                             done == run.total) else math.nan
-            history.append((done, loss, rate, val))
-            shown = {"val": f"{val:.4f}"} if math.isfinite(val) else {}
-            bar.set_postfix(loss=f"{loss:.4f}", **shown, tok_s=f"{rate:,.0f}")
-            bar.update(1)
-            if run.setup.progress and not tty and (done % run.setup.log_every == 0 or done == run.total):
-                said = f"  val {val:.6g}" if math.isfinite(val) else ""
-                print(f"step {done}/{run.total}  loss {loss:.6g}{said}  {rate:,.0f} tokens/s", file=sys.stderr,
-                      flush=True)
-            if run.outdir is not None and run.opts.save_every and done % run.opts.save_every == 0:
-                _save(run, history, done)
-    finally:
-        bar.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    ours = history[len(run.earlier):]
-    result = TrainResult([h[1] for h in ours], _weights(run.model, run.step, run.runtime), done, interrupted[0],
-                         run.outdir, ours)
-    if run.outdir is not None:
-        _save(run, history, done)
-    return result
-
-
-# The epoch number of the validation batches' masking draws (data.masked_positions): no training epoch's.
-VAL_EPOCH = 0xFFFFFFFF
-
-
-def _val_loss(run: _Run) -> float:
-    """The loss over the validation data with the current parameters: the mean over its examples of each
-    one's loss, as the objective is the batch's mean; the batches in order, ETraining's masks drawn as for
-    the epoch VAL_EPOCH. It runs on the numpy interpreter (ir/interpreter.py), the reference every backend's
-    step is checked against, and changes no parameter or optimizer state."""
-    from pseudoformer.ir.interpreter import run as interpret
-
-    weights = _weights(run.model, run.step, run.runtime)
-    total, count = 0.0, 0
-    for i, batch in enumerate(datasets.batches(run.val, run.opts.batch_size, run.opts.seed, 0, shuffle=False)):
-        feeds = _feeds(run.plan, run.model, batch, (run.opts.seed, VAL_EPOCH, i))
-        losses = np.asarray(next(iter(interpret(run.model.graph, feeds, weights).values())), np.float64)
-        total += float(losses.sum()) if losses.ndim else float(losses) * len(next(iter(feeds.values())))
-        count += len(next(iter(feeds.values())))
-    return total / count
-
-
-def _where(run: _Run, done: int) -> tuple[int, int]:
-    """The (epoch, batch index) of the step after `done` steps: where a resumed run goes on."""
-    per_epoch = math.ceil((len(next(iter(run.rows.values()))) if isinstance(run.rows, dict) else len(run.rows))
-                          / run.opts.batch_size)
-    return divmod(done, per_epoch)
-
-
-def _stop(step: int, loss: float, outdir: Path | None) -> None:
-    kept = f"; the last good checkpoint is in {outdir}" if outdir is not None and (outdir / "model.safetensors"
-                                                                                   ).exists() else ""
-    raise TrainingStopped(f"the loss became {loss} at step {step}: training stopped (lower --lr, or clip the "
-                          f"gradient with --clip){kept}")
-
-
-def _weights(model: Model, step: CompiledStep | TorchStep, runtime: Any) -> dict[str, np.ndarray]:
-    values = runtime.values()
-    out = {k: values.get(k, v) for k, v in model.weights.items()}
-    for unemb, emb in step.ties.items():
-        out[unemb] = np.ascontiguousarray(out[emb].T)
-    return out
-
-
-def _save(run: _Run, history: list[Row], done: int) -> None:
-    """The checkpoint, the optimizer state, the loss curve and training.json (with what --resume reads)."""
-    model, step, runtime, outdir = run.model, run.step, run.runtime, run.outdir
-    assert outdir is not None
-    weights = _weights(model, step, runtime)
-    bad = [k for k, v in weights.items() if not np.isfinite(np.asarray(v, np.float32)).all()]
-    if bad:  # a step whose loss was finite can still leave ±∞ or NaN in θ: never written over a good checkpoint
-        kept = f"; the last good checkpoint is in {outdir}" if (outdir / "model.safetensors").exists() else ""
-        raise TrainingStopped(f"the parameters became non-finite by step {done} ({', '.join(bad[:3])}"
-                              f"{', …' if len(bad) > 3 else ''}): training stopped (lower --lr, or clip the gradient "
-                              f"with --clip){kept}")
-    values = runtime.values()  # on every rank of a process group: gathering FSDP2's shards takes all of them
-    if not getattr(runtime, "writes", True):  # under torchrun, rank 0 alone writes
-        return
-    save_checkpoint(outdir, weights, *run.hf)
-    state = {k: v for k, v in values.items() if k.startswith(("m.", "v.")) or k == STEP}
-    if state:
-        from pseudoformer.weights.safetensors_io import save_weights
-
-        save_weights(state, outdir / "optimizer.safetensors")
-    write_loss_curve(outdir, history)
-    epoch, index = _where(run, done)
-    write_meta(outdir, {"source": str(model.source), "steps": done, "trainable": step.trainable,
-                        "ties": step.ties, "last_loss": history[-1][1] if history else None,
-                        "data_position": {"epoch": epoch, "batch": index, "shuffle": run.shuffle},
-                        "hf_source": str(run.hf[0]) if run.hf[0] is not None else None,
-                        "weights_group": run.hf[1],
-                        "options": _jsonable(asdict(run.opts)), "lr": run.lr, "total_steps": run.total})
-
-
-def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
