@@ -19,17 +19,12 @@ from pseudoformer.cli import main
 from pseudoformer.model import load
 from pseudoformer.weights.safetensors_io import read_safetensors, save_weights
 from tests.training import torch_cases
-
-LOSS = str(Path(__file__).resolve().parents[1] / "training" / "gpt2_loss.alg")
-TINY = ["-D", "L=1", "-D", "H=2", "-D", "d_e=16", "-D", "d_mlp=32", "-D", "d_attn=8", "-D", "d_mid=8",
-        "-D", "N_V=50", "-D", "ell_max=32", "-D", "eps=1e-5"]
+from tests.training.tiny_train import LOSS, TINY, token_stream
 
 
 @pytest.fixture
 def ids(tmp_path: Path) -> Path:
-    path = tmp_path / "ids.npy"
-    np.save(path, np.tile(np.arange(20, dtype=np.int64), 20))
-    return path
+    return token_stream(tmp_path)
 
 
 def _train(*args: str) -> int:

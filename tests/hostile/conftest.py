@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pseudoformer.cli import main
+from tests.training.tiny_train import LOSS, TINY, token_stream
 
 MODELS = Path(__file__).resolve().parents[2] / "models"
 GPT2, LLAMA = str(MODELS / "gpt2.alg"), str(MODELS / "llama.alg")
@@ -28,20 +29,15 @@ def defines(sizes: dict[str, float]) -> list[str]:
 
 
 SMALL_GPT2, SMALL_LLAMA = defines(_GPT2), defines(_LLAMA)
-# `train`'s probes: a loss over a one-layer GPT-2 (tests/training/gpt2_loss.alg) and its sizes
-TRAIN_LOSS = str(MODELS.parent / "tests" / "training" / "gpt2_loss.alg")
-TINY_TRAIN = ["-D", "L=1", "-D", "H=2", "-D", "d_e=16", "-D", "d_mlp=32", "-D", "d_attn=8", "-D", "d_mid=8",
-              "-D", "N_V=50", "-D", "ell_max=32", "-D", "eps=1e-5"]
+# `train`'s probes: the CLI tests' smallest run (tests/training/tiny_train.py)
+TRAIN_LOSS, TINY_TRAIN = LOSS, TINY
 
 
 @pytest.fixture
 def ids(tmp_path: Path) -> Path:
-    """A token stream for `train`: 0 … 19 twenty times, as .npy."""
-    import numpy as np
+    return token_stream(tmp_path)
 
-    path = tmp_path / "ids.npy"
-    np.save(path, np.tile(np.arange(20, dtype=np.int64), 20))
-    return path
+
 # A raw control character or escape sequence on the terminal: anything in C0/C1 but \n and \t.
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\u2028\u2029]")
 
