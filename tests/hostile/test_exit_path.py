@@ -70,7 +70,8 @@ class _Foreign(BaseException):
     """Not an Exception, as a pyo3 PanicException is not."""
 
 
-@pytest.mark.parametrize("exc", [RuntimeError("boom"), MemoryError(), _Foreign("panic"), RecursionError(),
+# MemoryError is not here: it is the user's limit, one message and exit 1 (test_undefined_outputs.py).
+@pytest.mark.parametrize("exc", [RuntimeError("boom"), _Foreign("panic"), RecursionError(),
                                  OSError("no filename"), ValueError("\x1b]0;owned\x07\nerror: forged")])
 def test_whatever_escapes_a_command_is_an_internal_error_with_a_report_hint(
         exc: BaseException, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
