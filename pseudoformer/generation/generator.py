@@ -67,6 +67,8 @@ class Generator:
         everywhere), contrib_ops, int8_activations (tvm)."""
         from pseudoformer.backends.pipeline import model_passes, run
         from pseudoformer.compile_options import from_keywords
+
+        self._bounds: dict[str, int] | None = None
         from pseudoformer.deploy import streams_weights
         from pseudoformer.optimize import debugging
 
@@ -152,7 +154,7 @@ class Generator:
                              f"({self.positions_why})")
         self._check_ids(self.decoder_input, x)
         if eos_token is not None:  # an id no token has never ends a row: generation would run on silently
-            vocabulary = token_bounds(self.model.graph).get(self.decoder_input)
+            vocabulary = self._token_bounds().get(self.decoder_input)
             if isinstance(eos_token, bool) or not isinstance(eos_token, int | np.integer) or eos_token < 0 or (
                     vocabulary is not None and eos_token >= vocabulary):
                 ids = f"0 to {vocabulary - 1:,}" if vocabulary is not None else "whole numbers ≥ 0"
@@ -211,7 +213,14 @@ class Generator:
         """Token ids index embedding tables, and a sequence is at most as long as the model's positions:
         a mistake in either is the user's, said before running."""
         graph = self.model.graph
-        check_input(graph, graph.input(name), ids, token_bounds(graph).get(name))
+        check_input(graph, graph.input(name), ids, self._token_bounds().get(name))
+
+    def _token_bounds(self) -> dict[str, int]:
+        """The model's token bounds, found once: a walk of a 30-layer graph is a quarter of a second, which every
+        generate call paid before its prefill."""
+        if self._bounds is None:
+            self._bounds = token_bounds(self.model.graph)
+        return self._bounds
 
 
 def _ids(value: Any, what: str) -> np.ndarray:
