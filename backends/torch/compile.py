@@ -3,6 +3,8 @@ lowering (lower.py).
 
     to_torch(graph, weights)                        → torch.fx.GraphModule, forward(**inputs) → {name: tensor}
     to_torch(graph, weights, dtype="float16")       → the same in float16 (reductions and softmaxes in float32)
+    to_torch_autocast(graph, weights)               → float32, for a forward under torch.autocast (training's
+                                                      --precision bf16|fp16): reductions and softmaxes in float32
 
 With opt_level 0 (the default) the graph is taken as already optimised, and only the backend's passes run:
 `decompose` (what no lowering here takes), then `float16` for a float16 model.
@@ -47,3 +49,12 @@ def to_torch(graph: Graph, weights: Mapping[str, np.ndarray], options: CompileOp
     options = (options or CompileOptions()).with_fields(fields)
     prepared, prepared_weights = prepare(graph, weights, options)
     return TorchLowering(prepared, torch.nn.Module()).lower(prepared_weights)
+
+
+def to_torch_autocast(graph: Graph, weights: Mapping[str, np.ndarray]) -> torch.fx.GraphModule:
+    """`to_torch` of a float32 graph whose forward runs under torch.autocast (mixed-precision training): its
+    parameters float32, the master weights, and the ops the float16 pass keeps in float32 (reductions,
+    softmaxes, scatters: lower.py's `fp32_anchors`) reading their operands as float32, as autocast on CUDA
+    does for a softmax or a sum and on the CPU does not. Without autocast it computes what `to_torch` does."""
+    prepared, prepared_weights = prepare(graph, weights, CompileOptions())
+    return TorchLowering(prepared, torch.nn.Module(), fp32_anchors=True).lower(prepared_weights)

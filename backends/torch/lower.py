@@ -30,8 +30,8 @@ from pseudoformer.base.errors import BackendError
 from pseudoformer.ir.graph import Graph
 from pseudoformer.ir.lazy_tensor import materialize
 from pseudoformer.ir.node import Node
-from pseudoformer.ir.ops import Op
-from pseudoformer.ir.types import DType
+from pseudoformer.ir.ops import Op, op_def
+from pseudoformer.ir.types import DType, TensorType
 
 torch = require_torch()
 from torch import fx, nn  # noqa: E402
@@ -55,11 +55,18 @@ class _Tracer(fx.proxy.GraphAppendingTracer):
 
 class TorchLowering:
     """Lowers one graph into `fx` and the module `root`: `vals` holds each IR node's value (a Proxy, a tuple
-    of them, or a size), `scalars` the ids of the nodes whose value is a Python number or a size rather than a tensor."""
+    of them, or a size), `scalars` the ids of the nodes whose value is a Python number or a size rather than a tensor.
 
-    def __init__(self, graph: Graph, root: nn.Module) -> None:
+    `fp32_anchors`: the ops the float16 pass keeps in float32 (precision "anchor": reductions, softmaxes,
+    scatters) read their float operands cast to float32, for a module run under torch.autocast (mixed-precision
+    training, compile.to_torch_autocast). Autocast on the CPU casts products to bfloat16 but leaves a sum or a
+    log-softmax in whatever type it is given, so without the casts a loss would be summed in bfloat16 (8
+    significant bits) and a scatter-add would meet operands of two types."""
+
+    def __init__(self, graph: Graph, root: nn.Module, fp32_anchors: bool = False) -> None:
         self.graph = graph
         self.root = root
+        self.fp32_anchors = fp32_anchors
         self.fx = fx.Graph()
         self.tracer = _Tracer(self)
         self.vals: dict[int, Any] = {}
@@ -149,7 +156,7 @@ class TorchLowering:
                     raise BackendError(f"the torch backend cannot lower {n.op.value} (at {n.span or n.scope or '?'})")
                 if n.type.rank == 0 and n.dtype is DType.int64 and n.op in _SIZE_OPS and all(map(self.is_scalar, n.src)):
                     self.scalars.add(id(n))
-                self.vals[id(n)] = lowering.fn(self, n)
+                self.vals[id(n)] = self._anchored(n, lowering.fn) if self.fp32_anchors else lowering.fn(self, n)
                 if isinstance(self.vals[id(n)], int) and n.type.rank == 0:
                     self.scalars.add(id(n))  # a size a lowering computed (a static dim)
         self.fx.output({name: self.tensor(n).node for name, n in self.graph.outputs})
@@ -159,6 +166,21 @@ class TorchLowering:
             for name, buffer in list(holder.named_buffers()):
                 holder.register_buffer(name, buffer, persistent=False)
         return module
+
+    def _anchored(self, n: Node, fn: Any) -> Any:
+        """fn(self, n), an anchor's float tensor operands read as float32 (a no-op on a float32 tensor)."""
+        if op_def(n.op).precision != "anchor":
+            return fn(self, n)
+        saved: dict[int, Any] = {}
+        for s in n.src:
+            if id(s) not in saved and id(s) not in self.scalars and isinstance(s.type, TensorType) and \
+                    s.dtype.is_float:
+                saved[id(s)] = self.vals[id(s)]
+                self.vals[id(s)] = saved[id(s)].float()
+        try:
+            return fn(self, n)
+        finally:
+            self.vals.update(saved)
 
     def _parameter(self, node: Node, params: Mapping[str, Any]) -> None:
         name = node.attrs["name"]

@@ -63,6 +63,9 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
                    "line every N steps (default 10)")
     t.add_argument("--train", action="append", metavar="NAME",
                    help="train only this parameter (repeatable; the rest stay frozen), e.g. LoRA's A and B")
+    t.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default="fp32", help="what the forward and "
+                   "backward compute in: fp32 (default), or bf16/fp16 under torch.autocast over float32 master "
+                   "weights and optimizer state, fp16 with dynamic loss scaling (--backend torch)")
     add_backend_argument(t, "onnx", "onnx (onnxruntime, the default), tvm, numpy (the reference interpreter) or "
                          "torch (torch.optim; under torchrun, on its process group); the old spellings onnxruntime "
                          "and interpreter are read as onnx and numpy")
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                             steps=args.steps, lr=args.lr, optimizer=args.optimizer, warmup=args.warmup,
                             clip=args.clip, weight_decay=args.weight_decay, betas=tuple(args.betas),
                             eps=args.eps, decay_all=args.decay_all, shuffle=args.shuffle, seed=args.seed,
-                            save_every=args.save_every)
+                            save_every=args.save_every, precision=args.precision)
     setup = TrainingSetup(entry=args.entry, config=args.config, defines=tuple(args.defines or ()),
                           weights=args.weights, tokenizer=args.tokenizer,
                           trainable=tuple(args.train) if args.train is not None else None, out=args.output,
@@ -108,5 +111,10 @@ def run(args: argparse.Namespace) -> int:
     if result.interrupted:
         print(f"interrupted after step {result.steps}{saved}", file=sys.stderr)
         return 130 if result.out is None else 0
+    if result.skipped:
+        shown = ", ".join(map(str, result.skipped[:8])) + (", …" if len(result.skipped) > 8 else "")
+        print(f"note: {len(result.skipped)} step{'s' if len(result.skipped) > 1 else ''} skipped, their fp16 "
+              f"gradients overflowed at the loss scale (steps {shown}); the scale was halved each time",
+              file=sys.stderr)
     print(f"trained {result.steps} steps, last loss {last}{saved}", file=sys.stderr)
     return 0

@@ -27,6 +27,7 @@ from pseudoformer.training.derive import training_source
 from pseudoformer.training.init import INITS, gpt2_init
 from pseudoformer.training.options import TrainingOptions
 from pseudoformer.training.outputs import read_loss_curve
+from pseudoformer.training.precision import STATE_PREFIX, refuse
 from pseudoformer.training.runtimes import make_runtime
 from pseudoformer.training.steps import Row, Run, TrainResult, run_steps
 from pseudoformer.weights import open_checkpoint
@@ -98,6 +99,7 @@ class Resumed:
     hf_source: Path | None  # the HF checkpoint the run started from, which its hf/ export follows
     group: str | None  # the parameter group that checkpoint filled
     history: list[Row]  # its loss.csv
+    skipped: list[int]  # its steps whose update was skipped (fp16 overflow)
 
 
 def _read_resume(directory: str | Path) -> Resumed:
@@ -118,9 +120,10 @@ def _read_resume(directory: str | Path) -> Resumed:
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise UsageError(f"--resume {d}: training.json's steps is {steps!r}, not a count of steps")
     state = read_safetensors(d / "optimizer.safetensors") if (d / "optimizer.safetensors").is_file() else {}
-    hf, group = meta.get("hf_source"), meta.get("weights_group")
+    hf, group, skipped = meta.get("hf_source"), meta.get("weights_group"), meta.get("skipped_steps")
+    skipped = [k for k in skipped if isinstance(k, int) and 0 < k <= steps] if isinstance(skipped, list) else []
     return Resumed(weights, state, steps, Path(hf) if isinstance(hf, str) and Path(hf).is_dir() else None,
-                   group if isinstance(group, str) else None, read_loss_curve(d)[:steps])
+                   group if isinstance(group, str) else None, read_loss_curve(d)[:steps], skipped)
 
 
 def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarray], *, entry: str | None = None,
@@ -134,7 +137,7 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
           decay_all: bool = False, shuffle: bool | None = None, objective: str | None = None,
           resume: str | Path | None = None, log_every: int = 10,
           val_data: str | Path | np.ndarray | dict[str, np.ndarray] | None = None, val_every: int = 100,
-          init: str = "normal", fsdp: bool = False,
+          init: str = "normal", fsdp: bool = False, precision: str = "fp32",
           hyperparameters: TrainingOptions | None = None, **keywords: Any) -> TrainResult:
     """Train the parameters of a loss algorithm's model (see the module's docstring); returns the losses and
     the trained weights. `trainable`: the parameter names to train (the rest frozen); all by default.
@@ -150,7 +153,7 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
     hyper = hyperparameters or TrainingOptions(
         seq_len=seq_len, batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, optimizer=optimizer,
         warmup=warmup, schedule=schedule, clip=clip, weight_decay=weight_decay, betas=tuple(betas),  # type: ignore[arg-type]
-        eps=eps, decay_all=decay_all, shuffle=shuffle, seed=seed, save_every=save_every)
+        eps=eps, decay_all=decay_all, shuffle=shuffle, seed=seed, save_every=save_every, precision=precision)
     return run_training(source, data, hyper, TrainingSetup(
         entry=entry, config=config, defines=tuple(defines or ()), weights=weights, tokenizer=tokenizer,
         trainable=tuple(trainable) if trainable is not None else None, out=out, progress=progress, arena=arena,
@@ -198,6 +201,7 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
                          f"{compiled.backend} backend")
     if setup.fsdp and backend != "torch":
         raise UsageError("--fsdp shards the torch backend's model: use it with --backend torch under torchrun")
+    refuse(opts.precision, compiled.backend, setup.fsdp)
     for flag, value in (("--log-every", setup.log_every), ("--val-every", setup.val_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"{flag} must be a whole number ≥ 1, got {value!r}")
@@ -268,7 +272,7 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
 
         step, runtime = torch_step(model.graph, plain_weights(model.weights), setup.trainable, opt, level, ties,
                                    plan.loss_output if plan is not None else None, fsdp=setup.fsdp,
-                                   threads=threads, cuda=compiled.provider == "cuda")
+                                   threads=threads, cuda=compiled.provider == "cuda", precision=opts.precision)
         if resumed is not None:
             _restore_state(step, resumed, setup.resume)
             runtime.load_state(step.state)
@@ -291,7 +295,7 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     shuffle = opts.shuffle if opts.shuffle is not None else plan is None
     run = Run(model, step, runtime, rows, plan, opts, total, lr, sched, shuffle, outdir, (hf_dir, group),
                setup, resumed.steps if resumed is not None else 0, resumed.history if resumed is not None else [],
-               val)
+               val, list(resumed.skipped) if resumed is not None else [])
     return run_steps(run)
 
 
@@ -318,13 +322,13 @@ def _rows(plan: Any, model: Model, data: Any, tokenizer: Any, seq_len: int,
 
 def _restore_state(step: CompiledStep | TorchStep, resumed: Resumed, where: Any) -> None:
     """The optimizer state of the resumed run in place of the step's initial one, each tensor checked."""
-    wanted = {k for k in step.state if k.startswith(("m.", "v.")) or k == STEP}
+    wanted = {k for k in step.state if k.startswith(("m.", "v.", STATE_PREFIX)) or k == STEP}
     got = set(resumed.state)
     if wanted != got:
         missing, extra = sorted(wanted - got), sorted(got - wanted)
         raise UsageError(f"--resume {where}: optimizer.safetensors does not fit this step (missing "
                          f"{', '.join(missing[:4]) or 'none'}; not of it {', '.join(extra[:4]) or 'none'}): resume "
-                         "with the run's own --optimizer and --train")
+                         "with the run's own --optimizer, --train and --precision")
     for k in wanted:
         v = np.asarray(resumed.state[k], np.float32)
         if v.size == 1 and np.ndim(step.state[k]) == 0:  # the step count t, saved as one element

@@ -12,6 +12,9 @@ from pseudoformer.base.errors import UsageError
 
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("constant", "cosine")
+# What the forward and backward compute in (training/precision.py): float32, or bfloat16/float16 under
+# torch.autocast with float32 master weights and optimizer state
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class TrainingOptions:
     shuffle: bool | None = None
     seed: int = 0  # the init without --weights, the shuffle, ETraining's masking draws
     save_every: int = 0  # a checkpoint every N steps (0: at the end only)
+    precision: str = "fp32"  # fp32, or bf16/fp16 compute over fp32 master weights (fp16 with loss scaling)
 
     def __post_init__(self) -> None:
         check(self)
@@ -90,6 +94,8 @@ def check(o: TrainingOptions) -> None:
     _real("--eps", o.eps, 0.0, closed_low=False)
     _whole("--seed", o.seed, 0)
     _whole("--save-every", o.save_every, 0)
+    if o.precision not in PRECISIONS:
+        raise UsageError(f"--precision {o.precision!r}: the precisions are {', '.join(PRECISIONS)}")
     if o.optimizer == "sgd":
         adamw_only = [f for f, v, d in (("--betas", o.betas, (0.9, 0.999)), ("--eps", o.eps, 1e-8))
                       if v != d]

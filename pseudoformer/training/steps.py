@@ -5,7 +5,8 @@ the progress (a bar on a terminal, a plain line in a log), the validation loss, 
 
 A NaN or infinite loss stops training with a message naming the step, after the last good checkpoint was kept
 (the bad step's update is never saved); Ctrl-C and SIGTERM save a checkpoint of the last finished step and
-return cleanly.
+return cleanly. A step whose update the runtime skipped (`--precision fp16`: its gradients overflowed at the
+loss scale, training/precision.py) is counted in the progress line and listed in training.json.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pseudoformer.model import Model
 from pseudoformer.passes.training_step import STEP
 from pseudoformer.training import data as datasets
 from pseudoformer.training.outputs import save_checkpoint, write_loss_curve, write_meta
+from pseudoformer.training.precision import STATE_PREFIX
 
 if TYPE_CHECKING:
     from pseudoformer.training.compile import CompiledStep
@@ -50,6 +52,7 @@ class TrainResult:
     interrupted: bool = False
     out: Path | None = None
     history: list[Row] = field(default_factory=list)  # (step, loss, tokens/s, validation loss or NaN)
+    skipped: list[int] = field(default_factory=list)  # the steps whose update was skipped (fp16 overflow)
 
 
 def step_size(step: int, lr: float, warmup: int, total: int, schedule: str) -> float:
@@ -99,6 +102,7 @@ class Run:
     start: int  # steps already done (--resume)
     earlier: list[Row]  # their loss curve
     val: Any = None  # the validation data's rows (--val-data)
+    skipped: list[int] = field(default_factory=list)  # steps whose update was skipped, a resumed run's first
 
 
 def _positions(run: Run) -> Iterator[tuple[int, int, Any]]:
@@ -144,15 +148,20 @@ def run_steps(run: Run) -> TrainResult:
             if not math.isfinite(loss):
                 _stop(done + 1, loss, run.outdir)
             done += 1
+            if getattr(run.runtime, "skipped", False):
+                run.skipped.append(done)
             rate = datasets.token_count(batch) / (time.perf_counter() - t0)
             val = _val_loss(run) if run.val is not None and (done % run.setup.val_every == 0 or
                                                              done == run.total) else math.nan
             history.append((done, loss, rate, val))
             shown = {"val": f"{val:.4f}"} if math.isfinite(val) else {}
+            if run.skipped:
+                shown["skipped"] = str(len(run.skipped))
             bar.set_postfix(loss=f"{loss:.4f}", **shown, tok_s=f"{rate:,.0f}")
             bar.update(1)
             if run.setup.progress and not tty and (done % run.setup.log_every == 0 or done == run.total):
                 said = f"  val {val:.6g}" if math.isfinite(val) else ""
+                said += f"  skipped {len(run.skipped)} (fp16 overflow)" if run.skipped else ""
                 print(f"step {done}/{run.total}  loss {loss:.6g}{said}  {rate:,.0f} tokens/s", file=sys.stderr,
                       flush=True)
             if run.outdir is not None and run.opts.save_every and done % run.opts.save_every == 0:
@@ -163,7 +172,7 @@ def run_steps(run: Run) -> TrainResult:
             signal.signal(sig, handler)
     ours = history[len(run.earlier):]
     result = TrainResult([h[1] for h in ours], _weights(run.model, run.step, run.runtime), done, interrupted[0],
-                         run.outdir, ours)
+                         run.outdir, ours, [k for k in run.skipped if k > run.start])
     if run.outdir is not None:
         _save(run, history, done)
     return result
@@ -227,7 +236,7 @@ def _save(run: Run, history: list[Row], done: int) -> None:
     if not getattr(runtime, "writes", True):  # under torchrun, rank 0 alone writes
         return
     save_checkpoint(outdir, weights, *run.hf)
-    state = {k: v for k, v in values.items() if k.startswith(("m.", "v.")) or k == STEP}
+    state = {k: v for k, v in values.items() if k.startswith(("m.", "v.", STATE_PREFIX)) or k == STEP}
     if state:
         from pseudoformer.weights.safetensors_io import save_weights
 
@@ -238,7 +247,7 @@ def _save(run: Run, history: list[Row], done: int) -> None:
                         "ties": step.ties, "last_loss": history[-1][1] if history else None,
                         "data_position": {"epoch": epoch, "batch": index, "shuffle": run.shuffle},
                         "hf_source": str(run.hf[0]) if run.hf[0] is not None else None,
-                        "weights_group": run.hf[1],
+                        "weights_group": run.hf[1], "skipped_steps": run.skipped,
                         "options": _jsonable(asdict(run.opts)), "lr": run.lr, "total_steps": run.total})
 
 

@@ -9,7 +9,8 @@ matches the ONNX step within 1e-5 and saves a pass per tensor group), and η is 
 each step. AdamW's β₁, β₂, ε and λ are the run's (TrainingOptions); as the ONNX step does, λ decays only the
 parameters of rank ≥ 2 unless --decay-all (two param groups, the other with λ = 0). --resume puts the run's
 m, v and t into the optimizer's state (load_state). Frozen parameters (--train) have requires_grad off; LoRA is the --train of its
-A and B.
+A and B. `--precision bf16|fp16` runs the forward under torch.autocast over the float32 parameters, fp16 with
+loss scaling (precision.py): the module is then to_torch_autocast's, its reductions and loss in float32.
 
 Under `torchrun` (WORLD_SIZE > 1) the step runs on the process group (distributed.py): --batch-size is the
 global batch, each rank takes its share of each batch's rows, and the gradient is averaged over the ranks
@@ -29,6 +30,7 @@ from pseudoformer.ir import Graph
 from pseudoformer.passes.autodiff import objective, trainable_params
 from pseudoformer.passes.training_step import STEP, Optimizer
 from pseudoformer.training.compile import loss_graph
+from pseudoformer.training.precision import STATE_PREFIX, Autocast
 
 
 @dataclass
@@ -38,7 +40,8 @@ class TorchStep:
     trainable: list[str]
     ties: dict[str, str]
     frozen: dict[str, np.ndarray] = field(default_factory=dict)
-    # AdamW's initial m.<name>, v.<name> and t, by the ONNX step's names: what --resume replaces (loop.py)
+    # AdamW's initial m.<name>, v.<name> and t, by the ONNX step's names, and fp16's loss scale (amp.*): what
+    # --resume replaces (loop.py)
     state: dict[str, np.ndarray] = field(default_factory=dict)
 
 
@@ -47,10 +50,11 @@ class TorchRuntime:
     mean loss; `values()` → the parameters and the optimizer state by our names."""
 
     def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], names: list[str], opt: Optimizer,
-                 loss: str, *, fsdp: bool = False, threads: int | None = None, cuda: bool = False) -> None:
+                 loss: str, *, fsdp: bool = False, threads: int | None = None, cuda: bool = False,
+                 precision: str = "fp32") -> None:
         import torch
 
-        from pseudoformer.backends.torch.compile import to_torch
+        from pseudoformer.backends.torch.compile import to_torch, to_torch_autocast
         from pseudoformer.backends.torch.names import our_name
         from pseudoformer.training import distributed
 
@@ -58,8 +62,9 @@ class TorchRuntime:
             torch.set_num_threads(threads)
         self.torch = torch
         self.group = distributed.Group.from_env(cuda)
+        self.amp = Autocast(precision, self.group.device)
         try:
-            module = to_torch(graph, weights)
+            module = (to_torch_autocast if self.amp.reduced else to_torch)(graph, weights)
         except BackendError as e:
             raise UsageError(str(e)) from None
         trained = set(names)
@@ -87,12 +92,19 @@ class TorchRuntime:
         """Whether this process writes the checkpoint and the loss curve (rank 0 of a group)."""
         return self.group.writes
 
+    @property
+    def skipped(self) -> bool:
+        """Whether the last step's update was skipped (fp16: its gradients overflowed at the loss scale)."""
+        return self.amp.skipped
+
     def step(self, feeds: Mapping[str, np.ndarray], eta: float) -> float:
         torch = self.torch
         rows = len(next(iter(feeds.values())))
         share = self.group.share(feeds)
-        out = self.module(**{k: torch.from_numpy(np.ascontiguousarray(v)).to(self.group.device)
-                             for k, v in share.items()})[self.loss]
+        with self.amp.forward():
+            out = self.module(**{k: torch.from_numpy(np.ascontiguousarray(v)).to(self.group.device)
+                                 for k, v in share.items()})[self.loss]
+        out = out.float()  # the loss and its objective in float32 whatever the forward computed in
         if out.dim() == 1:  # the per-example loss: this rank's part of the global batch's mean
             total = out.sum()
             scaled = total * (self.group.world / rows)
@@ -100,28 +112,32 @@ class TorchRuntime:
             total = out * (len(next(iter(share.values()))) / rows * self.group.world)
             scaled = total
         self.optimizer.zero_grad(set_to_none=True)
-        scaled.backward()
+        self.amp.backward(scaled)
         if self.clip > 0:
+            self.amp.unscale(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.params, self.clip)
         for group in self.optimizer.param_groups:
             group["lr"] = eta
-        self.optimizer.step()
+        self.amp.step(self.optimizer)
         if out.dim() == 1:
             return self.group.sum(total.detach()) / rows
         return self.group.sum(total.detach()) / self.group.world
 
     def initial_state(self) -> dict[str, np.ndarray]:
-        """AdamW's state before the first step, by the names values() gives it (none for SGD)."""
+        """AdamW's state before the first step, by the names values() gives it (none for SGD), and fp16's loss
+        scale."""
         if self.kind != "adamw":
-            return {}
-        out: dict[str, np.ndarray] = {STEP: np.zeros((), np.float32)}
+            return self.amp.state()
+        out: dict[str, np.ndarray] = {STEP: np.zeros((), np.float32), **self.amp.state()}
         for p, name in self.names.items():
             out[f"m.{name}"] = out[f"v.{name}"] = np.zeros(tuple(p.shape), np.float32)
         return out
 
     def load_state(self, state: Mapping[str, np.ndarray]) -> None:
         """AdamW's m, v and t from a run's optimizer.safetensors (checked against initial_state by loop.py),
-        as torch.optim keeps them: the fused kernel's step a float32 tensor on the parameter's device."""
+        as torch.optim keeps them: the fused kernel's step a float32 tensor on the parameter's device; and fp16's
+        loss scale."""
+        self.amp.load_state({k: v for k, v in state.items() if k.startswith(STATE_PREFIX)})
         if self.kind != "adamw":
             return
         torch = self.torch
@@ -134,8 +150,8 @@ class TorchRuntime:
 
     def values(self) -> dict[str, np.ndarray]:
         """The trained parameters, and AdamW's m, v and step count, by our names (as the other runtimes
-        name them: m.<name>, v.<name>, t)."""
-        out: dict[str, np.ndarray] = {}
+        name them: m.<name>, v.<name>, t), and fp16's loss scale (amp.scale, amp.growth)."""
+        out: dict[str, np.ndarray] = self.amp.state()
         t = None
         for p, name in self.names.items():
             out[name] = self.group.full(p.detach())
@@ -151,7 +167,8 @@ class TorchRuntime:
 
 def torch_step(graph: Graph, weights: Mapping[str, np.ndarray], trainable: Iterable[str] | None,
                opt: Optimizer, level: int, ties: Mapping[str, str], loss: str | None, *, fsdp: bool = False,
-               threads: int | None = None, cuda: bool = False) -> tuple[TorchStep, TorchRuntime]:
+               threads: int | None = None, cuda: bool = False,
+               precision: str = "fp32") -> tuple[TorchStep, TorchRuntime]:
     """The step of `graph`'s loss for the loop: the same loss graph the ONNX step differentiates
     (compile.loss_graph), run as a torch module."""
     prepared = loss_graph(graph, level, dict(ties))
@@ -164,5 +181,5 @@ def torch_step(graph: Graph, weights: Mapping[str, np.ndarray], trainable: Itera
     objective(prepared, name)  # refuses a loss that is not one number per example
     used = {p.attrs["name"] for p in prepared.params()}
     runtime = TorchRuntime(prepared, {k: v for k, v in weights.items() if k in used}, names, opt, name,
-                           fsdp=fsdp, threads=threads, cuda=cuda)
+                           fsdp=fsdp, threads=threads, cuda=cuda, precision=precision)
     return TorchStep(names, dict(ties), state=runtime.initial_state()), runtime

@@ -61,3 +61,18 @@ def test_fsdp_resumes_from_a_run_of_two_processes(tmp_path: Path, one_process) -
     got = read_safetensors(tmp_path / "out" / "model.safetensors")
     for k, w in one_process.weights.items():
         np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-5, err_msg=k)
+
+
+@pytest.mark.parametrize("flags", [("--precision", "bf16"), ("--precision", "bf16", "--fsdp")], ids=["ddp", "fsdp"])
+def test_bf16_on_two_processes_tracks_one(tmp_path: Path, flags: tuple[str, ...]) -> None:
+    # torch.autocast in each rank's forward over DDP's or FSDP2's float32 parameters; two processes' bf16 rows
+    # round as one process's do up to the products' blocking, so within bf16's rounding, not 1e-5
+    one = train(HERE / "gpt2_loss.alg", _data(), defines=GPT2, backend="torch", seed=1, threads=1, progress=False,
+                precision="bf16", **PLAN)
+    _torchrun(tmp_path, tmp_path / "out", *flags)
+    got = read_safetensors(tmp_path / "out" / "model.safetensors")
+    for k, w in one.weights.items():
+        assert got[k].dtype == np.float32
+        np.testing.assert_allclose(got[k], w, rtol=0, atol=2e-3, err_msg=k)
+    losses = [float(line.split(",")[1]) for line in (tmp_path / "out" / "loss.csv").read_text().splitlines()[1:]]
+    np.testing.assert_allclose(losses, one.losses, rtol=1e-2)

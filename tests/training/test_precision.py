@@ -1,0 +1,191 @@
+"""`train --precision bf16|fp16` (training/precision.py) on the torch trainer, on the CPU: the forward and backward
+in the reduced type under torch.autocast, the master weights, optimizer state, loss and checkpoint in float32.
+
+- bf16 tracks fp32 training over 20 AdamW steps of a tiny GPT-2 within BF16_TRACK (relative, each step's loss),
+  and differs from it (it does compute in bf16), its loss summed in float32;
+- bf16 follows a hand-written torch.autocast loop over HF's GPT-2 with the same weights and batches within
+  BF16_HF (each loss; the parameters after 10 steps);
+- fp16's dynamic loss scaling skips the steps whose gradients overflow (parameters and AdamW's t unchanged, the
+  scale halved), reports them, and --resume puts the scale back;
+- every other backend, fp16 with --fsdp and an unknown precision are refused in one line, and the reason given
+  for onnxruntime is checked against the installed one's kernels.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pseudoformer.base.errors import UsageError  # noqa: E402
+from pseudoformer.passes.training_step import Optimizer  # noqa: E402
+from pseudoformer.training.loop import train  # noqa: E402
+from pseudoformer.training.options import TrainingOptions  # noqa: E402
+from pseudoformer.training.precision import GROWTH, ORT_CPU_LACKS, SCALE  # noqa: E402
+from pseudoformer.training.torch_loop import torch_step  # noqa: E402
+from pseudoformer.weights.safetensors_io import read_safetensors  # noqa: E402
+from tests.training import torch_cases  # noqa: E402
+from tests.training.test_torch_trainer import GPT2, HERE, _data  # noqa: E402
+
+LOSS = HERE / "gpt2_loss.alg"
+PLAN = dict(defines=GPT2, seq_len=12, batch_size=4, lr=3e-3, optimizer="adamw", progress=False, seed=1,
+            backend="torch", threads=1)
+BF16_TRACK = 2e-2  # bf16 against fp32: each step's loss, relative
+BF16_HF = 1e-2  # bf16 against torch's own autocast loop: each step's loss, relative
+
+
+def _bf16(a: np.ndarray) -> np.ndarray:
+    return torch.from_numpy(np.asarray(a, np.float32)).bfloat16().float().numpy()
+
+
+def test_bf16_tracks_fp32_and_writes_a_float32_checkpoint(tmp_path: Path) -> None:
+    full = train(LOSS, _data(), steps=20, **PLAN)
+    half = train(LOSS, _data(), steps=20, precision="bf16", out=tmp_path / "run", **PLAN)
+    got, want = np.array(half.losses), np.array(full.losses)
+    assert want[-1] < want[0] * 0.9  # it trains
+    np.testing.assert_allclose(got, want, rtol=BF16_TRACK)
+    assert np.abs(got / want - 1).max() > 1e-5  # it computes in bf16 (fp32 against itself: bit for bit)
+    assert np.any(got != _bf16(got))  # each loss summed in float32, not rounded to bf16's 8 bits
+    for d in (read_safetensors(tmp_path / "run" / "model.safetensors"),
+              read_safetensors(tmp_path / "run" / "optimizer.safetensors")):
+        assert {str(v.dtype) for v in d.values()} == {"float32"}
+    # the master weights are float32 with values bf16 cannot hold (updates of 3e-3 on values of ~0.02)
+    weights = read_safetensors(tmp_path / "run" / "model.safetensors")
+    assert any(np.any(w != _bf16(w)) for w in weights.values())
+    assert json.loads((tmp_path / "run" / "training.json").read_text())["options"]["precision"] == "bf16"
+
+
+def _zero_key_bias_grads(hf) -> None:  # type: ignore[no-untyped-def]
+    """GPT-2's key biases have an exactly zero gradient that both sides compute as noise, which AdamW turns into
+    full steps: kept frozen on both sides (c_attn's bias packs q, k, v)."""
+    for name, p in hf.named_parameters():
+        if name.endswith("c_attn.bias") and p.grad is not None:
+            d = p.shape[0] // 3
+            p.grad[d:2 * d] = 0
+
+
+def test_bf16_follows_a_hand_written_torch_autocast_loop(tmp_path: Path) -> None:
+    case = torch_cases.gpt2(tmp_path / "hf")
+    train_names = [k for k in case.model.weights if ".b_k" not in k]
+    opt = Optimizer("adamw", clip=1.0)
+    _, ours = torch_step(case.model.graph, case.model.weights, train_names, opt, 2, {}, None, precision="bf16")
+    hf = case.hf
+    theirs = torch.optim.AdamW(hf.parameters(), lr=1e-3, betas=(opt.beta1, opt.beta2), eps=opt.eps,
+                               weight_decay=opt.weight_decay)
+    for i in range(10):
+        x = case.tokens(2, 9, seed=100 + i)
+        loss = ours.step({"x": x}, 1e-3)
+        theirs.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = hf(torch.from_numpy(x)).logits
+        # as HF's own losses do: the logits upcast, the log-softmax and the sum in float32
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        want = -logp[:, :-1].gather(-1, torch.from_numpy(x)[:, 1:, None]).sum(dim=(1, 2)).mean()
+        want.backward()
+        _zero_key_bias_grads(hf)
+        torch.nn.utils.clip_grad_norm_(hf.parameters(), opt.clip)
+        theirs.step()
+        assert abs(loss - float(want)) <= BF16_HF * abs(float(want)), (i, loss, float(want))
+    got, want_params = ours.values(), case.torch_params()
+    for k in train_names:
+        assert got[k].dtype == np.float32
+        # 10 AdamW steps of 1e-3 move a weight by up to 1e-2; two bf16 computations' steps differ by less
+        assert np.abs(got[k] - want_params[k]).max() <= 3e-3, k
+
+
+def test_fp16_skips_the_steps_whose_gradients_overflow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pseudoformer.cli import main
+
+    np.save(tmp_path / "ids.npy", _data())
+    argv = ["train", str(LOSS), "--data", str(tmp_path / "ids.npy"), "--backend", "torch", "--precision", "fp16",
+            "--seq-len", "12", "--batch-size", "4", "--steps", "12", "--lr", "3e-3", "--seed", "1", "--threads", "1",
+            "-o", str(tmp_path / "run"), *[a for d in GPT2 for a in ("-D", d)]]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    meta = json.loads((tmp_path / "run" / "training.json").read_text())
+    skipped = meta["skipped_steps"]
+    # at the first scale, 2¹⁶, a gradient of the loss (a sum over positions) overflows fp16's 65504
+    assert skipped and skipped[0] == 1
+    assert f"{len(skipped)} step" in err and "skipped" in err
+    state = read_safetensors(tmp_path / "run" / "optimizer.safetensors")
+    # one halving per skipped step; AdamW counted the others alone
+    assert float(state[SCALE]) == 2.0 ** 16 / 2 ** len(skipped)
+    assert float(state["t"]) == 12 - len(skipped)
+    assert float(state[GROWTH]) == 12 - skipped[-1]
+    assert {str(v.dtype) for v in read_safetensors(tmp_path / "run" / "model.safetensors").values()} == {"float32"}
+
+
+def test_a_skipped_step_changes_no_parameter() -> None:
+    from pseudoformer.model import load
+
+    model = load(LOSS, defines=GPT2, seed=1)
+    _, rt = torch_step(model.graph, model.weights, None, Optimizer("adamw"), 2, {}, None, precision="fp16")
+    before = rt.values()
+    x = _data()[:48].reshape(4, 12)
+    rt.step({"x": x}, 3e-3)
+    assert rt.skipped  # the first step at 2¹⁶
+    after = rt.values()
+    for k in model.weights:
+        np.testing.assert_array_equal(after[k], before[k], err_msg=k)
+    assert float(after["t"]) == 0 and float(after[SCALE]) == 2.0 ** 15
+    for _ in range(6):  # then steps land: the parameters move
+        rt.step({"x": x}, 3e-3)
+    assert not rt.skipped and float(rt.values()["t"]) > 0
+
+
+def test_fp16_resume_puts_back_the_loss_scale(tmp_path: Path) -> None:
+    common = dict(PLAN, precision="fp16")
+    whole = train(LOSS, _data(), steps=12, **common)
+    train(LOSS, _data(), steps=6, out=tmp_path / "run", **common)
+    resumed = train(LOSS, _data(), steps=12, resume=tmp_path / "run", out=tmp_path / "run", **common)
+    np.testing.assert_allclose(resumed.losses, whole.losses[6:], rtol=1e-5, atol=1e-5)
+    for k, w in whole.weights.items():
+        np.testing.assert_allclose(resumed.weights[k], w, rtol=1e-5, atol=1e-5, err_msg=k)
+    assert resumed.skipped == [k for k in whole.skipped if k > 6]
+    meta = json.loads((tmp_path / "run" / "training.json").read_text())
+    assert meta["skipped_steps"] == whole.skipped
+    # an fp32 run's state has no loss scale: resuming it in fp16 is refused, naming --precision
+    with pytest.raises(UsageError, match="--precision"):
+        train(LOSS, _data(), steps=12, resume=tmp_path / "run", **PLAN)
+
+
+@pytest.mark.parametrize("backend", ["onnx", "tvm", "numpy"])
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_another_backend_refuses_a_reduced_precision(backend: str, precision: str) -> None:
+    with pytest.raises(UsageError, match="add --backend torch") as e:
+        train(LOSS, _data(), **dict(PLAN, backend=backend, threads=None), precision=precision, steps=1)
+    assert "\n" not in str(e.value) and f"--precision {precision}" in str(e.value)
+
+
+def test_the_command_line_refuses_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pseudoformer.cli import main
+
+    np.save(tmp_path / "ids.npy", _data())
+    base = ["train", str(LOSS), "--data", str(tmp_path / "ids.npy"), "--steps", "1", "--lr", "1e-3",
+            *[a for d in GPT2 for a in ("-D", d)]]
+    assert main([*base, "--precision", "bf16"]) == 1  # the onnx backend, the default
+    err = capsys.readouterr().err
+    assert "--backend torch" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main([*base, "--backend", "torch", "--precision", "fp16", "--fsdp"]) == 1
+    assert "--precision bf16 with --fsdp" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse's choices
+        main([*base, "--precision", "fp8"])
+    with pytest.raises(UsageError, match="the precisions are fp32, bf16, fp16"):
+        TrainingOptions(precision="fp8")
+
+
+def test_onnxruntimes_cpu_provider_lacks_the_kernels_the_refusal_names() -> None:
+    from onnxruntime.capi import _pybind_state
+
+    reduced: dict[str, set[str]] = {"tensor(float16)": set(), "tensor(bfloat16)": set()}
+    for k in _pybind_state.get_all_opkernel_def():
+        if k.provider == "CPUExecutionProvider" and k.domain in ("", "ai.onnx"):
+            for t in {t for ts in k.type_constraints.values() for t in ts} & set(reduced):
+                reduced[t].add(k.op_name)
+    for t, ops in reduced.items():
+        assert not ops & set(ORT_CPU_LACKS), (t, ops & set(ORT_CPU_LACKS))
+        assert "Cast" in ops  # the listing is of kernels that exist: a cast to the type is among them
