@@ -37,6 +37,9 @@ torch = require_torch()
 from torch import fx, nn  # noqa: E402
 
 _SIZE_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.MOD)
+# Under fp32_anchors, besides the anchors: the norms, in float32 as CUDA's autocast computes them (a query's
+# QK-norm reads a product autocast made bfloat16, with float32 gains)
+_FP32_UNDER_AUTOCAST = (Op.LAYER_NORM, Op.RMS_NORM)
 
 
 class _Tracer(fx.proxy.GraphAppendingTracer):
@@ -58,7 +61,7 @@ class TorchLowering:
     of them, or a size), `scalars` the ids of the nodes whose value is a Python number or a size rather than a tensor.
 
     `fp32_anchors`: the ops the float16 pass keeps in float32 (precision "anchor": reductions, softmaxes,
-    scatters) read their float operands cast to float32, for a module run under torch.autocast (mixed-precision
+    scatters), and the norms, read their float operands cast to float32, for a module run under torch.autocast (mixed-precision
     training, compile.to_torch_autocast). Autocast on the CPU casts products to bfloat16 but leaves a sum or a
     log-softmax in whatever type it is given, so without the casts a loss would be summed in bfloat16 (8
     significant bits) and a scatter-add would meet operands of two types."""
@@ -169,7 +172,7 @@ class TorchLowering:
 
     def _anchored(self, n: Node, fn: Any) -> Any:
         """fn(self, n), an anchor's float tensor operands read as float32 (a no-op on a float32 tensor)."""
-        if op_def(n.op).precision != "anchor":
+        if op_def(n.op).precision != "anchor" and n.op not in _FP32_UNDER_AUTOCAST:
             return fn(self, n)
         saved: dict[int, Any] = {}
         for s in n.src:

@@ -1,10 +1,10 @@
 """`train --precision bf16|fp16` (training/precision.py) on the torch trainer, on the CPU: the forward and backward
 in the reduced type under torch.autocast, the master weights, optimizer state, loss and checkpoint in float32.
 
-- bf16 tracks fp32 training over 20 AdamW steps of a tiny GPT-2 within BF16_TRACK (relative, each step's loss),
+- bf16 tracks fp32 training over 20 AdamW steps of a tiny GPT-2 within BF16_TRACK (1e-3 relative, each step's loss),
   and differs from it (it does compute in bf16), its loss summed in float32;
 - bf16 follows a hand-written torch.autocast loop over HF's GPT-2 with the same weights and batches within
-  BF16_HF (each loss; the parameters after 10 steps);
+  BF16_HF (2e-4 relative, each loss) and BF16_HF_WEIGHTS (1e-3, each weight after 10 SGD steps);
 - fp16's dynamic loss scaling skips the steps whose gradients overflow (parameters and AdamW's t unchanged, the
   scale halved), reports them, and --resume puts the scale back;
 - every other backend, fp16 with --fsdp and an unknown precision are refused in one line, and the reason given
@@ -34,8 +34,9 @@ from tests.training.test_torch_trainer import GPT2, HERE, _data  # noqa: E402
 LOSS = HERE / "gpt2_loss.alg"
 PLAN = dict(defines=GPT2, seq_len=12, batch_size=4, lr=3e-3, optimizer="adamw", progress=False, seed=1,
             backend="torch", threads=1)
-BF16_TRACK = 2e-2  # bf16 against fp32: each step's loss, relative
-BF16_HF = 1e-2  # bf16 against torch's own autocast loop: each step's loss, relative
+BF16_TRACK = 1e-3  # bf16 against fp32: each step's loss, relative (measured: 1.1e-4)
+BF16_HF = 2e-4  # bf16 against torch's own autocast loop: each step's loss, relative (measured: 2.5e-5)
+BF16_HF_WEIGHTS = 1e-3  # … and each weight after 10 SGD steps, absolute (measured: 1.6e-4; they move up to 4e-2)
 
 
 def _bf16(a: np.ndarray) -> np.ndarray:
@@ -46,7 +47,7 @@ def test_bf16_tracks_fp32_and_writes_a_float32_checkpoint(tmp_path: Path) -> Non
     full = train(LOSS, _data(), steps=20, **PLAN)
     half = train(LOSS, _data(), steps=20, precision="bf16", out=tmp_path / "run", **PLAN)
     got, want = np.array(half.losses), np.array(full.losses)
-    assert want[-1] < want[0] * 0.9  # it trains
+    assert min(want[-5:]) < want[0] - 0.5  # it trains (random tokens: towards their unigram entropy)
     np.testing.assert_allclose(got, want, rtol=BF16_TRACK)
     assert np.abs(got / want - 1).max() > 1e-5  # it computes in bf16 (fp32 against itself: bit for bit)
     assert np.any(got != _bf16(got))  # each loss summed in float32, not rounded to bf16's 8 bits
@@ -59,42 +60,31 @@ def test_bf16_tracks_fp32_and_writes_a_float32_checkpoint(tmp_path: Path) -> Non
     assert json.loads((tmp_path / "run" / "training.json").read_text())["options"]["precision"] == "bf16"
 
 
-def _zero_key_bias_grads(hf) -> None:  # type: ignore[no-untyped-def]
-    """GPT-2's key biases have an exactly zero gradient that both sides compute as noise, which AdamW turns into
-    full steps: kept frozen on both sides (c_attn's bias packs q, k, v)."""
-    for name, p in hf.named_parameters():
-        if name.endswith("c_attn.bias") and p.grad is not None:
-            d = p.shape[0] // 3
-            p.grad[d:2 * d] = 0
-
-
 def test_bf16_follows_a_hand_written_torch_autocast_loop(tmp_path: Path) -> None:
+    # SGD, whose step is η times the gradient: two bf16 computations' gradients differ by rounding, which
+    # AdamW's m/√v would turn into full-size steps wherever a gradient is near zero
     case = torch_cases.gpt2(tmp_path / "hf")
-    train_names = [k for k in case.model.weights if ".b_k" not in k]
-    opt = Optimizer("adamw", clip=1.0)
-    _, ours = torch_step(case.model.graph, case.model.weights, train_names, opt, 2, {}, None, precision="bf16")
-    hf = case.hf
-    theirs = torch.optim.AdamW(hf.parameters(), lr=1e-3, betas=(opt.beta1, opt.beta2), eps=opt.eps,
-                               weight_decay=opt.weight_decay)
+    start = case.torch_params()
+    _, ours = torch_step(case.model.graph, case.model.weights, None, Optimizer("sgd"), 2, {}, None, precision="bf16")
+    theirs = torch.optim.SGD(case.hf.parameters(), lr=0.01)
     for i in range(10):
         x = case.tokens(2, 9, seed=100 + i)
-        loss = ours.step({"x": x}, 1e-3)
+        loss = ours.step({"x": x}, 0.01)
         theirs.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = hf(torch.from_numpy(x)).logits
+            logits = case.hf(torch.from_numpy(x)).logits
         # as HF's own losses do: the logits upcast, the log-softmax and the sum in float32
         logp = torch.log_softmax(logits.float(), dim=-1)
         want = -logp[:, :-1].gather(-1, torch.from_numpy(x)[:, 1:, None]).sum(dim=(1, 2)).mean()
         want.backward()
-        _zero_key_bias_grads(hf)
-        torch.nn.utils.clip_grad_norm_(hf.parameters(), opt.clip)
         theirs.step()
-        assert abs(loss - float(want)) <= BF16_HF * abs(float(want)), (i, loss, float(want))
+        want_loss = float(want.detach())
+        assert abs(loss - want_loss) <= BF16_HF * abs(want_loss), (i, loss, want_loss)
     got, want_params = ours.values(), case.torch_params()
-    for k in train_names:
+    assert max(np.abs(want_params[k] - start[k]).max() for k in start) > 0.02  # the steps moved the weights
+    for k, w in want_params.items():
         assert got[k].dtype == np.float32
-        # 10 AdamW steps of 1e-3 move a weight by up to 1e-2; two bf16 computations' steps differ by less
-        assert np.abs(got[k] - want_params[k]).max() <= 3e-3, k
+        assert np.abs(got[k] - w).max() <= BF16_HF_WEIGHTS, k
 
 
 def test_fp16_skips_the_steps_whose_gradients_overflow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -148,9 +138,9 @@ def test_fp16_resume_puts_back_the_loss_scale(tmp_path: Path) -> None:
     assert resumed.skipped == [k for k in whole.skipped if k > 6]
     meta = json.loads((tmp_path / "run" / "training.json").read_text())
     assert meta["skipped_steps"] == whole.skipped
-    # an fp32 run's state has no loss scale: resuming it in fp16 is refused, naming --precision
+    # an fp16 run's state holds a loss scale that an fp32 step has not: resuming it so is refused, naming --precision
     with pytest.raises(UsageError, match="--precision"):
-        train(LOSS, _data(), steps=12, resume=tmp_path / "run", **PLAN)
+        train(LOSS, _data(), steps=14, resume=tmp_path / "run", **PLAN)
 
 
 @pytest.mark.parametrize("backend", ["onnx", "tvm", "numpy"])
@@ -189,3 +179,22 @@ def test_onnxruntimes_cpu_provider_lacks_the_kernels_the_refusal_names() -> None
     for t, ops in reduced.items():
         assert not ops & set(ORT_CPU_LACKS), (t, ops & set(ORT_CPU_LACKS))
         assert "Cast" in ops  # the listing is of kernels that exist: a cast to the type is among them
+
+
+def test_the_autocast_module_computes_what_to_torch_does_without_autocast() -> None:
+    from pseudoformer.backends.torch.compile import to_torch, to_torch_autocast
+    from pseudoformer.model import load
+    from pseudoformer.training.compile import loss_graph
+
+    model = load(LOSS, defines=GPT2, seed=1)
+    graph = loss_graph(model.graph, 2, {})
+    used = {p.attrs["name"] for p in graph.params()}
+    weights = {k: v for k, v in model.weights.items() if k in used}
+    plain, mixed = to_torch(graph, weights), to_torch_autocast(graph, weights)
+    assert ".float()" in mixed.code and ".float()" not in plain.code  # the anchors' operands, cast
+    x = torch.from_numpy(_data()[:48].reshape(4, 12))
+    a, b = (m(x=x)[graph.outputs[0][0]] for m in (plain, mixed))
+    assert torch.equal(a, b)  # a cast of a float32 tensor to float32 is no cast
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        c = mixed(x=x)[graph.outputs[0][0]]
+    assert c.dtype == torch.float32 and not torch.equal(c, a)

@@ -73,6 +73,7 @@ def test_bf16_on_two_processes_tracks_one(tmp_path: Path, flags: tuple[str, ...]
     got = read_safetensors(tmp_path / "out" / "model.safetensors")
     for k, w in one.weights.items():
         assert got[k].dtype == np.float32
-        np.testing.assert_allclose(got[k], w, rtol=0, atol=2e-3, err_msg=k)
+        if ".b_k" not in k:  # a key bias's gradient is exactly 0 in exact arithmetic: AdamW makes its noise steps
+            np.testing.assert_allclose(got[k], w, rtol=0, atol=2e-3, err_msg=k)
     losses = [float(line.split(",")[1]) for line in (tmp_path / "out" / "loss.csv").read_text().splitlines()[1:]]
     np.testing.assert_allclose(losses, one.losses, rtol=1e-2)
