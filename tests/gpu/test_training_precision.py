@@ -13,6 +13,8 @@ from pseudoformer.training.loop import train  # noqa: E402
 from tests.training.test_precision import BF16_TRACK, LOSS, PLAN  # noqa: E402
 from tests.training.test_torch_trainer import _data  # noqa: E402
 
+FP16_TRACK = 3e-2  # fp16 on CUDA against fp32 on the CPU: each step's loss, relative
+
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="torch sees no CUDA device")]
 
 
@@ -25,11 +27,12 @@ def test_bf16_on_cuda_tracks_fp32_on_the_cpu() -> None:
     assert {str(v.dtype) for v in half.weights.values()} == {"float32"}
 
 
-def test_fp16_on_cuda_skips_as_the_cpu_does_and_tracks_it() -> None:
-    # the same scale, the same overflowing steps (a gradient past 65504 at 2¹⁶ on either device), then the
-    # same updates within two kernel libraries' fp16 roundings
-    cpu = train(LOSS, _data(), steps=20, precision="fp16", **PLAN)
-    gpu = train(LOSS, _data(), steps=20, precision="fp16", provider="cuda", **PLAN)
-    assert gpu.skipped == cpu.skipped and gpu.skipped
-    np.testing.assert_allclose(gpu.losses, cpu.losses, rtol=BF16_TRACK)
-    assert {str(v.dtype) for v in gpu.weights.values()} == {"float32"}
+def test_fp16_on_cuda_scales_the_loss_and_tracks_fp32_on_the_cpu() -> None:
+    full = train(LOSS, _data(), steps=20, **PLAN)
+    half = train(LOSS, _data(), steps=20, precision="fp16", provider="cuda", **PLAN)
+    # the first step's gradients overflow at 2¹⁶ on either device (they do on the CPU: test_precision.py); the
+    # steps skipped then lag the run, which stays within FP16_TRACK (on the CPU: 1.5e-2 over 3 skipped steps)
+    assert half.skipped and half.skipped[0] == 1
+    np.testing.assert_allclose(half.losses, full.losses, rtol=FP16_TRACK)
+    assert {str(v.dtype) for v in half.weights.values()} == {"float32"}
+

@@ -4,6 +4,7 @@ writes the checkpoint and the loss curve."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -77,3 +78,15 @@ def test_bf16_on_two_processes_tracks_one(tmp_path: Path, flags: tuple[str, ...]
             np.testing.assert_allclose(got[k], w, rtol=0, atol=2e-3, err_msg=k)
     losses = [float(line.split(",")[1]) for line in (tmp_path / "out" / "loss.csv").read_text().splitlines()[1:]]
     np.testing.assert_allclose(losses, one.losses, rtol=1e-2)
+
+
+def test_fp16_on_two_processes_skips_on_every_rank(tmp_path: Path) -> None:
+    # DDP averages the gradients before the scaler reads them: every rank sees the same ±∞ and skips the same
+    # step, and rank 0's checkpoint holds the scale that every rank's halvings left
+    _torchrun(tmp_path, tmp_path / "out", "--precision", "fp16")
+    meta = json.loads((tmp_path / "out" / "training.json").read_text())
+    state = read_safetensors(tmp_path / "out" / "optimizer.safetensors")
+    skipped = meta["skipped_steps"]
+    assert skipped and skipped[0] == 1
+    assert float(state["amp.scale"]) == 2.0 ** 16 / 2 ** len(skipped)
+    assert float(state["t"]) == 6 - len(skipped)
