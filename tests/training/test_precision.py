@@ -127,8 +127,12 @@ def test_a_skipped_step_changes_no_parameter() -> None:
     assert not rt.skipped and float(rt.values()["t"]) > 0
 
 
-def test_fp16_resume_puts_back_the_loss_scale(tmp_path: Path) -> None:
-    common = dict(PLAN, precision="fp16")
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_fp16_resume_puts_back_the_loss_scale(tmp_path: Path, optimizer: str) -> None:
+    # SGD has no state but the scale (its optimizer.safetensors holds amp.* alone); clipping reads the
+    # gradients unscaled
+    common = dict(PLAN, precision="fp16", optimizer=optimizer, clip=0.5 if optimizer == "sgd" else 0.0,
+                  lr=3e-3 if optimizer == "adamw" else 0.02)
     whole = train(LOSS, _data(), steps=12, **common)
     train(LOSS, _data(), steps=6, out=tmp_path / "run", **common)
     resumed = train(LOSS, _data(), steps=12, resume=tmp_path / "run", out=tmp_path / "run", **common)
@@ -137,7 +141,9 @@ def test_fp16_resume_puts_back_the_loss_scale(tmp_path: Path) -> None:
         np.testing.assert_allclose(resumed.weights[k], w, rtol=1e-5, atol=1e-5, err_msg=k)
     assert resumed.skipped == [k for k in whole.skipped if k > 6]
     meta = json.loads((tmp_path / "run" / "training.json").read_text())
-    assert meta["skipped_steps"] == whole.skipped
+    assert meta["skipped_steps"] == whole.skipped and whole.skipped
+    if optimizer == "sgd":
+        assert set(read_safetensors(tmp_path / "run" / "optimizer.safetensors")) == {SCALE, GROWTH}
     # an fp16 run's state holds a loss scale that an fp32 step has not: resuming it so is refused, naming --precision
     with pytest.raises(UsageError, match="--precision"):
         train(LOSS, _data(), steps=14, resume=tmp_path / "run", **PLAN)
