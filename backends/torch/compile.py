@@ -55,6 +55,7 @@ def to_torch_autocast(graph: Graph, weights: Mapping[str, np.ndarray]) -> torch.
     """`to_torch` of a float32 graph whose forward runs under torch.autocast (mixed-precision training): its
     parameters float32, the master weights, and the ops the float16 pass keeps in float32 (reductions,
     softmaxes, scatters) and the norms reading their operands as float32 (lower.py's `fp32_anchors`), as
-    autocast on CUDA does for a softmax, a sum or a norm and on the CPU does not. Without autocast it computes what `to_torch` does."""
+    autocast on CUDA does for a softmax, a sum or a norm and on the CPU does not. Without autocast it computes
+    what `to_torch` does."""
     prepared, prepared_weights = prepare(graph, weights, CompileOptions())
     return TorchLowering(prepared, torch.nn.Module(), fp32_anchors=True).lower(prepared_weights)

@@ -61,10 +61,10 @@ class TorchLowering:
     of them, or a size), `scalars` the ids of the nodes whose value is a Python number or a size rather than a tensor.
 
     `fp32_anchors`: the ops the float16 pass keeps in float32 (precision "anchor": reductions, softmaxes,
-    scatters), and the norms, read their float operands cast to float32, for a module run under torch.autocast (mixed-precision
-    training, compile.to_torch_autocast). Autocast on the CPU casts products to bfloat16 but leaves a sum or a
-    log-softmax in whatever type it is given, so without the casts a loss would be summed in bfloat16 (8
-    significant bits) and a scatter-add would meet operands of two types."""
+    scatters), and the norms, read their float operands cast to float32, for a module run under torch.autocast
+    (mixed-precision training, compile.to_torch_autocast). Autocast on the CPU casts products to bfloat16 but
+    leaves a sum or a log-softmax in whatever type it is given, so without the casts a loss would be summed in
+    bfloat16 (8 significant bits) and a scatter-add would meet operands of two types."""
 
     def __init__(self, graph: Graph, root: nn.Module, fp32_anchors: bool = False) -> None:
         self.graph = graph
