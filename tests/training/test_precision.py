@@ -5,6 +5,7 @@ in the reduced type under torch.autocast, the master weights, optimizer state, l
   and differs from it (it does compute in bf16), its loss summed in float32;
 - bf16 follows a hand-written torch.autocast loop over HF's GPT-2 with the same weights and batches within
   BF16_HF (2e-4 relative, each loss) and BF16_HF_WEIGHTS (1e-3, each weight after 10 SGD steps);
+- a bf16 run's checkpoint, optimizer state and HF export are float32;
 - fp16's dynamic loss scaling skips the steps whose gradients overflow (parameters and AdamW's t unchanged, the
   scale halved), reports them, and --resume puts the scale back;
 - every other backend, fp16 with --fsdp and an unknown precision are refused in one line, and the reason given
@@ -85,6 +86,19 @@ def test_bf16_follows_a_hand_written_torch_autocast_loop(tmp_path: Path) -> None
     for k, w in want_params.items():
         assert got[k].dtype == np.float32
         assert np.abs(got[k] - w).max() <= BF16_HF_WEIGHTS, k
+
+
+def test_a_bf16_runs_hf_export_is_float32(tmp_path: Path) -> None:
+    from transformers import GPT2LMHeadModel
+
+    torch_cases.gpt2(tmp_path / "hf")
+    data = np.random.default_rng(3).integers(0, torch_cases.GPT2_SMALL["vocab_size"], 200)
+    train(LOSS, data, weights=tmp_path / "hf", seq_len=12, batch_size=4, steps=3, lr=1e-3, progress=False,
+          backend="torch", threads=1, precision="bf16", out=tmp_path / "run")
+    exported = read_safetensors(next((tmp_path / "run" / "hf").glob("*.safetensors")))
+    assert exported and {str(v.dtype) for v in exported.values()} == {"float32"}
+    hf = GPT2LMHeadModel.from_pretrained(tmp_path / "run" / "hf")
+    assert {p.dtype for p in hf.parameters()} == {torch.float32}
 
 
 def test_fp16_skips_the_steps_whose_gradients_overflow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
