@@ -72,7 +72,8 @@ def run(graph: Graph, names: list[str], *, weights: Mapping[str, np.ndarray] | N
 
         names, quantize = _with_quantize(names), QuantizeOptions(only_prequantized=True)
     ctx = PassContext(accepts=accepts, weights=dict(weights or {}), quantize=quantize,
-                      lazy=options is not None and options.lazy_weights)
+                      lazy=options is not None and options.lazy_weights,
+                      buffered_cache=options is not None and options.kv_buffers is not None)
     graph = run_passes(graph, [registry[n] for n in names], check=check, after=after, ctx=ctx)
     if refusals is not None:
         refusals.extend(ctx.refusals)

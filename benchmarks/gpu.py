@@ -23,7 +23,9 @@ torch.compile, peak memory ≤ 1.1× torch's.
 --smoke runs every code path at tiny sizes on the CPU (CI: tests/benchmarks/test_gpu_bench.py): torch.compile
 with its "eager" backend there (inductor's C++ build would take minutes), and genai's cells empty with the
 reason unless onnxruntime-genai imports in this process. Its figures mean nothing. A section that would start
-past --budget-s is not run, and its rows say so: the whole run ends within 8 minutes on an H100/H200.
+past --budget-s is not run, and its rows say so: the whole run ends within 8 minutes on an H100/H200. The
+sections run in the order --sections names them, and --out holds the table of those finished after each one,
+so a run stopped from outside (benchmarks/gpu_session.py's time limit) still leaves them.
 """
 
 from __future__ import annotations
@@ -251,12 +253,16 @@ def table(rows: list[dict], device_name: str, judge: bool = True) -> str:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU: every code path, no meaning")
-    ap.add_argument("--sections", default="forward,decode,train")
+    ap.add_argument("--sections", default="forward,decode,train",
+                    help="which sections, in the order they run (of forward, decode, train)")
     ap.add_argument("--reps", type=int, default=20, help="timed calls per forward figure (a quarter for training)")
     ap.add_argument("--rounds", type=int, default=3, help="timed generations per decode figure")
     ap.add_argument("--budget-s", type=float, default=420.0, help="start no section past this many seconds")
     ap.add_argument("--out", type=Path, help="also write the table to this file")
     args = ap.parse_args(argv)
+    unknown = [s for s in args.sections.split(",") if s not in ("forward", "decode", "train")]
+    if unknown:
+        ap.error(f"--sections: no section {', '.join(unknown)} (choose from forward, decode, train)")
     args.device = "cpu" if args.smoke else "cuda"
     args.provider = "cpu" if args.smoke else "cuda"
     if args.smoke:
@@ -284,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch_exact()
     clock = Clock(args.device)
     device_name = card(args.device)
-    sections = args.sections.split(",")
+    sections = list(dict.fromkeys(args.sections.split(",")))
 
     def out_of_time() -> bool:
         return time.perf_counter() - start > args.budget_s
@@ -292,18 +298,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         hf = gpt2_checkpoint(Path(tmp) / "gpt2", args.smoke)
-        for section, make in (("forward", lambda: forward_rows(args, clock, Path(tmp) / "gpt2", hf)),
-                              ("decode", lambda: decode_table_rows(args, out_of_time)),
-                              ("train", lambda: train_rows(args, clock, Path(tmp) / "gpt2", hf))):
-            if section not in sections:
-                continue
+        makers = {"forward": lambda: forward_rows(args, clock, Path(tmp) / "gpt2", hf),
+                  "decode": lambda: decode_table_rows(args, out_of_time),
+                  "train": lambda: train_rows(args, clock, Path(tmp) / "gpt2", hf)}
+        for section in sections:  # in the order asked: a session short of time puts first what it needs most
             if out_of_time():
                 rows.append({"section": section, "case": "all", "dtype": "", "ours": float("nan"),
                              "note": "not run: the time budget was spent"})
                 continue
             began = time.perf_counter()
-            rows += make()
+            rows += makers[section]()
             print(f"{section}: {time.perf_counter() - began:.0f} s", file=sys.stderr)
+            if args.out:  # the table so far, so that a run stopped from outside still leaves its finished sections
+                args.out.write_text(table(rows, device_name, judge=not args.smoke) +
+                                    f"\n(so far: {', '.join(dict.fromkeys(r['section'] for r in rows))}; "
+                                    f"{time.perf_counter() - start:.0f} s)\n")
     text = table(rows, device_name, judge=not args.smoke) + f"\n{time.perf_counter() - start:.0f} s in all, in one process.\n"
     print(text)
     if args.out:

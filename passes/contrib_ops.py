@@ -19,9 +19,15 @@ from pseudoformer.passes.pass_base import Pass, PassContext
 from pseudoformer.passes.rule import apply_rules
 from pseudoformer.passes.rules import group_query_attention, group_query_attention_lengths, skip_norm
 
-fuse_group_query_attention = Pass.from_rules(
-    "group_query_attention_fusion", "causal packed-head attention (rotation, packed q/k/v, last-position cut) → "
-    "onnxruntime's GroupQueryAttention", [group_query_attention.RULE])
+
+def _group_query_attention(graph: Graph, ctx: PassContext) -> tuple[Graph, bool]:
+    """The fusion, in float16 too where the step's cache lives in buffers (ctx.buffered_cache)."""
+    return apply_rules(graph, [group_query_attention.rule(float16=ctx.buffered_cache)], ctx.refusals, ctx.fired)
+
+
+fuse_group_query_attention = Pass(
+    "group_query_attention_fusion", _group_query_attention, "causal packed-head attention (rotation, packed q/k/v, "
+    "last-position cut) → onnxruntime's GroupQueryAttention (float16 too in a step whose cache is in buffers)")
 
 
 class KvLengthsError(ValueError):
@@ -82,6 +88,10 @@ def buffered_cache_dim(graph: Graph) -> str:
         _, past, _ = gqa_operands(n.src, n.attrs)
         for p in past:
             readers = {u.op for u in consumers.of(p)}
+            if p.op is Op.CAST and p.src[0].op is Op.INPUT:  # a compile's float16 pass keeps inputs in float32
+                raise CacheBufferError(f"the past keys and values at {n.span or n.scope} are {p.src[0].dtype.value} "
+                                       f"inputs cast to {p.dtype.value}: buffers hold the cache in the step's own "
+                                       "dtype (generation/precision.py's half_decoder makes a float16 step's)")
             if p.op is not Op.INPUT or not readers <= {Op.GROUP_QUERY_ATTENTION, Op.DIM}:
                 raise CacheBufferError(f"the past keys and values at {n.span or n.scope} are read by more than "
                                        "their attention")

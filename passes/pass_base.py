@@ -28,6 +28,9 @@ class PassContext:
     output: str | None = None  # the output that last_position cuts
     positions: str | None = None  # ... along this run-time dim
     decoder_input: str | None = None  # the token input of a decoder (incremental derivation)
+    # a decode step whose cache lives in buffers GroupQueryAttention appends to (CompileOptions.kv_buffers): the
+    # kernel is then taken in float16 too (passes/rules/group_query_attention.py)
+    buffered_cache: bool = False
     refusals: list[tuple[Any, ...]] = field(default_factory=list)  # (rule, reason, span, scope) of fusions
     fired: Counter[str] = field(default_factory=Counter)  # rule name → the matches it rewrote (Inductor's counters)
     derived: dict[int, Any] = field(default_factory=dict)  # results several passes share (the decoder split)

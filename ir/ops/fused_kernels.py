@@ -8,7 +8,7 @@ the residual sum and the norm that reads it (SkipSimplifiedLayerNormalization, S
 x and y have one shape, rank 2 or 3, and γ, β, b are vectors over the last axis.
 
     GROUP_QUERY_ATTENTION(q, k, v | qkv, [past_k, past_v], [cos, sin], [mask];
-                          q_heads, kv_heads, scale, window, packed, cached, rotary, last, lengths)
+                          q_heads, kv_heads, scale, window, packed, cached, rotary, last, lengths, softmax_fp32)
       = attention(rot(q), rot(k), v [, past]; causal, packed heads)        then row −1 only if `last`
 
 causal attention in the packed form (ATTENTION's q_heads/kv_heads, see attention.py): with `packed`,
@@ -16,8 +16,10 @@ one operand [b, s, (H_q + 2·H_kv)·d] holds q, k and v side by side; with `cach
 values [b, H_kv, p, d] come next and the result is (Y, present_k, present_v) as CACHED_ATTENTION's;
 with `rotary`, q and k are first rotated per head by tables cos, sin [s, d/2] of the new positions
 (ROTARY's rotate-half); with `last`, only the last query position of Y is kept. q has s rows, or one
-(the last position alone, bottom-right aligned as in ATTENTION). Each decomposes into the ops it fuses,
-but for `lengths`.
+(the last position alone, bottom-right aligned as in ATTENTION). softmax_fp32 is ATTENTION's (a float16
+attention's softmax in float32), carried so that the reference computes what the float16 pass asked of the
+attention the op replaced; the kernel has no such switch. Each decomposes into the ops it fuses, but for
+`lengths`.
 
 With `lengths` (and `cached`: onnxruntime-genai's step, passes/rules/group_query_attention_lengths.py)
 the last operand is an attention mask [b, T] (T = past + s) of which only each row's count n_b = Σ mask_b
@@ -95,7 +97,8 @@ def _skip_example(op: Op, weights: int) -> Any:
 
 GQA_ATTRS = (Attr("scale", "float"), Attr("q_heads", "int"), Attr("kv_heads", "int"), Attr("window", "int", 0),
              Attr("packed", "bool", False), Attr("cached", "bool", False), Attr("rotary", "bool", False),
-             Attr("last", "bool", False), Attr("softcap", "float", 0.0), Attr("lengths", "bool", False))
+             Attr("last", "bool", False), Attr("softcap", "float", 0.0), Attr("lengths", "bool", False),
+             Attr("softmax_fp32", "bool", False))
 
 
 def gqa_operands(src: Sequence[Any], attrs: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
@@ -127,7 +130,8 @@ def _head_size(attrs: Mapping[str, Any], width: Any) -> int:
 def _inner(attrs: Mapping[str, Any]) -> dict[str, Any]:
     """The attributes of the (cached) attention the op computes."""
     return {"scale": attrs["scale"], "causal": True, "q_heads": attrs["q_heads"], "kv_heads": attrs["kv_heads"],
-            "window": attrs.get("window", 0), "softcap": attrs.get("softcap", 0.0)}
+            "window": attrs.get("window", 0), "softcap": attrs.get("softcap", 0.0),
+            "softmax_fp32": attrs.get("softmax_fp32", False)}
 
 
 def _gqa_type(src: Sequence[TensorType], attrs: Mapping[str, Any]) -> TensorType | TupleType:

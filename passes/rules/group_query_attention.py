@@ -11,9 +11,14 @@ inside (benchmarks/README.md).
 
 What it takes: a causal attention (or cached attention) in the packed 3-D form (q [b, s, H·d], k and v
 [b, s, H_kv·d]), without a mask operand, in float32, whose queries are every new position or the
-last alone; a window w is the kernel's local_window_size, a soft-cap c its softcap. Then, as far as the operands allow:
-  rotary  q and k rotated by one cos/sin table of the new positions [s, d/2], d a multiple of 16 (the
-          kernel's requirement): the rotation goes inside (`rotary`) and the unrotated slices are read;
+last alone; a window w is the kernel's local_window_size, a soft-cap c its softcap. In float16 (the
+attention's softmax_fp32 carried to the fused op) only for a decode step whose cache lives in buffers
+(`rule(float16=True)`, CompileOptions.kv_buffers): the in-place cache needs the kernel, and its fp16 tokens
+and scores are checked against the fp32 run and the fp16 interpreter (tests/gpu/test_generate_float16.py);
+a compiled model's and a genai folder's float16 attention stay ONNX Attention, as their files were.
+Then, as far as the operands allow:
+  rotary  q and k rotated by one cos/sin table of the new positions [s, d/2] in q's dtype, d a multiple of 16
+          (the kernel's requirement): the rotation goes inside (`rotary`) and the unrotated slices are read;
           a partial rotation (rotary_dim) stays outside, as its own RotaryEmbedding;
   packed  q, k, v consecutive slices covering one product: the product is read whole (`packed`);
   last    the queries are the last-position cut (passes/last_position.py) of a row the keys and values
@@ -22,13 +27,14 @@ last alone; a window w is the kernel's local_window_size, a soft-cap c its softc
           what it saw alone) without the ~30 nodes that cut, rotate and pad it.
 
 Refused, with the reason: attention whose heads are not packed (Qwen3's and Gemma 3's q/k norms keep them
-apart), that is not causal, has a mask, is not float32, or
+apart), that is not causal, has a mask, is neither float32 nor (in a buffered step) float16, or
 whose queries are neither every new position nor the last.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from pseudoformer.ir import Node, Op
 from pseudoformer.ir.types import DType
@@ -50,7 +56,7 @@ def match(n: Node, src: tuple[Node, ...], ctx: Context) -> Match | None:
     return Match(n, src)
 
 
-def check(m: Match, ctx: Context) -> str | None:
+def check(m: Match, ctx: Context, float16: bool = False) -> str | None:
     cached = m.att.op is Op.CACHED_ATTENTION
     q, k = m.src[0], m.src[1]
     if not m.att.attrs.get("q_heads", 0):
@@ -60,8 +66,9 @@ def check(m: Match, ctx: Context) -> str | None:
         return "the attention is not causal (the kernel's always is)"
     if len(m.src) != (5 if cached else 3):
         return "the attention has a mask operand, which the kernel does not take"
-    if q.dtype is not DType.float32:
-        return f"the kernel is taken in float32 only (its float16 is not the reference's), not {q.dtype.value}"
+    if q.dtype is not DType.float32 and not (float16 and q.dtype is DType.float16):
+        return f"the kernel is taken in float32 only, not {q.dtype.value} (float16 too in a decode step whose " \
+               "cache lives in buffers: generate --contrib-ops)"
     if q.type.rank != 3 or q.shape[1] not in (k.shape[1], 1):
         return f"the queries {q.type} are neither every new position of the keys {k.type} nor the last"
     return None
@@ -102,7 +109,7 @@ def _rotated(att: Node, q: Node, k: Node) -> tuple[Node, Node, Node, Node] | Non
     cos, sin = q.src[1], q.src[2]
     d = q.shape[-1] // int(att.attrs["q_heads"])
     same_rows = all(t.type.rank == 2 and t.shape == (q.shape[1], d // 2) for t in (cos, sin))
-    if not same_rows or d % 16 or cos.dtype is not DType.float32:
+    if not same_rows or d % 16 or cos.dtype is not q.dtype or sin.dtype is not q.dtype:
         return None
     axis_last = all(r.attrs["axis"] % 3 == 2 for r in (q, k))
     heads = q.attrs.get("heads") == att.attrs["q_heads"] and k.attrs.get("heads") == att.attrs["kv_heads"]
@@ -160,11 +167,17 @@ def rewrite(m: Match, root: Node) -> Node:
         attrs["window"] = int(att.attrs["window"])
     if att.attrs.get("softcap", 0.0):  # Gemma 2's: the kernel caps the scaled scores before the mask, as ours does
         attrs["softcap"] = float(att.attrs["softcap"])
-    flags = {"packed": packed is not None, "cached": cached, "rotary": rotated is not None, "last": uncut is not None}
+    flags = {"packed": packed is not None, "cached": cached, "rotary": rotated is not None, "last": uncut is not None,
+             "softmax_fp32": bool(att.attrs.get("softmax_fp32"))}
     attrs |= {name: True for name, on in flags.items() if on}  # the others are false by default
     out = Node.at(root, Op.GROUP_QUERY_ATTENTION, tuple(operands), attrs)
     assert out.type == root.type, f"group query attention fusion changed the type {root.type} to {out.type}"
     return out
 
 
-RULE = Rule("group_query_attention", match, rewrite, check)
+def rule(float16: bool) -> Rule:
+    """The fusion; `float16`: float16 attention too (a decode step whose cache lives in buffers)."""
+    return Rule("group_query_attention", match, rewrite, partial(check, float16=float16))
+
+
+RULE = rule(False)

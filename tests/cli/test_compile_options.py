@@ -100,7 +100,10 @@ Q4 = QuantizeOptions(bits=4)
 RULES = [
     ({"backend": "xla"}, "run", "unknown backend 'xla' (choose numpy, onnx or tvm)"),
     ({"backend": "numpy"}, "compile", "compile does not take --backend numpy (choose onnx, tvm or torch)"),
-    ({"dtype": "bfloat16"}, "compile", "unknown dtype 'bfloat16' (choose float32 or float16)"),
+    ({"dtype": "bfloat16"}, "compile", "--dtype bfloat16 is not offered: onnxruntime's CPU provider has no "
+     "bfloat16 arithmetic"),
+    ({"dtype": "bfloat16"}, "generate", "--dtype bfloat16 is not offered"),
+    ({"dtype": "bfloat16"}, "genai", "--dtype bfloat16 is not offered"),
     ({"opt_level": 3}, "compile", "no optimisation level -O3"),
     ({"opset": 99}, "inspect", "--opset 99: pick one from 17 to 26"),
     ({"provider": "tpu"}, "run", "unknown provider 'tpu' (choose cpu or cuda)"),

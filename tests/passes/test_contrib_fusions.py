@@ -14,6 +14,8 @@ from pseudoformer.ir import Op
 from pseudoformer.ir.interpreter import run
 from pseudoformer.model import load
 from pseudoformer.passes.contrib_ops import fuse_group_query_attention, fuse_skip_norms
+from pseudoformer.passes.pass_base import Pass
+from pseudoformer.passes.rules import group_query_attention
 from tests.passes.ir_text import check_rewrite
 
 RESIDUAL = """
@@ -74,6 +76,20 @@ GQA = """
       return y = %3
 """
 
+# The float16 pass's form of ROTATED: the tables computed in float32 and cast where the rotation reads them, the
+# softmax asked in float32
+ROTATED16 = (ROTATED.replace("x: float32[batch, seq, 64]", "x: float16[batch, seq, 64]")
+             .replace("float32[batch", "float16[batch")
+             .replace("%10 = rotary %5, %8, %9", "%14 = cast %8 {dtype=float16} : float16[seq, 8]\n"
+                      "      %15 = cast %9 {dtype=float16} : float16[seq, 8]\n      %10 = rotary %5, %14, %15")
+             .replace("%11 = rotary %6, %8, %9", "%11 = rotary %6, %14, %15")
+             .replace("scale=0.25}", "scale=0.25, softmax_fp32=true}"))
+GQA16 = (GQA.replace("x: float32[batch, seq, 64]", "x: float16[batch, seq, 64]")
+         .replace("float32[batch", "float16[batch")
+         .replace("%3 = group_query_attention %x, %1, %2", "%4 = cast %1 {dtype=float16} : float16[seq, 8]\n"
+                  "      %5 = cast %2 {dtype=float16} : float16[seq, 8]\n      %3 = group_query_attention %x, %4, %5")
+         .replace("scale=0.25}", "scale=0.25, softmax_fp32=true}"))
+
 
 def test_a_residual_sum_and_its_norm_are_one_skip_norm() -> None:
     check_rewrite(fuse_skip_norms, RESIDUAL, SKIP)
@@ -85,6 +101,16 @@ def test_a_bias_after_the_sum_is_the_kernels_bias() -> None:
 
 def test_a_rotated_packed_attention_is_one_group_query_attention() -> None:
     check_rewrite(fuse_group_query_attention, ROTATED, GQA, tol=1e-5)
+
+
+def test_float16_attention_is_the_kernels_only_in_a_step_whose_cache_is_in_buffers() -> None:
+    """rule(float16=True), what a compile with kv_buffers runs: the float16 attention (softmax in float32, carried
+    to the fused op) with its fp16 tables inside; the plain pass says why it keeps it."""
+    buffered = Pass.from_rules("group_query_attention_fusion", "", [group_query_attention.rule(float16=True)])
+    check_rewrite(buffered, ROTATED16, GQA16, tol=2e-2)
+    assert _refusals(fuse_group_query_attention, ROTATED16) == [
+        "group_query_attention: the kernel is taken in float32 only, not float16 (float16 too in a decode step "
+        "whose cache lives in buffers: generate --contrib-ops)"]
 
 
 def _refusals(fuse, text: str) -> list[str]:  # noqa: ANN001
