@@ -61,9 +61,11 @@ def parse_module(source: str, path: str) -> tuple[Module, Diagnostics]:
             continue
         if line.kind is Kind.USE:
             # The tokens keep their positions, so a missing name or file is reported where it is written.
-            names = list(tree.children[0].children) if tree.children[0] is not None else None
+            items = [item.children for item in tree.children[0].children] if tree.children[0] is not None else None
             file_tok = tree.children[1]
-            module.uses.append(Use(names, str(file_tok)[1:-1], file_tok.pos))
+            names = [name for name, local in items if local is None] if items is not None else None
+            renames = [(name, local) for name, local in items or () if local is not None]
+            module.uses.append(Use(names, str(file_tok)[1:-1], file_tok.pos, renames))
         elif line.kind is Kind.HEADER:
             close_algorithm()
             broken_header = False

@@ -98,6 +98,9 @@ class Algorithm:
     # Sequence inputs (V*) of one length, which the graph gives one dimension: a training loss's masked
     # copy x̃_n and its example x_n (frontend/training_loss.py). Others each have a length of their own.
     same_length: tuple[str, ...] = ()
+    # The file that defines it under this name by `use Mistral as Phi3` (its body stays in `module`, where it
+    # resolves its calls); None: `module` defines it.
+    alias_in: Module | None = None
 
 
 @dataclass
@@ -105,6 +108,9 @@ class Use:
     names: list[str] | None  # None: everything the module defines
     path: str
     pos: Pos
+    # `use Mistral as Phi3 from "mistral.alg"`: (imported name, the name the using file defines it by), which
+    # binds Phi3 alone; `names` holds the names used as they are.
+    renames: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass

@@ -108,7 +108,8 @@ def _model_sizes_set(prog: Program, training: Algorithm, model: str, config: dic
         return
     keys = [parse_name(d.name).ascii() for d in missing]
     names = ", ".join(d.name for d in missing)
-    src = found[-1].module.path if found[-1].module is not None else model
+    home = found[-1].alias_in or found[-1].module  # phi3.alg's Phi3 is written in mistral.alg: phi3.toml sizes it
+    src = home.path if home is not None else model
     raise CompileError([HyperparameterError(
         f"{training.name}'s model {model} needs {'hyperparameters' if len(keys) > 1 else 'the hyperparameter'} "
         f"{names} that nothing sets: give its config (--config {Path(src).with_suffix('.toml')}) or checkpoint "

@@ -3,7 +3,9 @@
 `use "paper/primitives.alg"` brings every algorithm of that file into scope; `use MHAttention,
 layer_norm from "variants.alg"` brings the named ones. Algorithms resolve their callees in the
 module that defines them (lexical scope), so a file can shadow `layer_norm` without changing what
-the imported MHAttention calls.
+the imported MHAttention calls. `use Mistral as Phi3 from "mistral.alg"` defines Phi3 in the using
+file as Mistral itself: the using file's entry and export under that name, its body and parameter
+names Mistral's, its calls still resolved in mistral.alg.
 
 A `use` names a .alg file by a path relative to the using file; one that is not there is looked
 for under each --include directory, then under the installed models/ (so any file can `use
@@ -18,7 +20,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -42,12 +44,14 @@ class Program:
     targets: dict[tuple[str, str], str] = field(default_factory=dict)
     # the files read, links resolved: the entry's and each `use`d one's (what an output must never replace)
     files: list[Path] = field(default_factory=list)
+    # module path → what it defines: its own algorithms, then those its `use … as` lines rename
+    defined: dict[str, list[Algorithm]] = field(default_factory=dict)
 
     def lookup(self, module: Module, name: str) -> list[Algorithm]:
         return self.scopes[module.path].get(name, [])
 
     def entries(self) -> list[Algorithm]:
-        return list(self.root.algorithms)
+        return list(self.defined.get(self.root.path, self.root.algorithms))
 
 
 def models_root() -> Path:
@@ -78,6 +82,8 @@ def load_program(path: str | Path, source: str | None = None, include: Sequence[
     prog.modules[display] = root
     prog.files.append(_resolve(Path(path)))
     _load_uses(prog, root, Path(path), diags, [str(_resolve(Path(path)))], roots)
+    for mod in prog.modules.values():
+        _define(prog, mod, diags, set())
     for mod in prog.modules.values():
         _build_scope(prog, mod, diags)
     diags.raise_if_any()
@@ -208,24 +214,50 @@ def _line(mod: Module, pos: Pos) -> str:
     return mod.line(pos.line)
 
 
+def _define(prog: Program, mod: Module, diags: Diagnostics, busy: set[str]) -> list[Algorithm]:
+    """What `mod` defines: its own algorithms, then a renamed copy of each one its `use … as` lines name
+    (the copy keeps its module, so its body resolves its calls where it is written)."""
+    if mod.path in prog.defined:
+        return prog.defined[mod.path]
+    if mod.path in busy:  # a cycle of `use`s, reported where _load_uses met it
+        return mod.algorithms
+    busy.add(mod.path)
+    out = list(mod.algorithms)
+    for use in mod.uses:
+        sub = prog.modules.get(prog.targets.get((mod.path, use.path), ""))
+        theirs = _define(prog, sub, diags, busy) if sub is not None else []
+        for name, local in use.renames:
+            clash = [a for a in out if a.name == local]
+            if clash:  # one name, two meanings: which would a call take?
+                first = "by an earlier `use … as`" if clash[0].alias_in is mod else f"at line {clash[0].pos.line}"
+                pos = getattr(local, "pos", use.pos)
+                diags.add(ModuleError(f"{local} is defined twice in this file: {first}, and here as {name}", pos,
+                                      _line(mod, pos)))
+                continue
+            out.extend(replace(a, name=str(local), label=None, alias_in=mod) for a in theirs if a.name == name)
+    prog.defined[mod.path] = out
+    return out
+
+
 def _build_scope(prog: Program, mod: Module, diags: Diagnostics) -> None:
     scope: dict[str, list[Algorithm]] = {}
-    for alg in mod.algorithms:
+    for alg in prog.defined[mod.path]:
         scope.setdefault(alg.name, []).append(alg)
     for use in mod.uses:
         sub = prog.modules.get(prog.targets.get((mod.path, use.path), ""))
         if sub is None:
             continue
-        wanted = use.names if use.names is not None else [a.name for a in sub.algorithms]
-        for tok in dict.fromkeys(wanted):
+        theirs = prog.defined[sub.path]
+        wanted = use.names if use.names is not None else [a.name for a in theirs]
+        for tok in dict.fromkeys([*wanted, *(name for name, _ in use.renames)]):
             name = str(tok)
-            found = sub.overloads(name)
+            found = [a for a in theirs if a.name == name]
             if not found:
-                have = ", ".join(dict.fromkeys(a.name for a in sub.algorithms)) or "nothing"
+                have = ", ".join(dict.fromkeys(a.name for a in theirs)) or "nothing"
                 pos = getattr(tok, "pos", use.pos)  # the name's own position when the parser gave one
                 diags.add(UnknownNameError(f"{use.path} has no algorithm {name} (it defines {have})",
                                            pos, _line(mod, pos)))
-            elif name not in scope:  # a file's own definitions shadow imported ones
+            elif name not in scope and tok in wanted:  # a file's own definitions shadow imported ones
                 scope[name] = list(found)
     prog.scopes[mod.path] = scope
 

@@ -62,7 +62,8 @@ _FORMS = {
                        "`For h ∈ [H]: W^h ∈ ℝ^{d × d}`",
     Kind.BODY: "a body line is an assignment `X ← …`, `return Y = …`, a loop `for l = 1, 2, …, L do` or "
                "`For h ∈ [H]:`, a map `for t ∈ [ℓ] : …`, `∀t, t' : if … then …` or `end`",
-    Kind.USE: "a use line reads `use MHAttention, layer_norm from \"primitives.alg\"` or `use \"primitives.alg\"`",
+    Kind.USE: "a use line reads `use MHAttention, layer_norm from \"primitives.alg\"`, `use \"primitives.alg\"` or "
+              "`use Mistral as Phi3 from \"mistral.alg\"`",
 }
 
 
