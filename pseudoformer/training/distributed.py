@@ -5,7 +5,8 @@ GPUs, each rank on its own device (with --provider cuda LOCAL_RANK's GPU, else t
     share(batch)   this rank's rows of the global batch (np.array_split: shares differ by a row at most)
     wrap(module)   DDP, or FSDP2 (`fully_shard` on each layer — each child of a module named `layers` —
                    then on the whole) with fsdp=True
-    sum(x)         a number summed over the ranks;   full(t): a parameter or state tensor, whole, as numpy
+    sum(x)         a number summed over the ranks;   add(numbers): each of a few floats summed over the ranks
+    full(t)        a parameter or state tensor, whole, as numpy
     like(p, a)     a whole array as a tensor placed as parameter p is (p's shard of it under FSDP2)
     writes         whether this rank writes files and draws the progress bar (rank 0 alone)
 """
@@ -13,7 +14,7 @@ GPUs, each rank on its own device (with --provider cuda LOCAL_RANK's GPU, else t
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,17 @@ class Group:
             value = value.clone()
             dist.all_reduce(value)
         return float(value)
+
+    def add(self, values: Sequence[float]) -> list[float]:
+        """Each number summed over the ranks, in float64 (the validation loss's sums, steps.py)."""
+        if self.world == 1:
+            return [float(v) for v in values]
+        import torch
+        import torch.distributed as dist
+
+        summed = torch.tensor(list(values), dtype=torch.float64, device=self.device)  # NCCL reduces on the GPU
+        dist.all_reduce(summed)
+        return [float(v) for v in summed.tolist()]
 
     def like(self, param: Any, array: np.ndarray) -> Any:
         import torch

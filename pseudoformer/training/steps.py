@@ -26,6 +26,7 @@ from pseudoformer.base.errors import UsageError
 from pseudoformer.model import Model
 from pseudoformer.passes.training_step import STEP
 from pseudoformer.training import data as datasets
+from pseudoformer.training.distributed import Group
 from pseudoformer.training.outputs import save_checkpoint, write_loss_curve, write_meta
 from pseudoformer.training.precision import STATE_PREFIX
 
@@ -184,19 +185,30 @@ VAL_EPOCH = 0xFFFFFFFF
 
 def _val_loss(run: Run) -> float:
     """The loss over the validation data with the current parameters: the mean over its examples of each
-    one's loss, as the objective is the batch's mean; the batches in order, ETraining's masks drawn as for
-    the epoch VAL_EPOCH. It runs on the numpy interpreter (ir/interpreter.py), the reference every backend's
-    step is checked against, and changes no parameter or optimizer state."""
+    one's loss, as the objective is the batch's mean. Under torchrun the ranks share the batches (_val_sums)
+    and add their sums, so the data is gone through once in all, not once on every rank."""
+    group = getattr(run.runtime, "group", None) or Group()
+    total, count = group.add(_val_sums(run, group.rank, group.world))
+    return total / count
+
+
+def _val_sums(run: Run, rank: int, world: int) -> tuple[float, float]:
+    """The summed loss and the number of examples of every world-th validation batch from the rank-th: the
+    batches in order, ETraining's masks drawn as for the epoch VAL_EPOCH (by the batch's index, so a batch
+    has its draws whichever rank computes it). It runs on the numpy interpreter (ir/interpreter.py), the
+    reference every backend's step is checked against, and changes no parameter or optimizer state."""
     from pseudoformer.ir.interpreter import run as interpret
 
-    weights = _weights(run.model, run.step, run.runtime)
+    weights = _weights(run.model, run.step, run.runtime)  # on every rank: gathering FSDP2's shards takes all of them
     total, count = 0.0, 0
     for i, batch in enumerate(datasets.batches(run.val, run.opts.batch_size, run.opts.seed, 0, shuffle=False)):
+        if i % world != rank:
+            continue
         feeds = _feeds(run.plan, run.model, batch, (run.opts.seed, VAL_EPOCH, i))
         losses = np.asarray(next(iter(interpret(run.model.graph, feeds, weights).values())), np.float64)
         total += float(losses.sum()) if losses.ndim else float(losses) * len(next(iter(feeds.values())))
         count += len(next(iter(feeds.values())))
-    return total / count
+    return total, float(count)
 
 
 def _where(run: Run, done: int) -> tuple[int, int]:

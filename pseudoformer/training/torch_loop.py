@@ -15,7 +15,8 @@ loss scaling (precision.py): the module is then to_torch_autocast's, its reducti
 Under `torchrun` (WORLD_SIZE > 1) the step runs on the process group (distributed.py): --batch-size is the
 global batch, each rank takes its share of each batch's rows, and the gradient is averaged over the ranks
 (DDP, or FSDP2 with --fsdp). Each rank's loss is weighted by its share of the rows, so that the average is
-the global batch's mean even where the shares differ by a row.
+the global batch's mean even where the shares differ by a row. The validation loss (steps.py) takes `group`
+from here: each rank computes its share of the held-out batches, and their sums are added over the ranks.
 """
 
 from __future__ import annotations

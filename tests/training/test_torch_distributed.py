@@ -1,6 +1,7 @@
 """`train --backend torch` on a process group: 2 CPU processes (gloo, started by torchrun on localhost) give the
-weights of one process with the same global batch, within 1e-5, with DDP and with FSDP2 (--fsdp); rank 0 alone
-writes the checkpoint and the loss curve."""
+weights and the validation loss of one process with the same global batch, within 1e-5, with DDP and with FSDP2
+(--fsdp); rank 0 alone writes the checkpoint and the loss curve; each rank computes its share of the validation
+batches."""
 
 from __future__ import annotations
 
@@ -15,18 +16,23 @@ import pytest
 
 pytest.importorskip("torch")
 
+from pseudoformer.training import loop, steps  # noqa: E402
 from pseudoformer.training.loop import train  # noqa: E402
 from pseudoformer.weights.safetensors_io import read_safetensors  # noqa: E402
 from tests.training.test_torch_trainer import GPT2, HERE, _data  # noqa: E402
 
 PLAN = dict(seq_len=12, batch_size=5, steps=6, lr=1e-3, optimizer="adamw", clip=1.0)  # 5 rows: shares of 3 and 2
+VAL = dict(val_every=3)  # and at the last step: 2 measures of the held-out data
 
 
-def _torchrun(tmp_path: Path, out: Path, *flags: str, expect: int = 6) -> None:
+def _torchrun(tmp_path: Path, out: Path, *flags: str, expect: int = 6, val: bool = False) -> None:
     np.save(tmp_path / "ids.npy", _data())
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
             "-m", "pseudoformer", "train", str(HERE / "gpt2_loss.alg"), "--data", str(tmp_path / "ids.npy"),
             "--backend", "torch", "--threads", "1", "--seed", "1", "-o", str(out)]
+    if val:  # the held-out data too, its loss measured VAL's steps
+        np.save(tmp_path / "val.npy", _val())
+        argv += ["--val-data", str(tmp_path / "val.npy"), "--val-every", str(VAL["val_every"])]
     for k, v in PLAN.items():
         argv += [f"--{k.replace('_', '-')}", str(v)]
     argv += flags  # after the plan's: a later --steps is the one argparse keeps
@@ -38,21 +44,29 @@ def _torchrun(tmp_path: Path, out: Path, *flags: str, expect: int = 6) -> None:
     assert done.stderr.count(f"trained {expect} steps") == 1  # rank 0 alone reports
 
 
+def _val() -> np.ndarray:
+    return _data(156)[::-1].copy()  # 13 rows of 12: batches of 5, 5 and 3
+
+
 @pytest.fixture(scope="module")
 def one_process():  # type: ignore[no-untyped-def]
     return train(HERE / "gpt2_loss.alg", _data(), defines=GPT2, backend="torch", seed=1, threads=1, progress=False,
-                 **PLAN)
+                 val_data=_val(), **PLAN, **VAL)
 
 
 @pytest.mark.parametrize("flags", [(), ("--fsdp",)], ids=["ddp", "fsdp"])
 def test_two_processes_give_the_weights_of_one(tmp_path: Path, one_process, flags: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
-    _torchrun(tmp_path, tmp_path / "out", *flags)
+    _torchrun(tmp_path, tmp_path / "out", *flags, val=True)
     got = read_safetensors(tmp_path / "out" / "model.safetensors")
     assert set(got) == set(one_process.weights)
     for k, w in one_process.weights.items():
         np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-5, err_msg=k)
-    losses = [float(line.split(",")[1]) for line in (tmp_path / "out" / "loss.csv").read_text().splitlines()[1:]]
-    np.testing.assert_allclose(losses, one_process.losses, rtol=1e-5)
+    rows = [line.split(",") for line in (tmp_path / "out" / "loss.csv").read_text().splitlines()]
+    assert rows[0][1] == "loss" and rows[0][3] == "val_loss"
+    np.testing.assert_allclose([float(r[1]) for r in rows[1:]], one_process.losses, rtol=1e-5)
+    vals = [float(r[3]) for r in rows[1:] if r[3]]
+    assert len(vals) == 2
+    np.testing.assert_allclose(vals, [h[3] for h in one_process.history if np.isfinite(h[3])], rtol=1e-5)
 
 
 def test_fsdp_resumes_from_a_run_of_two_processes(tmp_path: Path, one_process) -> None:  # type: ignore[no-untyped-def]
@@ -90,3 +104,16 @@ def test_fp16_on_two_processes_skips_on_every_rank(tmp_path: Path) -> None:
     assert skipped and skipped[0] == 1
     assert float(state["amp.scale"]) == 2.0 ** 16 / 2 ** len(skipped)
     assert float(state["t"]) == 6 - len(skipped)
+
+
+def test_each_rank_computes_its_share_of_the_validation_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    runs: list[steps.Run] = []
+    monkeypatch.setattr(loop, "run_steps", runs.append)  # the run as prepared, its steps not run
+    train(HERE / "gpt2_loss.alg", _data(), defines=GPT2, backend="torch", seed=1, threads=1, progress=False,
+          val_data=_val(), **PLAN, **VAL)
+    sizes = [len(batch) for batch in np.array_split(runs[0].val, range(5, len(runs[0].val), 5))]
+    assert len(sizes) == 3
+    whole = steps._val_sums(runs[0], 0, 1)
+    shares = [steps._val_sums(runs[0], rank, 2) for rank in (0, 1)]
+    assert [count for _, count in shares] == [sizes[0] + sizes[2], sizes[1]] and whole[1] == sum(sizes)
+    assert sum(total for total, _ in shares) == pytest.approx(whole[0], rel=1e-12)
