@@ -48,6 +48,9 @@ MAX_OPSET = 26
 # not (problems). A compile's provider is where its model's .run runs by default.
 # train --backend torch: each process on a GPU (its LOCAL_RANK's) with --provider cuda, on the CPU without.
 CUDA_RUNS = {"run": ("onnx",), "compile": ("onnx",), "generate": ("onnx",), "train": ("onnx", "torch")}
+# What --provider cuda is on each backend CUDA_RUNS names (the flag's help says it per command).
+CUDA_MEANS = {"onnx": "onnxruntime's CUDA provider",
+              "torch": "torch's CUDA device, each process's LOCAL_RANK GPU under torchrun"}
 # The commands that run a model as they are given: a provider the installed onnxruntime lacks is refused before
 # anything is compiled for it (backends/onnx/providers.require_installed). A compile's provider is where its
 # .run runs later, perhaps on another machine.

@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_backend_argument(r, None, "numpy (the reference interpreter), onnx (ONNX Runtime) or tvm; the default "
                          "is numpy for a .alg file, onnx for a .onnx file and tvm for a .so file")
     r.add_argument("--target", default="llvm", help="tvm target for a .alg file: llvm (this CPU) or cuda")
-    add_provider_argument(r)
+    add_provider_argument(r, "run")
     r.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (1 to 4 × the cores)")
     r.add_argument("-O", dest="opt", type=int, metavar="LEVEL",
                    help="optimisation level (default: -O0 on numpy, the reference; -O2 on onnx and tvm)")

@@ -16,7 +16,14 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from pseudoformer.backends.options import BACKENDS, OLD_SPELLINGS, PROVIDERS, CompileOptions
+from pseudoformer.backends.options import (
+    BACKENDS,
+    CUDA_MEANS,
+    CUDA_RUNS,
+    OLD_SPELLINGS,
+    PROVIDERS,
+    CompileOptions,
+)
 
 # Read apart from the rest: -O's default depends on the command, quantize is its own group of flags
 # (quantization.py), and int8 activations are asked for as --accuracy-level 4 on the tvm backend.
@@ -31,9 +38,11 @@ def add_backend_argument(p: argparse.ArgumentParser, default: str | None, help: 
     p.add_argument("--backend", type=_backend_argument, default=default, metavar="|".join(BACKENDS), help=help)
 
 
-def add_provider_argument(p: argparse.ArgumentParser) -> None:
+def add_provider_argument(p: argparse.ArgumentParser, command: str) -> None:
+    """--provider, whose help says what cuda is on each backend `command` runs on it (CUDA_RUNS)."""
+    cuda = "; ".join(f"{CUDA_MEANS[b]} with --backend {b}" for b in CUDA_RUNS[command])
     p.add_argument("--provider", default="cpu", metavar="|".join(PROVIDERS),
-                   help="where the model runs: cpu (the default) or cuda (onnxruntime's CUDA provider)")
+                   help=f"where the model runs: cpu (the default) or cuda ({cuda})")
 
 
 def backend_name(name: str) -> str:

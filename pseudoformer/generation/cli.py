@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     g.add_argument("--seed", type=int, help="seed of the sampler (a whole number ≥ 0), for reproducible samples")
     g.add_argument("--eos-token-id", type=int, metavar="ID", help="stop a row at this token (default: eos_token)")
     add_backend_argument(g, "onnx", "onnx (default), tvm, or numpy (the reference interpreter)")
-    add_provider_argument(g)
+    add_provider_argument(g, "generate")
     g.add_argument("--dtype", default="float32", help="onnx: float32 (default) or float16 (the model and its "
                    "cache in half precision, reductions and softmaxes in float32)")
     g.add_argument("--no-cache", action="store_true",

@@ -71,7 +71,7 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
                          "and interpreter are read as onnx and numpy")
     t.add_argument("--fsdp", action="store_true", help="--backend torch under torchrun: shard the model with FSDP2 "
                    "(fully_shard per layer) instead of DDP")
-    add_provider_argument(t)
+    add_provider_argument(t, "train")
     t.add_argument("--threads", type=int, help="onnxruntime threads (default: all cores)")
     t.add_argument("--no-arena", dest="arena", action="store_false",
                    help="free each of onnxruntime's tensors after its last use instead of keeping its memory arena "

@@ -207,3 +207,11 @@ def test_every_compile_flag_is_documented() -> None:
         if "flag" in f.metadata:
             flag = f.metadata["flag"]
             assert any(re.search(rf"(^|\s|\[){re.escape(flag)}(\b|$)", s) for s in spans), flag
+
+
+@pytest.mark.parametrize("command", ["run", "generate", "train"])
+def test_provider_help_says_what_cuda_is_on_each_backend(command: str) -> None:
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[command]  # type: ignore[union-attr]
+    text = " ".join(next(a for a in sub._actions if a.dest == "provider").help.split())
+    assert "onnxruntime's CUDA provider with --backend onnx" in text
+    assert ("torch's CUDA device" in text) == (command == "train")
