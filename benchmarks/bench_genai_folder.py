@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from common.harness import common_arguments, machine_summary
+from common.harness import decode_arguments, decode_flags, machine_summary
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -68,8 +68,7 @@ def build(args: argparse.Namespace, checkpoint: Path, alg: Path) -> dict[str, Pa
 
 
 def time_folder(args: argparse.Namespace, folder: Path, vocab: int) -> dict:
-    done = subprocess.run([args.genai_python, str(HERE / "genai_timing.py"), str(folder), "--prompt", str(args.prompt),
-                           "--new", str(args.new), "--threads", str(args.threads), "--rounds", str(args.rounds),
+    done = subprocess.run([args.genai_python, str(HERE / "genai_timing.py"), str(folder), *decode_flags(args),
                            "--vocab", str(vocab), *(["--max-length", str(args.max_length)] if args.max_length else [])],
                           check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -79,10 +78,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("work", type=Path, help="a directory for the checkpoint and the folders (~2 GB)")
     ap.add_argument("--genai-python", required=True, help="the Python of onnxruntime-genai's environment")
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--new", type=int, default=32)
-    common_arguments(ap)
-    ap.add_argument("--rounds", type=int, default=3, help="timed rounds per folder per pass")
+    decode_arguments(ap, rounds=3, rounds_help="timed rounds per folder per pass")
     ap.add_argument("--passes", type=int, default=3, help="passes over the folders, interleaved")
     ap.add_argument("--family", choices=sorted(FAMILY_ALG), help="that family's shape and .alg (default: "
                     "SmolLM2-135M's shape, models/llama.alg)")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from common.decoding import torch_generate
-from common.harness import common_arguments, machine_summary
+from common.harness import decode_arguments, machine_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_STEP = 0.55  # ours / torch per-token time
@@ -41,10 +41,7 @@ TARGET_PREFILL = 0.35  # ours / torch prefill time
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=5)
-    common_arguments(ap)
+    decode_arguments(ap)
     ap.add_argument("--logits-to-keep", type=int, default=0, help="pass logits_to_keep to HF's prefill")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--contrib-ops", action="store_true", help="also time ours with --contrib-ops")

@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from common.decoding import SHAPES  # noqa: E402
 from common.harness import block_medians as harness_block_medians  # noqa: E402
-from common.harness import common_arguments, machine_summary, round_robin  # noqa: E402
+from common.harness import decode_arguments, decode_flags, machine_summary, round_robin  # noqa: E402
 
 # (N, K) of each distinct product of Qwen2.5-1.5B: q, k and v, o, gate and up, down, the unembedding
 PRODUCTS = {"q, o": (1536, 1536), "k, v": (256, 1536), "gate, up": (8960, 1536), "down": (1536, 8960),
@@ -131,9 +131,9 @@ def models_part(args: argparse.Namespace, bandwidth: float) -> None:
 def _genai_call(folder: Path, args: argparse.Namespace, vocab: int) -> Callable[[], dict[str, Any]]:
     """One round of genai_timing.py in the genai venv (a warm-up generation, then one timed)."""
     def call() -> dict[str, Any]:
-        out = subprocess.run([str(args.genai_python), str(HERE / "genai_timing.py"), str(folder), "--prompt",
-                              str(args.prompt), "--new", str(args.new), "--threads", str(args.threads), "--rounds",
-                              "1", "--vocab", str(vocab)], capture_output=True, text=True, check=True)
+        out = subprocess.run([str(args.genai_python), str(HERE / "genai_timing.py"), str(folder),
+                              *decode_flags(args, rounds=1), "--vocab", str(vocab)], capture_output=True, text=True,
+                             check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
     return call
 
@@ -337,10 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", choices=["models", "products", "both"], default="both")
     ap.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=["smollm2", "qwen0.5b", "qwen1.5b"])
-    common_arguments(ap)
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--new", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=4)
+    decode_arguments(ap, new=16, rounds=4)
     ap.add_argument("--dtype", choices=["int4", "fp32"], default="int4",
                     help="fp32: float32 weights (SmolLM2's products; contenders tvm and ort, tvm-gemm if named)")
     ap.add_argument("--contenders", nargs="+", choices=[*CONTENDERS, "tvm-gemm"], default=None,

@@ -48,16 +48,13 @@ from common.decoding import (
     step_bytes,
     torch_generate,
 )
-from common.harness import common_arguments, machine_summary
+from common.harness import decode_arguments, machine_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = 0.9  # ours / genai, per token and prefill
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=5)
-    common_arguments(ap)
+    decode_arguments(ap)
     ap.add_argument("--genai-venv", type=Path, default=ROOT / "benchmarks" / ".genai-venv")
     ap.add_argument("--model", default=str(ROOT / "models" / "llama.alg"))
     ap.add_argument("--source", choices=("alg", "ir"), default="alg",

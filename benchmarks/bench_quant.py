@@ -35,7 +35,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from common.harness import common_arguments, machine_summary  # noqa: E402
+from common.harness import decode_arguments, machine_summary  # noqa: E402
 from common.quant_variants import accuracy, file_bytes, ort_folded, ort_quantized, run_logits  # noqa: E402
 
 from pseudoformer.passes.quantize import QuantizeOptions  # noqa: E402
@@ -285,10 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--block-size", type=int, default=32)
     ap.add_argument("--seq", type=int, default=128, help="accuracy: tokens per sequence")
     ap.add_argument("--batches", type=int, default=4, help="accuracy: sequences")
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=5)
-    common_arguments(ap)
+    decode_arguments(ap)
     ap.add_argument("--variants", help="speed: the variants to time, separated by ';'")
     ap.add_argument("--bits", type=lambda t: [int(b) for b in t.split(",")], default=[4, 8],
                     help="accuracy: the bit widths (default 4,8)")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 from common.decoding import make_checkpoint
-from common.harness import common_arguments, machine_summary
+from common.harness import decode_arguments, machine_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,10 +54,7 @@ def step_times(trace: Path) -> list[tuple[float, float]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--new", type=int, default=32)
-    ap.add_argument("--rounds", type=int, default=3)
-    common_arguments(ap)
+    decode_arguments(ap, rounds=3)
     ap.add_argument("--quantize", choices=["int4"], default=None)
     ap.add_argument("--standard", action="store_true", help="standard ONNX ops (the cache concatenated each step)")
     ap.add_argument("--checkpoint", type=Path, help="a checkpoint directory to reuse (made in a temporary one otherwise)")

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common.harness import common_arguments
+from common.harness import decode_arguments
 
 
 def generate(og: object, model: object, prompt: np.ndarray, new: int) -> tuple[float, float, list[int]]:
@@ -43,10 +43,7 @@ def generate(og: object, model: object, prompt: np.ndarray, new: int) -> tuple[f
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folders", type=Path, nargs="+")
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--new", type=int, default=32)
-    common_arguments(ap)
-    ap.add_argument("--rounds", type=int, default=12)
+    decode_arguments(ap, rounds=12)
     ap.add_argument("--vocab", type=int, required=True)
     args = ap.parse_args()
 

@@ -20,16 +20,13 @@ from pathlib import Path
 
 import numpy as np
 from common.genai_generate import time_model
-from common.harness import common_arguments
+from common.harness import decode_arguments
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", type=Path)
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--new", type=int, default=32)
-    common_arguments(ap)
-    ap.add_argument("--rounds", type=int, default=5)
+    decode_arguments(ap)
     ap.add_argument("--vocab", type=int, required=True)
     ap.add_argument("--max-length", type=int, help="the cache's capacity (default prompt + new); genai's "
                     "sliding-window GroupQueryAttention refuses one under the window (Gemma 2: 4096)")

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common.harness import common_arguments
+from common.harness import common_arguments, decode_arguments
 
 
 def quantize(args: argparse.Namespace) -> dict[str, object]:
@@ -95,10 +95,7 @@ def main() -> int:
     common_arguments(q)
     t = sub.add_parser("time")
     t.add_argument("model", type=Path)
-    t.add_argument("--prompt", type=int, default=128)
-    t.add_argument("--new", type=int, default=16)
-    common_arguments(t)
-    t.add_argument("--rounds", type=int, default=1)
+    decode_arguments(t, new=16, rounds=1)
     t.add_argument("--vocab", type=int, required=True)
     t.add_argument("--save-logits", type=Path)
     args = ap.parse_args()

@@ -52,6 +52,22 @@ def common_arguments(parser: argparse.ArgumentParser, *, threads: int | None = 2
     return parser
 
 
+def decode_arguments(parser: argparse.ArgumentParser, *, new: int = 32, rounds: int = 5,
+                     rounds_help: str = "timed rounds") -> argparse.ArgumentParser:
+    """`parser` with a generation benchmark's flags (--prompt, --new, --rounds) and the common ones; returns it."""
+    parser.add_argument("--prompt", type=int, default=128, help="prompt tokens (default 128)")
+    parser.add_argument("--new", type=int, default=new, help=f"tokens generated after it (default {new})")
+    parser.add_argument("--rounds", type=int, default=rounds, help=f"{rounds_help} (default {rounds})")
+    return common_arguments(parser)
+
+
+def decode_flags(args: argparse.Namespace, *, rounds: int | None = None, threads: int | None = None) -> list[str]:
+    """decode_arguments' flags as `args` holds them, for a timing script run in another venv (genai_timing.py,
+    llamacpp_timing.py): `rounds` and `threads` where the caller's differ."""
+    return ["--prompt", str(args.prompt), "--new", str(args.new), "--threads", str(threads or args.threads),
+            "--rounds", str(rounds if rounds is not None else args.rounds)]
+
+
 def _cpuinfo() -> str:
     with contextlib.suppress(OSError):
         return Path("/proc/cpuinfo").read_text()

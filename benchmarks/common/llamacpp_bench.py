@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from common.harness import decode_flags
+
 HERE = Path(__file__).resolve().parents[1]  # benchmarks/: the scripts this runs as subprocesses
 
 # bench_int4's tiny Llama (SHAPES["tiny"]) as a HF checkpoint, for --quick and the tests
@@ -84,8 +86,8 @@ class LlamaCpp:
 
     def _time(self, model: Path, rounds: int, logits: Path | None = None) -> dict[str, Any]:
         a = self.args
-        out = json_line([self.python, str(HERE / "llamacpp_timing.py"), "time", str(model), "--prompt",
-                         str(a.prompt), "--new", str(a.new), "--threads", str(a.llamacpp_threads or a.threads), "--rounds", str(rounds),
+        out = json_line([self.python, str(HERE / "llamacpp_timing.py"), "time", str(model),
+                         *decode_flags(a, rounds=rounds, threads=a.llamacpp_threads),
                          "--vocab", str(self.vocab), *(["--save-logits", str(logits)] if logits else [])])
         return out
 
