@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common.harness import common_arguments, machine_summary, round_robin  # noqa: E402
+from benchmarks.common.harness import machine_summary, round_robin, training_arguments  # noqa: E402
 
 LOSS = ROOT / "tests" / "training" / "gpt2_loss.alg"
 SMALL = dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257)
@@ -39,11 +39,9 @@ QUICK = dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=101)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=5, help="timed steps per variant")
-    ap.add_argument("--layers", type=int, help="GPT-2 small with this many layers (say so when reporting)")
+    ap = training_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]), steps=5,
+                            steps_help="timed steps per variant",
+                            layers_help="GPT-2 small with this many layers (say so when reporting)")
     ap.add_argument("--ddp", action="store_true", help="also part 2: torchrun processes against one process")
     ap.add_argument("--no-hf", action="store_true", help="skip part 1")
     ap.add_argument("--procs", type=int, default=2)

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from common.harness import common_arguments, round_robin
+from common.harness import round_robin, training_arguments
 from common.training import QUICK, SHAPES, batches, hf_model, ours, torch_step
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,12 +50,8 @@ VARIANTS = {"ours (onnxruntime)": "ours", "ours, session B": "session-b", "ours,
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default="gpt2,smollm2")
-    ap.add_argument("--steps", type=int, default=10, help="timed steps per variant (interleaved)")
     ap.add_argument("--warmup", type=int, default=2)
-    common_arguments(ap)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--layers", type=int, help="override the workload's layer count (say so when reporting)")
+    training_arguments(ap, batch=8, steps=10, steps_help="timed steps per variant (interleaved)")
     ap.add_argument("--compile", action="store_true", help="also torch.compile (slow to compile on a loaded CPU)")
     ap.add_argument("--plain", action="store_true", help="also ours without the training step's rewrite rules (before/after)")
     ap.add_argument("--one-graph", action="store_true",

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from common.harness import common_arguments, machine_facts
+from common.harness import machine_facts, training_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 LOSS = ROOT / "tests" / "training" / "gpt2_loss.alg"
@@ -59,11 +59,7 @@ def _peak_of(cmd: list[str]) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = common_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--layers", type=int)
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=128)
+    ap = training_arguments(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]), steps_help="steps")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--which", choices=["both", "ours", "torch"], default="both", help=argparse.SUPPRESS)
     ap.add_argument("--json")

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from common import training  # noqa: E402
-from common.harness import common_arguments  # noqa: E402
+from common.harness import training_arguments  # noqa: E402
 
 
 def summarize(trace: list[dict], skip_runs: int = 1) -> tuple[dict[str, float], list[tuple[int, str, str, str]]]:
@@ -92,11 +92,7 @@ def live_at_peak(trace: list[dict], model_path: Path) -> tuple[int, str, list[tu
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="gpt2")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--layers", type=int)
-    ap.add_argument("--steps", type=int, default=3)
-    common_arguments(ap)
+    training_arguments(ap, batch=8, steps_help="profiled steps")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-profile", action="store_true")

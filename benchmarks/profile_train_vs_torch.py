@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from common import training  # noqa: E402
-from common.harness import common_arguments  # noqa: E402
+from common.harness import training_arguments  # noqa: E402
 
 PRODUCTS = {"MatMul", "FusedMatMul", "Gemm", "aten::mm", "aten::addmm", "aten::bmm"}
 ATTENTION = ("Attention", "aten::_scaled_dot_product", "aten::_flash_attention")
@@ -80,11 +80,7 @@ def torch_components(prof, vocab: int) -> dict[str, float]:  # type: ignore[no-u
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", default="gpt2")
-    ap.add_argument("--batch", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--layers", type=int)
-    ap.add_argument("--steps", type=int, default=3, help="profiled steps of each, after one warm-up step")
-    common_arguments(ap)
+    training_arguments(ap, steps_help="profiled steps of each, after one warm-up step")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--workdir", help="where the HF checkpoint is written (default: the system's temp dir)")
     args = ap.parse_args(argv)

@@ -61,6 +61,18 @@ def decode_arguments(parser: argparse.ArgumentParser, *, new: int = 32, rounds: 
     return common_arguments(parser)
 
 
+def training_arguments(parser: argparse.ArgumentParser, *, batch: int = 4, steps: int = 3,
+                       steps_help: str = "timed steps",
+                       layers_help: str = "fewer layers than the workload's (say so when reporting)"
+                       ) -> argparse.ArgumentParser:
+    """`parser` with a training step's sizes (--batch, --seq, --layers), --steps and the common flags; returns it."""
+    parser.add_argument("--batch", type=int, default=batch, help=f"rows a step (default {batch})")
+    parser.add_argument("--seq", type=int, default=128, help="tokens a row (default 128)")
+    parser.add_argument("--layers", type=int, help=layers_help)
+    parser.add_argument("--steps", type=int, default=steps, help=f"{steps_help} (default {steps})")
+    return common_arguments(parser)
+
+
 def decode_flags(args: argparse.Namespace, *, rounds: int | None = None, threads: int | None = None) -> list[str]:
     """decode_arguments' flags as `args` holds them, for a timing script run in another venv (genai_timing.py,
     llamacpp_timing.py): `rounds` and `threads` where the caller's differ."""

@@ -1,6 +1,6 @@
 """Every script in benchmarks/ still runs (its `--help`, which imports everything it imports at the top), no
-script imports another script, and `--threads` and a generation's --prompt, --new and --rounds are declared once,
-by the harness (benchmarks/common/harness.py).
+script imports another script, and `--threads`, a generation's --prompt, --new and --rounds and a training step's
+--batch, --seq, --layers and --steps are declared once, by the harness (benchmarks/common/harness.py).
 
 The scripts' own smoke runs at tiny sizes are beside this file (test_bench_*.py); this one is the floor every
 script, smoke-tested or not, is held to. Nothing here times anything.
@@ -47,11 +47,15 @@ def test_threads_is_declared_by_the_harness_alone() -> None:
     assert declared == ["common/harness.py"]
 
 
-def test_a_generations_flags_are_declared_by_the_harness_alone() -> None:
+def test_generation_and_training_flags_are_declared_by_the_harness_alone() -> None:
     """--prompt and --new together (with --rounds) are decode_arguments', and the command lines that pass them to
     a timing script in another venv are decode_flags'."""
     declared = [p.relative_to(BENCH).as_posix() for p in SCRIPTS + COMMON
                 if all(f'add_argument("--{flag}"' in p.read_text() for flag in ("prompt", "new"))]
+    assert declared == ["common/harness.py"]
+    # and a training step's sizes, training_arguments'
+    declared = [p.relative_to(BENCH).as_posix() for p in SCRIPTS + COMMON
+                if all(f'add_argument("--{flag}"' in p.read_text() for flag in ("batch", "seq", "steps"))]
     assert declared == ["common/harness.py"]
     spelled = [p.relative_to(BENCH).as_posix() for p in SCRIPTS + COMMON if '"--new", str(' in p.read_text()]
     assert spelled == ["common/harness.py"]
