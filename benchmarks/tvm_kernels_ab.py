@@ -2,9 +2,10 @@
 """TVM's decode step with our attention and append kernels against TVM's own lowering of the same ops, in one
 process, interleaved in blocks: the A/B behind benchmarks/TVM.md's "Fifth round".
 
-    ours     the lowering table as shipped: ATTENTION → attention_kernel.py, CONCAT → concat_kernel.py
-    tvm      the same table without the ATTENTION lowering (so attention is decomposed: matmul, masks,
-             softmax, matmul) and with CONCAT as relax.op.concat, as before the two kernels
+    ours     the lowering table as shipped: ATTENTION and BUFFERED_ATTENTION → attention_kernel.py (the cache in
+             buffers the kernel appends to, passes/kv_buffers.py), CONCAT → concat_kernel.py
+    tvm      the same table without the attention lowerings (so the step concatenates its cache and attention is
+             decomposed: matmul, masks, softmax, matmul) and with CONCAT as relax.op.concat, as before our kernels
 
 Both decode one token for one row after `--past` cached positions (the specialised function, the cache in TVM
 tensors, as the generator runs it) and prefill `--prompt` tokens. Prints the VM's calls a step, the largest
@@ -34,12 +35,12 @@ from common.tvm_step import decode_feed, step_arguments  # noqa: E402
 
 
 def tvms_table(ours: dict[Any, Any]) -> dict[Any, Any]:
-    """The lowering table without our two kernels: attention decomposes, concat is relax.op.concat."""
+    """The lowering table without our kernels: attention decomposes, concat is relax.op.concat."""
     from pseudoformer.backends.lowering_table import Lowering
     from pseudoformer.backends.tvm.lowerings.registry import R
     from pseudoformer.ir.ops import Op
 
-    table = {op: lowering for op, lowering in ours.items() if op is not Op.ATTENTION}
+    table = {op: lowering for op, lowering in ours.items() if op not in (Op.ATTENTION, Op.BUFFERED_ATTENTION)}
     table[Op.CONCAT] = Lowering(lambda lw, n: R.concat([lw.tensor(s) for s in n.src], axis=n.attrs["axis"]))
     return table
 
@@ -70,8 +71,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    int8_activations=True)
     finally:
         LOWERINGS._by_op = shipped
-    feed = decode_feed(gens["ours"].decoder.step, args.past, vocab)  # type: ignore[union-attr]
-    on_device = {k: tvm.runtime.tensor(v) if v.dtype == np.float32 else v for k, v in feed.items()}
+    feeds = {name: decode_feed(g.runtime.step_graph, args.past, vocab)  # type: ignore[attr-defined]
+             for name, g in gens.items()}  # the same cached positions, in buffers (ours) or not
+    on_device = {name: {k: tvm.runtime.tensor(v) if v.dtype == np.float32 else v for k, v in feed.items()}
+                 for name, feed in feeds.items()}
     prompt = np.random.default_rng(0).integers(0, vocab, (1, args.prompt))
     print(f"# tvm_kernels_ab: {args.shape}, tvm8, one token after {args.past} positions, prefill {args.prompt}, "
           f"on {machine_summary()}\n")
@@ -80,11 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logits = {}
     for name, g in gens.items():
         model, keep = g.runtime.step_model, g.runtime._cache_outputs  # type: ignore[attr-defined]
-        counts = model.call_counts(on_device, function=SPECIALISED)
+        counts = model.call_counts(on_device[name], function=SPECIALISED)
         kernels = sum(v for k, v in counts.items() if not k.startswith("vm."))
         print(f"{name}: {sum(counts.values())} VM calls a step, {kernels} kernels")
-        logits[name] = model.run(on_device, function=SPECIALISED)[g.output]
-        steps[name] = lambda m=model, keep=keep: m.run(on_device, keep=keep, function=SPECIALISED)
+        logits[name] = model.run(on_device[name], function=SPECIALISED)[g.output]
+        steps[name] = lambda m=model, keep=keep, f=on_device[name]: m.run(f, keep=keep, function=SPECIALISED)
         token = g.decoder_input
         prefills[name] = lambda g=g, token=token: g.runtime.prefill({token: prompt})  # type: ignore[attr-defined]
     print(f"largest difference of the logits: {float(np.abs(logits['ours'] - logits['tvm']).max()):.2e}")

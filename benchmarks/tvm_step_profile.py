@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     step = gen.runtime.step  # type: ignore[attr-defined]
 
     def recording(feed: Any, cache: Any) -> Any:
-        seen["inputs"] = {**feed, **cache}
+        seen["inputs"] = gen.runtime.step_inputs(feed, cache)  # type: ignore[attr-defined]
         return step(feed, cache)
     gen.runtime.step = recording  # type: ignore[attr-defined]
     vocab = int(dict(d.split("=") for d in defines)["N_V"])

@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                     accuracy_level=4)
     gen = Generator(model, backend="tvm", quantize=opts, int8_activations=args.contender == "tvm8")
     step = gen.runtime.step_model  # type: ignore[attr-defined]
-    feed = decode_feed(gen.decoder.step, args.past, vocab)  # type: ignore[union-attr]
+    feed = decode_feed(gen.runtime.step_graph, args.past, vocab)  # type: ignore[attr-defined]
     print(f"# tvm_vm_calls: {args.shape}, {args.contender}, one token after {args.past} positions, on {machine_summary()}")
     print()
     print("| function | calls | kernels | VM builtins | make_shape | alloc_tensor | alloc_storage | reshape (views) |"

@@ -115,6 +115,28 @@ def _duplicates(names: list[Any]) -> list[Any]:
     return dups
 
 
+def _overwrite_problems(graph: Graph, nodes: list[Node], numbers: dict[int, int]) -> list[str]:
+    """An operand an op may write over (OpDef.overwrites: a cache buffer appended to in place) must be a graph
+    input that nothing else reads and no output returns, or a backend that writes in place would change a value
+    something still reads."""
+    writers = [n for n in nodes if op_def(n.op).overwrites]
+    if not writers:
+        return []
+    consumers = graph.consumers()
+    returned = {id(n) for _, n in graph.outputs}
+    problems = []
+    for n in writers:
+        for i in op_def(n.op).overwrites:
+            if i >= len(n.src):
+                continue  # the arity problem is reported already
+            s = n.src[i]
+            readers = consumers.slots(s)
+            if s.op is not Op.INPUT or id(s) in returned or len(readers) != 1:
+                problems.append(f"{_describe(n, numbers)}: operand {i} ({_describe(s, numbers)}) is written over, so "
+                                "it must be a graph input that nothing else reads or returns")
+    return problems
+
+
 def verify(graph: Graph) -> None:
     """Raise IRVerifyError listing every broken invariant of `graph`; return None if it is well formed."""
     problems = _operand_problems(graph)
@@ -142,6 +164,7 @@ def verify(graph: Graph) -> None:
             if first != n.type:
                 problems.append(f"{_describe(n, numbers)}: param {n.attrs['name']!r} has type {n.type} "
                                 f"here and {first} elsewhere")
+    problems += _overwrite_problems(graph, nodes, numbers)
     # A weight named like an input would shadow or be shadowed by it in every backend's name space.
     problems += [f"name {x!r} is both an input and a param" for x in in_names if x in param_types]
     if problems:

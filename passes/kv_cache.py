@@ -20,6 +20,12 @@ mask): the step computes it at the full length and keeps the new queries' rows (
 Anything else that mixes positions (attention that is not causal, a reduction over positions, a mask
 the attention fusion left unfused, a mask that reads the tokens) makes the derivation refuse, naming
 the source line.
+
+The step here concatenates: present = [past; new] is a new value, so a step copies its whole cache. The same
+step with its cache in buffers of a fixed capacity (a length L in, each attention writing its new keys and
+values into the buffers at L and attending over their first L + new positions, the presents being the
+buffers written) is kv_buffers.py's, whose docstring states that interface's contract: L + new ≤ capacity
+(the interpreter refuses a step past the end), and a buffer given to the step is written, not read again.
 """
 
 from __future__ import annotations

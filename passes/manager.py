@@ -88,6 +88,8 @@ PIPELINES: dict[str, list[str]] = {
     # the incremental decoder of a -O2 graph: prefill, decode step, and the encoder's share
     "generation-prefill": ["incremental_prefill", "last_position", *LEVELS[1]],
     "generation-step": ["incremental_step", "last_position", *LEVELS[1]],
+    # the step as TVM runs it: the cache in buffers (passes/kv_buffers.py), no last-position cut
+    "generation-step-buffered": ["incremental_step_buffered"],
     "generation-encoder": ["incremental_encoder", *LEVELS[1]],
     "generation-uncached": ["last_position", *LEVELS[1]],
 }

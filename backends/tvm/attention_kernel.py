@@ -17,6 +17,11 @@ per key; the product with V is `lanes` wide over d_v. exp is fastmath.fast_exp_e
 A call whose multiply-adds are below MIN_PARALLEL_WORK (a decode step up to ~800 positions on SmolLM2's
 shape) runs on the calling thread, as parallel_gate.py explains for small kernels; prefill splits its
 b·H·s_q rows between the threads.
+
+buffered_attention_func is the same rows over a cache in buffers of a fixed capacity (ir/ops/buffered_attention.py):
+it first writes the new keys and values into the buffers at the cache's length, then attends over the buffers'
+first length + new positions. The lowering calls it in place (call_tir_inplace): the buffers are the caller's, so
+a decode step copies only its new position, not the cache (concat_kernel.py's join copies all of it).
 """
 
 from __future__ import annotations
@@ -40,15 +45,13 @@ def vector_lanes(width: int) -> int:
     return next(lanes for lanes in (16, 8, 4, 2, 1) if width % lanes == 0)
 
 
-def attention_func(hq: int, hkv: int, d: int, dv: int, *, scale: float, causal: bool, window: int = 0,
-                   softcap: float = 0.0) -> Any:
-    """The PrimFunc main(q [b, hq, s_q, d], k [b, hkv, s_k, d], v [b, hkv, s_k, dv], o [b, hq, s_q, dv]),
-    float32, b, s_q and s_k symbolic; hq a multiple of hkv."""
+def _row(hq: int, hkv: int, d: int, dv: int, *, scale: float, causal: bool, window: int = 0,
+         softcap: float = 0.0) -> Any:
+    """The macro row(q, k, v, o, task, s_q, s_k): one query row's attention over keys [0, s_k)."""
     if hq % hkv:
         raise ValueError(f"{hq} query heads do not share {hkv} key heads evenly")
     group = hq // hkv
     ld, lv = vector_lanes(d), vector_lanes(dv)
-    gate = {MIN_WORK_ATTR: 0}  # decided here, from the call's sizes
 
     def f32(x: float) -> Any:
         return tirx.const(x, "float32")
@@ -110,6 +113,16 @@ def attention_func(hq: int, hkv: int, d: int, dv: int, *, scale: float, causal: 
         for c in range(dv // lv):
             o[b, h, i, span(c * lv, lv)] = out[span(c * lv, lv)] / bcast(total[0], lv)
 
+    return row
+
+
+def attention_func(hq: int, hkv: int, d: int, dv: int, *, scale: float, causal: bool, window: int = 0,
+                   softcap: float = 0.0) -> Any:
+    """The PrimFunc main(q [b, hq, s_q, d], k [b, hkv, s_k, d], v [b, hkv, s_k, dv], o [b, hq, s_q, dv]),
+    float32, b, s_q and s_k symbolic; hq a multiple of hkv."""
+    row = _row(hq, hkv, d, dv, scale=scale, causal=causal, window=window, softcap=softcap)
+    gate = {MIN_WORK_ATTR: 0}  # decided here, from the call's sizes
+
     @T.prim_func(s_tir=True)
     def main(q_h: T.handle, k_h: T.handle, v_h: T.handle, o_h: T.handle):
         T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
@@ -124,5 +137,45 @@ def attention_func(hq: int, hkv: int, d: int, dv: int, *, scale: float, causal: 
         else:
             for task in T.parallel(n_b * hq * s_q, annotations=gate):
                 row(q, k, v, o, task, s_q, s_k)
+
+    return main
+
+
+def buffered_attention_func(hq: int, hkv: int, d: int, dv: int, *, scale: float, causal: bool, window: int = 0,
+                            softcap: float = 0.0) -> Any:
+    """The PrimFunc main(q [b, hq, s_q, d], k [b, hkv, s, d], v [b, hkv, s, dv], k_buf [b, hkv, C, d],
+    v_buf [b, hkv, C, dv], past: int64, o [b, hq, s_q, dv]): k and v written into the buffers at positions
+    [past, past + s), then o, the attention over the buffers' first past + s positions (ir/ops/buffered_attention.py).
+    Called by call_tir_inplace, the buffers it writes are the caller's: nothing of the cache is copied but the s new
+    positions. past + s > C stops the call with an error before anything is written."""
+    row = _row(hq, hkv, d, dv, scale=scale, causal=causal, window=window, softcap=softcap)
+    gate = {MIN_WORK_ATTR: 0}
+
+    @T.prim_func(s_tir=True)
+    def main(q_h: T.handle, k_h: T.handle, v_h: T.handle, kb_h: T.handle, vb_h: T.handle, past: T.int64,
+             o_h: T.handle):
+        T.func_attr({"tirx.noalias": True, "tirx.is_scheduled": True})
+        n_b, s_q, s_n, cap = T.int64(), T.int64(), T.int64(), T.int64()
+        q = T.match_buffer(q_h, (n_b, hq, s_q, d), "float32")
+        k = T.match_buffer(k_h, (n_b, hkv, s_n, d), "float32")
+        v = T.match_buffer(v_h, (n_b, hkv, s_n, dv), "float32")
+        kb = T.match_buffer(kb_h, (n_b, hkv, cap, d), "float32")
+        vb = T.match_buffer(vb_h, (n_b, hkv, cap, dv), "float32")
+        o = T.match_buffer(o_h, (n_b, hq, s_q, dv), "float32")
+        assert 0 <= past and past + s_n <= cap, "buffered_attention: the new keys do not fit in the cache buffers"
+        for r in range(n_b * hkv * s_n):
+            i = r % s_n
+            h = r // s_n % hkv
+            b = r // (s_n * hkv)
+            for c in range(d):
+                kb[b, h, past + i, c] = k[b, h, i, c]
+            for c in range(dv):
+                vb[b, h, past + i, c] = v[b, h, i, c]
+        if n_b * hq * s_q * (past + s_n) * (d + dv) < MIN_PARALLEL_WORK:
+            for task in range(n_b * hq * s_q):
+                row(q, kb, vb, o, task, s_q, past + s_n)
+        else:
+            for task in T.parallel(n_b * hq * s_q, annotations=gate):
+                row(q, kb, vb, o, task, s_q, past + s_n)
 
     return main

@@ -5,7 +5,8 @@ Run-time sizes stay symbolic. Each named dim ("batch", "seq") is one int64 tirx.
 function, as it is one size for the whole run in the interpreter, so one compiled module serves
 every batch size and sequence length. Int64 scalars that are sizes (DIM, consts, arithmetic on
 them) are followed as PrimExprs, so that slices, aranges and masks get symbolic shapes that TVM
-can reason about; only a size computed from tensor data goes through tensor_to_shape.
+can reason about; only a size computed from tensor data goes through tensor_to_shape, as does an int64
+scalar input (a cache's length, passes/kv_buffers.py), once, at the start.
 
 A named dim that is not an input's ("seq-1" after a slice) names the size Relax inferred where it
 first appears. Where Relax infers a size that is not the IR's (a slice to `min(seq, 8)` where the
@@ -119,6 +120,9 @@ class RelaxLowering:
         args = inputs + [self.param_vars[p.attrs["name"]] for p in params] + [self.param_vars[k] for k in extra]
         with self.bb.function(func_name, args, attrs={"num_input": len(inputs)}):
             with self.bb.dataflow():
+                for n in g.inputs:  # a size given as an input (a cache's length): a PrimExpr, as a dim's would be
+                    if _is_size(n):
+                        self.size(n)
                 for i, n in enumerate(g.nodes()):
                     self.index = i
                     if id(n) not in self.vals:
@@ -211,5 +215,6 @@ class RelaxLowering:
         lowering = LOWERINGS.get(n.op)
         if lowering is None or not lowering.accepts(n):
             raise BackendError(f"the TVM backend cannot lower {n.op.value} (at {n.span or n.scope or '?'})")
-        self.vals[id(n)] = self.emit(lowering.fn(self, n), n)
+        # a tuple (buffered attention's results) has no shape to hold to the node's type; its elements do
+        self.vals[id(n)] = self.emit(lowering.fn(self, n), n if isinstance(n.type, TensorType) else None)
 

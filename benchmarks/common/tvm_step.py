@@ -11,16 +11,19 @@ from common.harness import common_arguments
 
 
 def decode_feed(step: object, past: int, vocab: int) -> dict[str, np.ndarray]:
-    """One token for one row, and `past` cached positions of random keys and values."""
+    """One token for one row, and `past` cached positions of random keys and values, for the step that TVM runs
+    (the generator's runtime.step_graph): in buffers of past + 1 positions with the length `past`, or for a step
+    that concatenates, those `past` positions alone (the same values: each cache is drawn at past + 1)."""
     rng = np.random.default_rng(0)
     feed = {}
     for n in step.inputs:  # type: ignore[attr-defined]
         name, t = n.attrs["name"], n.type
         if t.dtype.value == "int64":
-            feed[name] = rng.integers(0, vocab, (1, 1))
+            feed[name] = rng.integers(0, vocab, (1, 1)) if t.rank else np.array(past, dtype=np.int64)
         else:
-            feed[name] = rng.standard_normal([1 if d == "batch" else past if isinstance(d, str) else d
-                                              for d in t.shape]).astype(np.float32)
+            cache = rng.standard_normal([1 if d == "batch" else past + 1 if isinstance(d, str) else d
+                                         for d in t.shape]).astype(np.float32)
+            feed[name] = cache if "capacity" in t.shape else cache[..., :past, :]
     return feed
 
 

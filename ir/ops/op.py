@@ -82,6 +82,7 @@ class Op(enum.Enum):
     RMS_NORM = "rms_norm"
     ATTENTION = "attention"
     CACHED_ATTENTION = "cached_attention"
+    BUFFERED_ATTENTION = "buffered_attention"
     SWIGLU = "swiglu"
     ROTARY = "rotary"
     # onnxruntime's contrib kernels, made by the onnx-contrib pipeline (fused_kernels.py)

@@ -19,6 +19,8 @@ OpDef holds, for one op:
               tests check the typing rule, the impl and the decomposition on it, and each backend's
               tests compare their lowering of it with the interpreter, so a new op is tested everywhere
               without a test edit (ir/examples.py builds and feeds it)
+  overwrites  the operands the op may write over: a cache buffer the attention appends to in place
+              (buffered_attention); the verifier holds each to be a graph input that nothing else reads
 
 Adding an op is its name in op.py and one module (or a few lines in its family's module) here, plus a
 lowering per backend that has a kernel for it; a backend without one lowers the decomposition.
@@ -144,6 +146,9 @@ class OpDef:
     inline: str | None = None  # the attribute the IR text writes right after the op name (param "W_e")
     implied: tuple[str, ...] = ()  # attributes the result type already says, left out of the IR text
     example: Example | None = None  # a small graph using the op, for every stage's tests (see ExampleMaker)
+    # operands the op may write over (a backend may compute its result in their memory): the verifier requires
+    # each to be a graph input that no other node reads and no output returns (buffered_attention's buffers)
+    overwrites: tuple[int, ...] = ()
 
     def attr(self, name: str) -> Attr | None:
         return next((a for a in self.attrs if a.name == name), None)

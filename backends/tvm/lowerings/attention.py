@@ -6,13 +6,18 @@ float16 model's operands are cast to it and the result back (the float16 pass ru
 node it sees was float32 when it was accepted). A mask operand (padding, ALiBi's bias), the packed form and
 a GPU target go by parts (passes/decompose.py): the matmul and softmax schedules cover them. The kernel is
 marked opaque, so fusion leaves it whole.
+
+BUFFERED_ATTENTION → the same rows over cache buffers (attention_kernel.buffered_attention_func), float32 only
+(a cast of a buffer would copy it), called with call_tir_inplace: the kernel writes the new keys and values into
+the buffers the step was given and returns them, as the op allows (its buffers are graph inputs nothing else
+reads, which the verifier holds). The cache's length goes to the kernel as a size. GET takes a result of it.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pseudoformer.backends.tvm.attention_kernel import attention_func
+from pseudoformer.backends.tvm.attention_kernel import attention_func, buffered_attention_func
 from pseudoformer.backends.tvm.fusion import OPAQUE  # fusion leaves our kernels whole
 from pseudoformer.backends.tvm.lowerings.registry import R, lowers, relax
 from pseudoformer.ir.node import Node
@@ -23,7 +28,7 @@ if TYPE_CHECKING:
     from pseudoformer.backends.tvm.lower import RelaxLowering
 
 
-CPU_ONLY = frozenset({Op.ATTENTION})  # a GPU target decomposes these (build.prepare's accepts)
+CPU_ONLY = frozenset({Op.ATTENTION, Op.BUFFERED_ATTENTION})  # a GPU target decomposes these (build.prepare's accepts)
 
 
 def _takes(n: Node) -> bool:
@@ -56,3 +61,36 @@ def _attention(lw: RelaxLowering, n: Node) -> Any:
 
 def _float32(lw: RelaxLowering, x: Any, n: Node) -> Any:
     return x if n.dtype is DType.float32 else lw.emit(R.astype(x, "float32"))
+
+
+def _takes_buffered(n: Node) -> bool:
+    q, k, v, kb, vb = (s.type for s in n.src[:5])
+    if any(t.rank != 4 or t.dtype is not DType.float32 for t in (q, k, v, kb, vb)):
+        return False
+    hq, hk, d, dv = q.shape[1], k.shape[1], q.shape[3], v.shape[3]
+    return all(isinstance(x, int) for x in (hq, hk, d, dv)) and hq % hk == 0
+
+
+@lowers(Op.BUFFERED_ATTENTION, when=_takes_buffered)
+def _buffered_attention(lw: RelaxLowering, n: Node) -> Any:
+    q, k, v, kb, vb = (lw.tensor(s) for s in n.src[:5])
+    past = lw.size(n.src[5])
+    hq, d = int(n.src[0].shape[1]), int(n.src[0].shape[3])
+    hk, dv = int(n.src[1].shape[1]), int(n.src[2].shape[3])
+    a = n.attrs
+    options = {"scale": float(a["scale"]), "causal": bool(a["causal"]), "window": int(a.get("window", 0)),
+               "softcap": float(a.get("softcap", 0.0))}
+    key = ("buffered_attention", hq, hk, d, dv, *options.values())
+    if key not in lw.notes:
+        func = buffered_attention_func(hq, hk, d, dv, **options).with_attr("op_pattern", OPAQUE)
+        lw.notes[key] = lw.bb.add_func(func, f"buffered_attention_{hq}x{hk}x{d}")
+    b, _, sq, _ = lw.shape(q)
+    out = relax.TensorType([b, hq, sq, dv], "float32")
+    # outputs: o (new), the key and value buffers (operands 3 and 4, written in place)
+    return R.call_tir_inplace(lw.notes[key], [q, k, v, kb, vb, relax.PrimValue(past)], [-1, 3, 4],
+                              [out, kb.ty, vb.ty])
+
+
+@lowers(Op.GET)
+def _get(lw: RelaxLowering, n: Node) -> Any:
+    return relax.TupleGetItem(lw.tensor(n.src[0]), n.attrs["index"])

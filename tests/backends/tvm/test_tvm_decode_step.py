@@ -14,6 +14,7 @@ import tvm_util  # noqa: F401  (skips without TVM)
 from pseudoformer.backends.tvm.specialise import SPECIALISED, function_for
 from pseudoformer.generation import Generator, Sampling
 from pseudoformer.model import load
+from pseudoformer.passes.kv_buffers import LENGTH
 from pseudoformer.passes.quantize import QuantizeOptions
 
 TINY = ["L=2", "H=4", "H_kv=2", "d_e=64", "d_mlp=96", "N_V=100", "d_attn=16"]
@@ -28,12 +29,13 @@ def generators(request: pytest.FixtureRequest) -> dict[str, Generator]:
 
 
 def _decode_feed(gen: Generator, past: int) -> dict[str, np.ndarray]:
+    """One token after `past` positions, in cache buffers of past + 1 (the step the generator compiled)."""
     rng = np.random.default_rng(1)
-    feed: dict[str, np.ndarray] = {"x": rng.integers(0, 100, (1, 1))}
-    for n in gen.decoder.step.inputs:  # type: ignore[union-attr]
+    feed: dict[str, np.ndarray] = {"x": rng.integers(0, 100, (1, 1)), LENGTH: np.array(past, dtype=np.int64)}
+    for n in gen.runtime.step_graph.inputs:  # type: ignore[attr-defined]
         name = n.attrs["name"]
-        if name != "x":
-            shape = [1 if d == "batch" else past if isinstance(d, str) else d for d in n.type.shape]
+        if name not in feed:
+            shape = [1 if d == "batch" else past + 1 if isinstance(d, str) else d for d in n.type.shape]
             feed[name] = rng.standard_normal(shape).astype(np.float32)
     return feed
 
@@ -42,7 +44,7 @@ def test_one_token_runs_the_specialised_function_with_mains_numbers_and_fewer_vm
     step = generators["tvm"].runtime.step_model
     feed = _decode_feed(generators["tvm"], past=6)
     assert function_for(step.meta, [np.shape(feed[n]) for n in step.input_names]) == SPECIALISED
-    two_rows = {k: np.concatenate([v, v]) for k, v in feed.items()}
+    two_rows = {k: np.concatenate([v, v]) if v.ndim else v for k, v in feed.items()}
     assert function_for(step.meta, [np.shape(two_rows[n]) for n in step.input_names]) == "main"
     main, special = step.run(feed, function="main"), step.run(feed)
     for name, want in main.items():  # the same kernels on the same inputs
@@ -72,15 +74,20 @@ def test_one_row_generation_on_tvm_gives_the_interpreters_tokens_and_scores(gene
 
 
 def test_the_cache_stays_in_tvm_tensors_between_steps(generators: dict) -> None:
+    """In buffers that the step writes in place (test_tvm_cache_buffers.py): the loop's cache is their length."""
     import tvm
 
     gen = generators["tvm"]
     prompt = np.random.default_rng(6).integers(0, 100, (1, 4))
+    gen.runtime.reserve(1, 8)
+    buffers = dict(gen.runtime.buffers.values)
     _, cache = gen.runtime.prefill({"x": prompt})
-    assert cache and all(isinstance(v, tvm.runtime.Tensor) for v in cache.values())
+    assert cache == {LENGTH: 4}
     scores, cache = gen.runtime.step({"x": prompt[:, -1:]}, cache)
-    assert isinstance(scores, np.ndarray) and scores.shape == (1, 1, 100)
-    assert all(isinstance(v, tvm.runtime.Tensor) and v.shape[2] == 5 for v in cache.values())
+    assert isinstance(scores, np.ndarray) and scores.shape == (1, 1, 100) and cache == {LENGTH: 5}
+    held = gen.runtime.buffers.values
+    assert held.keys() == buffers.keys() and all(held[k] is v for k, v in buffers.items())
+    assert all(isinstance(v, tvm.runtime.Tensor) and v.shape[2] >= 5 for v in held.values())
 
 
 def test_specialising_wants_the_weights_as_arguments_and_a_dim_of_the_inputs(generators: dict) -> None:
