@@ -15,6 +15,7 @@ reads, which the verifier holds). The cache's length goes to the kernel as a siz
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pseudoformer.backends.tvm.attention_kernel import attention_func, buffered_attention_func
@@ -45,18 +46,24 @@ def _takes(n: Node) -> bool:
 @lowers(Op.ATTENTION, when=_takes)
 def _attention(lw: RelaxLowering, n: Node) -> Any:
     q, k, v = (_float32(lw, lw.tensor(s), s) for s in n.src)
+    kernel, hq, dv = _kernel(lw, n, "attention", attention_func)
+    b, _, sq, _ = lw.shape(q)
+    y = R.call_tir(kernel, [q, k, v], relax.TensorType([b, hq, sq, dv], "float32"))
+    return y if n.dtype is DType.float32 else R.astype(lw.emit(y), n.dtype.value)
+
+
+def _kernel(lw: RelaxLowering, n: Node, name: str, make: Callable[..., Any]) -> tuple[Any, int, int]:
+    """The kernel `make` builds for n's heads, sizes and attributes, added to the module once; and hq, d_v."""
     hq, d = int(n.src[0].shape[1]), int(n.src[0].shape[3])
     hk, dv = int(n.src[1].shape[1]), int(n.src[2].shape[3])
     a = n.attrs
     options = {"scale": float(a["scale"]), "causal": bool(a["causal"]), "window": int(a.get("window", 0)),
                "softcap": float(a.get("softcap", 0.0))}
-    key = ("attention", hq, hk, d, dv, *options.values())
+    key = (name, hq, hk, d, dv, *options.values())
     if key not in lw.notes:
-        func = attention_func(hq, hk, d, dv, **options).with_attr("op_pattern", OPAQUE)
-        lw.notes[key] = lw.bb.add_func(func, f"attention_{hq}x{hk}x{d}")
-    b, _, sq, _ = lw.shape(q)
-    y = R.call_tir(lw.notes[key], [q, k, v], relax.TensorType([b, hq, sq, dv], "float32"))
-    return y if n.dtype is DType.float32 else R.astype(lw.emit(y), n.dtype.value)
+        func = make(hq, hk, d, dv, **options).with_attr("op_pattern", OPAQUE)
+        lw.notes[key] = lw.bb.add_func(func, f"{name}_{hq}x{hk}x{d}")
+    return lw.notes[key], hq, dv
 
 
 def _float32(lw: RelaxLowering, x: Any, n: Node) -> Any:
@@ -75,20 +82,11 @@ def _takes_buffered(n: Node) -> bool:
 def _buffered_attention(lw: RelaxLowering, n: Node) -> Any:
     q, k, v, kb, vb = (lw.tensor(s) for s in n.src[:5])
     past = lw.size(n.src[5])
-    hq, d = int(n.src[0].shape[1]), int(n.src[0].shape[3])
-    hk, dv = int(n.src[1].shape[1]), int(n.src[2].shape[3])
-    a = n.attrs
-    options = {"scale": float(a["scale"]), "causal": bool(a["causal"]), "window": int(a.get("window", 0)),
-               "softcap": float(a.get("softcap", 0.0))}
-    key = ("buffered_attention", hq, hk, d, dv, *options.values())
-    if key not in lw.notes:
-        func = buffered_attention_func(hq, hk, d, dv, **options).with_attr("op_pattern", OPAQUE)
-        lw.notes[key] = lw.bb.add_func(func, f"buffered_attention_{hq}x{hk}x{d}")
+    kernel, hq, dv = _kernel(lw, n, "buffered_attention", buffered_attention_func)
     b, _, sq, _ = lw.shape(q)
     out = relax.TensorType([b, hq, sq, dv], "float32")
     # outputs: o (new), the key and value buffers (operands 3 and 4, written in place)
-    return R.call_tir_inplace(lw.notes[key], [q, k, v, kb, vb, relax.PrimValue(past)], [-1, 3, 4],
-                              [out, kb.ty, vb.ty])
+    return R.call_tir_inplace(kernel, [q, k, v, kb, vb, relax.PrimValue(past)], [-1, 3, 4], [out, kb.ty, vb.ty])
 
 
 @lowers(Op.GET)

@@ -63,14 +63,16 @@ def test_one_token_runs_the_specialised_function_with_mains_numbers_and_fewer_vm
     assert builtins[SPECIALISED] <= builtins["main"] - (shapes["main"] - shapes[SPECIALISED]), builtins
 
 
-def test_one_row_generation_on_tvm_gives_the_interpreters_tokens_and_scores(generators: dict) -> None:
+def test_generation_on_tvm_gives_the_interpreters_tokens_and_scores(generators: dict) -> None:
+    """One row (the specialised step), then two; the cache in buffers (test_tvm_cache_buffers.py)."""
     greedy = Sampling(temperature=0)
-    prompt = np.random.default_rng(5).integers(0, 100, (1, 7))
-    want, got = (generators[b].generate(prompt, max_new_tokens=8, sampling=greedy, keep_scores=True)
-                 for b in ("numpy", "tvm"))
-    assert got.tokens == want.tokens
-    for step, (g, w) in enumerate(zip(got.scores, want.scores, strict=True)):
-        assert np.abs(g - w).max() <= 1e-4 * max(1.0, np.abs(w).max()), step
+    prompts = np.random.default_rng(5).integers(0, 100, (2, 7))
+    for prompt in (prompts[:1], prompts):
+        want, got = (generators[b].generate(prompt, max_new_tokens=8, sampling=greedy, keep_scores=True)
+                     for b in ("numpy", "tvm"))
+        assert got.tokens == want.tokens
+        for step, (g, w) in enumerate(zip(got.scores, want.scores, strict=True)):
+            assert np.abs(g - w).max() <= 1e-4 * max(1.0, np.abs(w).max()), step
 
 
 def test_the_cache_stays_in_tvm_tensors_between_steps(generators: dict) -> None:
