@@ -1,7 +1,8 @@
 """TVM's decode step with its cache in buffers (passes/kv_buffers.py, attention_kernel.buffered_attention_func):
-the compiled step against the interpreter running the same step, the buffers written in place, generation giving
-the interpreter's tokens, buffers made once per generation and grown when a step needs more room, and a step past
-their end refused by the kernel rather than written."""
+the compiled step against the interpreter running the same step, the buffers written in place, buffers made once
+per generation and grown when a step needs more room (the interpreter's tokens all the same), and a step past their
+end refused by the kernel rather than written. Whole generations against the interpreter: test_tvm_decode_step.py,
+tests/generation/test_generate_tvm*.py."""
 
 from __future__ import annotations
 
