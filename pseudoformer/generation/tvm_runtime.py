@@ -28,8 +28,11 @@ from pseudoformer.passes.kv_cache import IncrementalDecoder
 
 
 class TvmRuntime:
+    """cache_buffers=False compiles the concatenating step even where the one in buffers could run: for a
+    comparison of the two (benchmarks/tvm_cache_ab.py); a generation has no reason to ask for it."""
+
     def __init__(self, dec: IncrementalDecoder, output: str, weights: Mapping[str, np.ndarray], *,
-                 threads: int | None = None, int8_activations: bool = False) -> None:
+                 threads: int | None = None, int8_activations: bool = False, cache_buffers: bool = True) -> None:
         from pseudoformer.base.errors import BackendError
         from pseudoformer.deploy_tvm import _build
 
@@ -37,7 +40,7 @@ class TvmRuntime:
         build = _build()
         self.dec, self.output = dec, output
         self._cache_outputs = frozenset(n for s in dec.slots for n in (s.present_key, s.present_value))
-        self.buffered = _buffered(dec)
+        self.buffered = _buffered(dec) if cache_buffers else None
         self.step_graph: Graph = self.buffered.graph if self.buffered is not None else dec.step
         try:
             self.step_model = build.compile_graph(self.step_graph, weights, int8_activations=int8_activations,
