@@ -209,8 +209,9 @@ class TVMModel:
                                        f"the model wants {dtype} of rank {rank}")
                 args.append(given)
                 continue
-            value = np.ascontiguousarray(given.numpy() if isinstance(given, tvm.runtime.Tensor) else given,
-                                         dtype=np.dtype(dtype))
+            # np.require, not ascontiguousarray, which makes a scalar (a cache's length) an array of one
+            value = np.require(given.numpy() if isinstance(given, tvm.runtime.Tensor) else given,
+                               dtype=np.dtype(dtype), requirements="C")
             if value.ndim != rank:
                 raise BackendError(f"input {name} has rank {value.ndim}, the model wants {rank}")
             problem = None if bound is None else out_of_range(name, value, bound)

@@ -70,7 +70,7 @@ def _var_name(name: str) -> str:
 
 
 def _is_size(n: Node) -> bool:
-    return n.dtype is DType.int64 and n.shape == ()
+    return isinstance(n.type, TensorType) and n.dtype is DType.int64 and n.shape == ()
 
 
 class RelaxLowering:

@@ -15,6 +15,7 @@ from pseudoformer.ir.types import DType, TensorType
 from pseudoformer.ir.verify import IRVerifyError, verify
 from pseudoformer.model import load
 from pseudoformer.passes.kv_buffers import CAPACITY, LENGTH, CacheBufferError, buffered_step
+from pseudoformer.passes.kv_cache import PAST
 
 TINY = ["L=2", "H=4", "H_kv=2", "d_e=32", "d_mlp=48", "N_V=50", "d_attn=8"]
 
@@ -52,7 +53,9 @@ def test_the_step_takes_a_length_and_buffers_and_returns_the_buffers_written(gen
             written = outputs[present]
             assert written.op is Op.GET and written.src[0].op is Op.BUFFERED_ATTENTION
             assert buffer in written.src[0].src[3:5]
-    assert not [n for n in g.nodes() if n.op in (Op.CONCAT, Op.ATTENTION)]  # no copy of the cache is left
+    # no attention over a concatenation is left, nor anything sized to the past positions
+    assert not [n for n in g.nodes() if n.op is Op.ATTENTION and n.src[1].op is Op.CONCAT]
+    assert not [n for n in g.nodes() if isinstance(n.type, TensorType) and PAST in n.shape]
 
 
 @pytest.mark.parametrize(("past", "new", "batch"), [(5, 1, 1), (3, 4, 2), (0, 6, 1)])

@@ -86,7 +86,7 @@ def _buffered_attention(lw: RelaxLowering, n: Node) -> Any:
     b, _, sq, _ = lw.shape(q)
     out = relax.TensorType([b, hq, sq, dv], "float32")
     # outputs: o (new), the key and value buffers (operands 3 and 4, written in place)
-    return R.call_tir_inplace(kernel, [q, k, v, kb, vb, relax.PrimValue(past)], [-1, 3, 4], [out, kb.ty, vb.ty])
+    return R.call_tir_inplace(kernel, [q, k, v, kb, vb, relax.prim_value(past)], [-1, 3, 4], [out, kb.ty, vb.ty])
 
 
 @lowers(Op.GET)
