@@ -114,5 +114,5 @@ class OnnxRunner:
                 if np.dtype(want).kind != value.dtype.kind:
                     raise BackendError(f"input {name} is {value.dtype}, the model wants {np.dtype(want)}")
                 value = value.astype(want)
-            feed[name] = np.ascontiguousarray(value)
+            feed[name] = np.require(value, requirements="C")  # a scalar stays one (ascontiguousarray: [1])
         return feed

@@ -78,36 +78,46 @@ def _written(make: NodeMaker, buf: Any, new: Any, inside: Any, index: Any) -> An
 
 def _formula(n: Any, make: NodeMaker) -> tuple[Any, Any, Any]:
     """For a backend without the kernel: the buffers rewritten by a select (every position, so no faster than a
-    concatenation), then attention by parts over their first length + s positions."""
+    concatenation), then attention by parts over the whole buffers, the positions from length + s on masked out
+    with those the causal limit and the window hide (no slice of a size read from data, which torch refuses)."""
     q, k, v, kb, vb, length = n.src
     axis = kb.type.rank - 2
     capacity, new = make(Op.DIM, kb, axis=axis), make(Op.DIM, k, axis=axis)
     i64 = DType.int64
     zero = make.const(0, i64)
-    rel = make(Op.SUB, make(Op.ARANGE, capacity, dim=kb.shape[axis]), length)  # p − length, [C]
+    cols = make(Op.ARANGE, capacity, dim=kb.shape[axis])  # buffer position p, [C]
+    rel = make(Op.SUB, cols, length)  # p − length
     inside = make(Op.AND, make(Op.GE, rel, zero), make(Op.LT, rel, new))
     index = make(Op.MAX, make(Op.MIN, rel, make(Op.SUB, new, make.const(1, i64))), zero)
     inside = make(Op.UNSQUEEZE, inside, axes=[1])  # [C, 1]: broadcast over the features
     kb2, vb2 = _written(make, kb, k, inside, index), _written(make, vb, v, inside, index)
     end = make(Op.ADD, length, new)
-    held = f"length+{k.shape[axis]}"
-    keys = make(Op.SLICE, kb2, zero, end, axis=axis, dim=held)
-    values = make(Op.SLICE, vb2, zero, end, axis=axis, dim=held)
-    return by_parts(make, q, keys, values, None, n.attrs), kb2, vb2
+    # query i is position end − s_q + i (bottom-right aligned, as ATTENTION's causal)
+    n_q = make(Op.DIM, q, axis=axis)
+    rows = make(Op.ADD, make(Op.ARANGE, n_q, dim=q.shape[axis]), make(Op.SUB, end, n_q))
+    rows, cols = make(Op.UNSQUEEZE, rows, axes=[1]), make(Op.UNSQUEEZE, cols, axes=[0])
+    keep = make(Op.GE, rows, cols) if n.attrs["causal"] else make(Op.LT, cols, make(Op.UNSQUEEZE, end, axes=[0]))
+    if n.attrs.get("window", 0):
+        keep = make(Op.AND, keep, make(Op.LT, make(Op.SUB, rows, cols), make.const(int(n.attrs["window"]), i64)))
+    attrs = {**n.attrs, "causal": False, "window": 0}
+    return by_parts(make, q, kb2, vb2, keep, attrs), kb2, vb2
 
 
 def _example(make: ExampleMaker) -> list[Any]:
     """New positions written into buffers of 16 at a drawn length (0–3) over buffers of random values (which
-    must not show through): all three results; grouped-query heads (4 over 2) in a window of 3."""
+    must not show through): all three results; grouped-query heads (4 over 2) in a window of 3; every key (not
+    causal), soft-capped."""
     f32 = DType.float32
     q, k, v = (make.input(n, f32, "batch", 2, "seq", d) for n, d in (("q", 4), ("k", 4), ("v", 3)))
     q4 = make.input("q4", f32, "batch", 4, "seq", 4)
     length = make.input("length", DType.int64, values=integers(0, 4))
-    kb, vb, kb2, vb2 = (make.input(n, f32, "batch", 2, 16, d) for n, d in (("k_buffer", 4), ("v_buffer", 3),
-                                                                          ("k_buffer2", 4), ("v_buffer2", 3)))
+    kb, vb, kb2, vb2, kb3, vb3 = (make.input(f"{kv}_buffer{i}", f32, "batch", 2, 16, d)
+                                  for i in range(3) for kv, d in (("k", 4), ("v", 3)))
     plain = make(Op.BUFFERED_ATTENTION, q, k, v, kb, vb, length, scale=0.5, causal=True)
     grouped = make(Op.BUFFERED_ATTENTION, q4, k, v, kb2, vb2, length, scale=0.5, causal=True, window=3)
-    return [*(make(Op.GET, plain, index=i) for i in range(3)), make(Op.GET, grouped, index=0)]
+    every = make(Op.BUFFERED_ATTENTION, q, k, v, kb3, vb3, length, scale=0.5, causal=False, softcap=1.5)
+    return [*(make(Op.GET, plain, index=i) for i in range(3)), make(Op.GET, grouped, index=0),
+            make(Op.GET, every, index=0)]
 
 
 register(OpDef(Op.BUFFERED_ATTENTION, "attention over a cache in buffers, the new keys and values written into them",
