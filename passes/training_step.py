@@ -52,6 +52,11 @@ from pseudoformer.passes.rules import (
 NEW = "new."
 LR = "lr"
 STEP = "t"
+# Gradient accumulation (`accumulate=True`): the running sum acc.<name> of the micro-batches' weighted gradients,
+# the micro-batch's weight and whether the sum so far is kept (0 on a step's first micro-batch, 1 after)
+ACC = "acc."
+WEIGHT = "accumulate.weight"
+KEEP = "accumulate.keep"
 SCALAR = TensorType(DType.float32, ())
 
 
@@ -117,10 +122,16 @@ class _Make(NodeBuilder):
 
 def step_graph(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None = None,
                optimizer: Optimizer | None = None, *, output: str | None = None,
-               gradient_outputs: bool = False) -> Graph:
+               gradient_outputs: bool = False, accumulate: bool = False) -> Graph:
     """The training step of a loss graph (see the module's docstring for its inputs and outputs).
     `gradient_outputs` adds each gradient the update reads (clipped, if clipping is on) as the output
-    `grad.<name>`, after the others: the marks by which passes/split_step.py cuts the step in two."""
+    `grad.<name>`, after the others: the marks by which passes/split_step.py cuts the step in two.
+
+    `accumulate` (with `gradient_outputs`): the marked gradient is the running sum of several micro-batches'
+    gradients, `acc.<name> · keep + weight · ∇`, from the scalar inputs `accumulate.weight` and `accumulate.keep`
+    and an input `acc.<name>` per parameter; clipping and the update read that sum, so that cut in two
+    (split_step.py) the gradient half runs once per micro-batch, writing the sum over its acc buffer, and the
+    update half once per optimizer step (training/accumulate.py)."""
     opt = optimizer or Optimizer()
     names = list(trainable_params(graph, train))
     if not names:
@@ -138,9 +149,17 @@ def step_graph(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None
     outs = dict(grads.outputs)
     lr = make.input(LR, SCALAR)
     g = {k: outs[GRAD + k] for k in names}
+    inputs = [*graph.inputs, lr, *(as_inputs[k] for k in names)]
+    if accumulate:
+        weight, keep = make.input(WEIGHT, SCALAR), make.input(KEEP, SCALAR)
+        acc = {k: make.input(ACC + k, as_inputs[k].type) for k in names}
+        inputs += [weight, keep, *acc.values()]
+        # keep multiplies the sum so far rather than choosing it: one graph serves every micro-batch
+        g = {k: make(Op.ADD, make(Op.MUL, acc[k], keep), make(Op.MUL, g[k], weight)) for k in names}
+    marks = g
     if opt.clip > 0:
         g = _clip(make, g, opt.clip)
-    inputs = [*graph.inputs, lr, *(as_inputs[k] for k in names)]
+        marks = marks if accumulate else g  # accumulated: the sum is marked, and clipped in the update
     outputs: list[tuple[str, Node]] = [("loss", outs["loss"])]
     if opt.kind == "sgd":
         outputs += [(NEW + k, make(Op.SUB, as_inputs[k], make(Op.MUL, lr, g[k]))) for k in names]
@@ -157,7 +176,7 @@ def step_graph(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None
             states += [(NEW + m.attrs["name"], m2), (NEW + v.attrs["name"], v2)]
         outputs += [*states, (NEW + STEP, new_t)]
     if gradient_outputs:
-        outputs += [(GRAD + k, g[k]) for k in names]
+        outputs += [(GRAD + k, marks[k]) for k in names]
     meta = {**graph.meta, "training": {"trainable": names, "optimizer": opt.kind}}
     return Graph(inputs, outputs, meta)
 

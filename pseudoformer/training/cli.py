@@ -30,6 +30,11 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
                    "kind: train it by next-token prediction (DTraining) or masked tokens (ETraining)")
     t.add_argument("--seq-len", type=int, default=128, metavar="N", help="tokens per sequence (default 128)")
     t.add_argument("--batch-size", type=int, default=8, metavar="B", help="sequences per step (default 8)")
+    t.add_argument("--grad-accum", type=int, default=1, metavar="N", help="sum the gradients of N micro-batches of "
+                   "--batch-size before each optimizer step: one batch N times the size (default 1)")
+    t.add_argument("--loss-reduction", choices=["sum", "mean"], default="sum", help="a sequence's loss: the sum over "
+                   "its positions, as the paper writes it (default), or the mean over the tokens the loss scores, "
+                   "torch's mean cross-entropy (training algorithms)")
     t.add_argument("--epochs", type=int, help="passes over the data (default: N_epochs of a training algorithm, "
                    "else 1)")
     t.add_argument("--steps", type=int, help="stop after this many steps (default: the epochs' worth)")
@@ -91,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     if args.save_every and args.output is None:
         print("error: --save-every needs -o DIR to save to", file=sys.stderr)
         return 1
-    hyper = TrainingOptions(seq_len=args.seq_len, batch_size=args.batch_size, epochs=args.epochs,
+    hyper = TrainingOptions(seq_len=args.seq_len, batch_size=args.batch_size, grad_accum=args.grad_accum,
+                            loss_reduction=args.loss_reduction, epochs=args.epochs,
                             steps=args.steps, lr=args.lr, optimizer=args.optimizer, warmup=args.warmup,
                             clip=args.clip, weight_decay=args.weight_decay, betas=tuple(args.betas),
                             eps=args.eps, decay_all=args.decay_all, shuffle=args.shuffle, seed=args.seed,

@@ -52,11 +52,13 @@ def loss_graph(graph: Graph, level: int, ties: Mapping[str, str]) -> Graph:
 
 def compile_step(graph: Graph, weights: Mapping[str, np.ndarray], *,
                  train: Callable[[str], bool] | Iterable[str] | None = None, optimizer: Optimizer | None = None,
-                 level: int = 2, ties: Mapping[str, str] | None = None) -> CompiledStep:
+                 level: int = 2, ties: Mapping[str, str] | None = None, accumulate: bool = False) -> CompiledStep:
+    """`accumulate`: the step of gradient accumulation (step_graph's), always split: its gradient half runs once
+    per micro-batch, its update half once per optimizer step (training/accumulate.py)."""
     opt = optimizer or Optimizer()
     ties = dict(ties or {})
     graph = loss_graph(graph, level, ties)
-    marked = step_graph(graph, train, opt, gradient_outputs=True)
+    marked = step_graph(graph, train, opt, gradient_outputs=True, accumulate=accumulate)
     marked = run_passes(marked, named_pipeline("training-step"))
     step = without_gradients(marked)
     trainable = list(step.meta["training"]["trainable"])

@@ -22,6 +22,7 @@ from pseudoformer.ir.block_coded import plain_weights
 from pseudoformer.model import Model, load, resolve_source
 from pseudoformer.passes.training_step import STEP, Optimizer
 from pseudoformer.training import data as datasets
+from pseudoformer.training.accumulate import make_accumulating
 from pseudoformer.training.compile import CompiledStep, compile_step, tied_unembedding
 from pseudoformer.training.derive import training_source
 from pseudoformer.training.init import INITS, gpt2_init
@@ -100,6 +101,7 @@ class Resumed:
     group: str | None  # the parameter group that checkpoint filled
     history: list[Row]  # its loss.csv
     skipped: list[int]  # its steps whose update was skipped (fp16 overflow)
+    step_rows: int | None  # the examples a step took (--batch-size × --grad-accum), where training.json says
 
 
 def _read_resume(directory: str | Path) -> Resumed:
@@ -122,8 +124,11 @@ def _read_resume(directory: str | Path) -> Resumed:
     state = read_safetensors(d / "optimizer.safetensors") if (d / "optimizer.safetensors").is_file() else {}
     hf, group, skipped = meta.get("hf_source"), meta.get("weights_group"), meta.get("skipped_steps")
     skipped = [k for k in skipped if isinstance(k, int) and 0 < k <= steps] if isinstance(skipped, list) else []
+    options = meta.get("options") if isinstance(meta.get("options"), dict) else {}
+    size, accum = options.get("batch_size"), options.get("grad_accum", 1)
+    step_rows = size * accum if all(isinstance(v, int) and not isinstance(v, bool) for v in (size, accum)) else None
     return Resumed(weights, state, steps, Path(hf) if isinstance(hf, str) and Path(hf).is_dir() else None,
-                   group if isinstance(group, str) else None, read_loss_curve(d)[:steps], skipped)
+                   group if isinstance(group, str) else None, read_loss_curve(d)[:steps], skipped, step_rows)
 
 
 def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarray], *, entry: str | None = None,
@@ -137,7 +142,8 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
           decay_all: bool = False, shuffle: bool | None = None, objective: str | None = None,
           resume: str | Path | None = None, log_every: int = 10,
           val_data: str | Path | np.ndarray | dict[str, np.ndarray] | None = None, val_every: int = 100,
-          init: str = "normal", fsdp: bool = False, precision: str = "fp32",
+          init: str = "normal", fsdp: bool = False, precision: str = "fp32", grad_accum: int = 1,
+          loss_reduction: str = "sum",
           hyperparameters: TrainingOptions | None = None, **keywords: Any) -> TrainResult:
     """Train the parameters of a loss algorithm's model (see the module's docstring); returns the losses and
     the trained weights. `trainable`: the parameter names to train (the rest frozen); all by default.
@@ -153,7 +159,8 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
     hyper = hyperparameters or TrainingOptions(
         seq_len=seq_len, batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, optimizer=optimizer,
         warmup=warmup, schedule=schedule, clip=clip, weight_decay=weight_decay, betas=tuple(betas),  # type: ignore[arg-type]
-        eps=eps, decay_all=decay_all, shuffle=shuffle, seed=seed, save_every=save_every, precision=precision)
+        eps=eps, decay_all=decay_all, shuffle=shuffle, seed=seed, save_every=save_every, precision=precision,
+        grad_accum=grad_accum, loss_reduction=loss_reduction)
     return run_training(source, data, hyper, TrainingSetup(
         entry=entry, config=config, defines=tuple(defines or ()), weights=weights, tokenizer=tokenizer,
         trainable=tuple(trainable) if trainable is not None else None, out=out, progress=progress, arena=arena,
@@ -257,9 +264,16 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     _check_lengths(model, plan, rows)
     if val is not None:
         _check_lengths(model, plan, val)
+    if opts.loss_reduction == "mean" and plan is None:
+        raise UsageError("--loss-reduction mean divides by the tokens a training algorithm's loss scores; a loss "
+                         "algorithm's loss is what it writes: divide by ℓ − 1 in it (as tests/training/"
+                         "gpt2_mean_loss.alg does)")
     examples = len(next(iter(rows.values()))) if isinstance(rows, dict) else len(rows)
-    per_epoch = math.ceil(examples / opts.batch_size)
+    per_epoch = math.ceil(examples / (opts.batch_size * opts.grad_accum))
     total = opts.steps if opts.steps is not None else per_epoch * epochs
+    if resumed is not None and resumed.step_rows not in (None, opts.batch_size * opts.grad_accum):
+        raise UsageError(f"--resume {setup.resume}: the run took {resumed.step_rows} examples a step (--batch-size "
+                         "times --grad-accum), and its data position counts them: give the same product")
     if resumed is not None and resumed.steps >= total:
         raise UsageError(f"--resume {setup.resume}: the run is at step {resumed.steps}, and this one ends at step "
                          f"{total}: give more --steps or --epochs")
@@ -278,8 +292,9 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
             runtime.load_state(step.state)
         setup = replace(setup, progress=setup.progress and runtime.writes)  # rank 0 alone reports and writes
     else:
+        weighted = opts.grad_accum > 1 or opts.loss_reduction == "mean"
         step = compile_step(model.graph, plain_weights(model.weights), train=setup.trainable, optimizer=opt,
-                            level=level, ties=ties)
+                            level=level, ties=ties, accumulate=weighted)
         if plan is not None and step.graph.outputs[0][0] != "loss":
             raise UsageError(f"the loss output {plan.loss_output!r} was not found")
         if resumed is not None:
@@ -288,7 +303,8 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
                                    else {})
         if not setup.arena:
             session["session"] = {"enable_cpu_mem_arena": False}
-        runtime = make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **session)
+        runtime = (make_accumulating(backend, step.split, step.frozen, step.state, step.graph, **session) if weighted
+                   else make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **session))
     outdir = Path(setup.out) if setup.out is not None else None
     # A warm-up rises to η and the cosine takes it down, for either optimizer.
     sched = opts.schedule or ("cosine" if opts.warmup else "constant")

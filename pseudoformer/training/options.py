@@ -15,6 +15,7 @@ SCHEDULES = ("constant", "cosine")
 # What the forward and backward compute in (training/precision.py): float32, or bfloat16/float16 under
 # torch.autocast with float32 master weights and optimizer state
 PRECISIONS = ("fp32", "bf16", "fp16")
+REDUCTIONS = ("sum", "mean")
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,12 @@ class TrainingOptions:
     """None where the training algorithm (its η, N_epochs) or the kind of file decides."""
 
     seq_len: int = 128  # tokens per sequence
-    batch_size: int = 8  # sequences per step
+    batch_size: int = 8  # sequences per step, or per micro-batch with grad_accum
+    # micro-batches of batch_size whose gradients make one optimizer step: one batch grad_accum times the size
+    grad_accum: int = 1
+    # a step's objective: the mean over its examples of each one's loss, the paper's sum over positions ("sum"),
+    # or the mean over the tokens the loss scores ("mean", torch's mean cross-entropy; training algorithms only)
+    loss_reduction: str = "sum"
     epochs: int | None = None  # passes over the data: a training algorithm's N_epochs, else 1
     steps: int | None = None  # stop after this many optimizer steps
     lr: float | None = None  # η: a training algorithm's own η by default
@@ -74,6 +80,10 @@ def check(o: TrainingOptions) -> None:
         raise UsageError(f"--seq-len {o.seq_len!r}: a sequence needs at least 2 tokens (a token and the one after "
                          "it that the loss predicts)")
     _whole("--batch-size", o.batch_size, 1)
+    _whole("--grad-accum", o.grad_accum, 1)
+    if o.loss_reduction not in REDUCTIONS:
+        raise UsageError(f"--loss-reduction {o.loss_reduction!r}: the reductions are {', '.join(REDUCTIONS)} (sum over "
+                         "a sequence's positions, the paper's; mean over the tokens the loss scores)")
     if o.epochs is not None:
         _whole("--epochs", o.epochs, 1)
     if o.steps is not None:

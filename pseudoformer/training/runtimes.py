@@ -23,7 +23,7 @@ from pseudoformer.ir import Graph
 from pseudoformer.passes.autodiff import GRAD
 from pseudoformer.passes.manager import named_pipeline, run_passes
 from pseudoformer.passes.split_step import SplitStep
-from pseudoformer.passes.training_step import LR, NEW, STEP, Optimizer
+from pseudoformer.passes.training_step import ACC, KEEP, LR, NEW, STEP, WEIGHT, Optimizer
 from pseudoformer.passes.update_chunks import CHUNK, CHUNK_META, PIECES_META
 from pseudoformer.run_settings import TRAINING_BACKENDS
 
@@ -42,14 +42,18 @@ def initial_state(graph: Graph, params: Mapping[str, np.ndarray], optimizer: Opt
     return state
 
 
+def is_step_input(name: str, carried: list[str]) -> bool:
+    """Whether a step graph's input is the runtime's own (θ, state, η, accumulation's), not the batch's."""
+    return name in carried or name in (LR, WEIGHT, KEEP) or name.startswith(ACC)
+
+
 class StepRuntime:
     """One compiled training step and the values it carries from step to step."""
 
     def __init__(self, graph: Graph, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray]) -> None:
         self.graph = graph
         self.carried = [name[len(NEW):] for name, _ in graph.outputs if name.startswith(NEW)]
-        self.batch_names = [n.attrs["name"] for n in graph.inputs
-                            if n.attrs["name"] not in self.carried and n.attrs["name"] != LR]
+        self.batch_names = [n.attrs["name"] for n in graph.inputs if not is_step_input(n.attrs["name"], self.carried)]
         self.frozen = dict(frozen)
         # One copy, which the runtime owns (onnxruntime's split step writes over it in place); `_load` keeps it.
         self._load({k: np.array(v, order="C") for k, v in state.items()})
@@ -130,7 +134,11 @@ class OrtSplitStep(StepRuntime):
     Each buffer is a numpy array that its OrtValue wraps without a copy, so the update graph can be cut
     into cache-sized pieces (the pass update_pieces, `update_chunk` elements; 0: whole tensors) whose
     inputs and outputs are OrtValues over slices of the same arrays. Every OrtValue is bound once, when
-    the buffers are made; a step binds only its batch and writes η into the bound scalar."""
+    the buffers are made; a step binds only its batch and writes η into the bound scalar.
+
+    A step of gradient accumulation (step_graph's `accumulate`) has a gradient graph that reads the sum so far,
+    acc.<name>, bound to the very OrtValue its grad.<name> is written to: `step_many` runs it once per
+    micro-batch and the update once (training/accumulate.py)."""
 
     def __init__(self, graph: Graph, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray],
                  split: SplitStep, *, threads: int | None = None, opset: int | None = None, profile: bool = False,
@@ -162,6 +170,11 @@ class OrtSplitStep(StepRuntime):
                                                               opset=opset, profile=profile, session=session,
                                                               provider=provider)
         self.theta = [n.attrs["name"] for n in split.gradient.inputs if n.attrs["name"] in carried]
+        self.accumulates = any(n.attrs["name"] == WEIGHT for n in split.gradient.inputs)
+        if self.accumulates:  # the sum's Add reads acc.<name> before it writes grad.<name> over it
+            problems = in_place_problems(self.proto, {GRAD + k: ACC + k for k in self.theta})
+            if problems:
+                raise InPlaceError("; ".join(problems[:5]))
         self.update_inputs = [i.name for i in self.update.get_inputs()]
         super().__init__(graph, {}, state)
 
@@ -175,14 +188,17 @@ class OrtSplitStep(StepRuntime):
         value = self.ort.OrtValue.ortvalue_from_numpy
         if on.host_arrays:
             arrays = dict(state)
-            arrays.update({GRAD + k: np.empty_like(arrays[k]) for k in self.theta})
+            # zeros where the gradients accumulate: the first micro-batch reads the sum times 0, never NaN
+            blank = np.zeros_like if self.accumulates else np.empty_like
+            arrays.update({GRAD + k: blank(arrays[k]) for k in self.theta})
             self.arrays = arrays  # the memory every OrtValue below is a view of
             self.buffers = [{k: value(arrays[k]) for k in state}]  # one set, updated in place
             self.grads = {GRAD + k: value(arrays[GRAD + k]) for k in self.theta}
         else:  # θ, the state and the gradients on the device, each copied there once
             self.arrays = {}
             self.buffers = [{k: on.copy(v) for k, v in state.items()}]
-            self.grads = {GRAD + k: on.empty(state[k].shape, state[k].dtype) for k in self.theta}
+            self.grads = {GRAD + k: on.copy(np.zeros_like(state[k])) if self.accumulates else
+                          on.empty(state[k].shape, state[k].dtype) for k in self.theta}
         self.loss = on.empty((), np.float32)
         self.lr = on.copy(np.zeros((), np.float32))  # rewritten in place each step (update_inplace)
         views = {**self.buffers[0], **self.grads, LR: self.lr}
@@ -195,6 +211,12 @@ class OrtSplitStep(StepRuntime):
         for k, g in self.grads.items():
             b.bind_ortvalue_output(k, g)
         b.bind_ortvalue_output("loss", self.loss)
+        if self.accumulates:
+            self.weight, self.keep = on.copy(np.ones((), np.float32)), on.copy(np.zeros((), np.float32))
+            b.bind_ortvalue_input(WEIGHT, self.weight)
+            b.bind_ortvalue_input(KEEP, self.keep)
+            for k in self.theta:
+                b.bind_ortvalue_input(ACC + k, self.grads[GRAD + k])
         u = self.update_binding = self.update.io_binding()
         for k in self.update_inputs:
             u.bind_ortvalue_input(k, views[k])
@@ -202,18 +224,37 @@ class OrtSplitStep(StepRuntime):
             u.bind_ortvalue_output(k, views[self._target(k)])
 
     def step(self, batch: Mapping[str, np.ndarray], lr: float) -> float:
-        from pseudoformer.backends.onnx.sessions import release_pages
+        loss = self._gradient(batch)
+        self._update(lr)
+        return loss
 
+    def step_many(self, micro: list[tuple[dict[str, np.ndarray], float]], lr: float) -> float:
+        """One optimizer step over micro-batches, each (its feeds, its weight in the step's objective): the
+        gradient graph once per micro-batch, adding into the gradients' buffers, then the update once."""
+        loss = 0.0
+        for i, (feeds, weight) in enumerate(micro):
+            self.weight.update_inplace(np.asarray(weight, np.float32))
+            self.keep.update_inplace(np.asarray(1.0 if i else 0.0, np.float32))
+            loss += weight * self._gradient(feeds)
+        self._update(lr)
+        return loss
+
+    def _gradient(self, batch: Mapping[str, np.ndarray]) -> float:
         for k in self.batch_names:  # binding a name again replaces its value
             self.binding.bind_cpu_input(k, np.ascontiguousarray(batch[k]))
         self.session.run_with_iobinding(self.binding)
+        return float(self.loss.numpy())
+
+    def _update(self, lr: float) -> None:
+        from pseudoformer.backends.onnx.sessions import release_pages
+
         self.lr.update_inplace(np.asarray(lr, np.float32))
         self.update.run_with_iobinding(self.update_binding)
         # The gradients are rewritten in full by the next step: their pages go back to the system until then, as
         # torch's zero_grad(set_to_none=True) drops them, so at the step's peak (the loss's backward, where no
-        # layer's gradient exists yet) they are not all resident (GPT-2: 148 MiB). Host memory only.
+        # layer's gradient exists yet) they are not all resident (GPT-2: 148 MiB). Host memory only. Accumulating,
+        # the first micro-batch reads them times 0: released pages read as zeros.
         release_pages([self.arrays[k] for k in self.grads if k in self.arrays])
-        return float(self.loss.numpy())
 
     def values(self) -> dict[str, np.ndarray]:
         return {k: v.numpy().copy() for k, v in self.buffers[0].items()}

@@ -26,6 +26,7 @@ from pseudoformer.base.errors import UsageError
 from pseudoformer.model import Model
 from pseudoformer.passes.training_step import STEP
 from pseudoformer.training import data as datasets
+from pseudoformer.training.accumulate import micro_batches
 from pseudoformer.training.distributed import Group
 from pseudoformer.training.outputs import save_checkpoint, write_loss_curve, write_meta
 from pseudoformer.training.precision import STATE_PREFIX
@@ -105,19 +106,40 @@ class Run:
     val: Any = None  # the validation data's rows (--val-data)
     skipped: list[int] = field(default_factory=list)  # steps whose update was skipped, a resumed run's first
 
+    @property
+    def weighted(self) -> bool:
+        """Whether a step is micro-batches weighted by the host (accumulate.py): --grad-accum, the per-token mean."""
+        return self.opts.grad_accum > 1 or self.opts.loss_reduction == "mean"
+
+    @property
+    def step_rows(self) -> int:
+        """The examples an optimizer step takes: --batch-size, times --grad-accum."""
+        return self.opts.batch_size * self.opts.grad_accum
+
 
 def _positions(run: Run) -> Iterator[tuple[int, int, Any]]:
     """(epoch, batch index, batch) of every step, from the first, epoch after epoch, until the steps run out."""
     count = 0
     epoch = 0
     while count < run.total:
-        for i, batch in enumerate(datasets.batches(run.rows, run.opts.batch_size, run.opts.seed, epoch,
-                                                   run.shuffle)):
+        for i, batch in enumerate(datasets.batches(run.rows, run.step_rows, run.opts.seed, epoch, run.shuffle)):
             if count >= run.total:
                 return
             yield epoch, i, batch
             count += 1
         epoch += 1
+
+
+def _scored(run: Run, feeds: dict[str, np.ndarray]) -> float | None:
+    """The tokens a batch's loss scores, for the per-token mean (None with the paper's sum): ETraining's masked
+    positions, or next-token prediction's ℓ − 1 a sequence (of x, the last loss input: DTraining's only one,
+    EDTraining's second)."""
+    if run.opts.loss_reduction != "mean":
+        return None
+    if run.plan.masking is not None:
+        return float(feeds[run.plan.masking.positions_input].sum())
+    x = feeds[run.plan.loss_inputs[-1]]
+    return float(x.shape[0] * (x.shape[1] - 1))
 
 
 def run_steps(run: Run) -> TrainResult:
@@ -145,7 +167,12 @@ def run_steps(run: Run) -> TrainResult:
                 continue  # --resume: the steps already run (their batches and masks are drawn by position)
             t0 = time.perf_counter()
             eta = step_size(done + 1, run.lr, run.opts.warmup, run.total, run.schedule)
-            loss = run.runtime.step(_feeds(run.plan, run.model, batch, (run.opts.seed, epoch, index)), eta)
+            feeds = _feeds(run.plan, run.model, batch, (run.opts.seed, epoch, index))
+            if run.weighted:  # the step's examples as micro-batches, each weighted in the objective
+                micro = micro_batches(feeds, run.opts.batch_size, _scored(run, feeds))
+                loss = run.runtime.step_many(micro, eta)
+            else:
+                loss = run.runtime.step(feeds, eta)
             if not math.isfinite(loss):
                 _stop(done + 1, loss, run.outdir)
             done += 1
@@ -185,11 +212,12 @@ VAL_EPOCH = 0xFFFFFFFF
 
 def _val_loss(run: Run) -> float:
     """The loss over the validation data with the current parameters: the mean over its examples of each
-    one's loss, as the objective is the batch's mean. Under torchrun the ranks share the batches (_val_sums)
-    and add their sums, so the data is gone through once in all, not once on every rank."""
+    one's loss, as the objective is the batch's mean (with --loss-reduction mean, over the tokens the loss
+    scores). Under torchrun the ranks share the batches (_val_sums) and add their sums, so the data is gone
+    through once in all, not once on every rank."""
     group = getattr(run.runtime, "group", None) or Group()
     total, count = group.add(_val_sums(run, group.rank, group.world))
-    return total / count
+    return total / max(count, 1.0)
 
 
 def _val_sums(run: Run, rank: int, world: int) -> tuple[float, float]:
@@ -207,14 +235,15 @@ def _val_sums(run: Run, rank: int, world: int) -> tuple[float, float]:
         feeds = _feeds(run.plan, run.model, batch, (run.opts.seed, VAL_EPOCH, i))
         losses = np.asarray(next(iter(interpret(run.model.graph, feeds, weights).values())), np.float64)
         total += float(losses.sum()) if losses.ndim else float(losses) * len(next(iter(feeds.values())))
-        count += len(next(iter(feeds.values())))
+        scored = _scored(run, feeds)
+        count += len(next(iter(feeds.values()))) if scored is None else scored
     return total, float(count)
 
 
 def _where(run: Run, done: int) -> tuple[int, int]:
     """The (epoch, batch index) of the step after `done` steps: where a resumed run goes on."""
     per_epoch = math.ceil((len(next(iter(run.rows.values()))) if isinstance(run.rows, dict) else len(run.rows))
-                          / run.opts.batch_size)
+                          / run.step_rows)
     return divmod(done, per_epoch)
 
 

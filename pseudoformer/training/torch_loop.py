@@ -99,6 +99,26 @@ class TorchRuntime:
         return self.amp.skipped
 
     def step(self, feeds: Mapping[str, np.ndarray], eta: float) -> float:
+        return self.step_many([(dict(feeds), 1.0)], eta)
+
+    def step_many(self, micro: list[tuple[dict[str, np.ndarray], float]], eta: float) -> float:
+        """One optimizer step over micro-batches, each (its feeds, its weight in the step's objective:
+        accumulate.py), their gradients summed into .grad by autograd; the step's loss, before the update."""
+        torch = self.torch
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = 0.0
+        for feeds, weight in micro:
+            loss += weight * self._backward(feeds, weight)
+        if self.clip > 0:
+            self.amp.unscale(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        for group in self.optimizer.param_groups:
+            group["lr"] = eta
+        self.amp.step(self.optimizer)
+        return loss
+
+    def _backward(self, feeds: Mapping[str, np.ndarray], weight: float) -> float:
+        """∇ of `weight` times the batch's mean loss, added into .grad; the batch's mean loss."""
         torch = self.torch
         rows = len(next(iter(feeds.values())))
         share = self.group.share(feeds)
@@ -108,18 +128,11 @@ class TorchRuntime:
         out = out.float()  # the loss and its objective in float32 whatever the forward computed in
         if out.dim() == 1:  # the per-example loss: this rank's part of the global batch's mean
             total = out.sum()
-            scaled = total * (self.group.world / rows)
+            scaled = total * (self.group.world * weight / rows)
         else:  # one number for the batch: weighted by this rank's share of the rows
             total = out * (len(next(iter(share.values()))) / rows * self.group.world)
-            scaled = total
-        self.optimizer.zero_grad(set_to_none=True)
+            scaled = total * weight
         self.amp.backward(scaled)
-        if self.clip > 0:
-            self.amp.unscale(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
-        for group in self.optimizer.param_groups:
-            group["lr"] = eta
-        self.amp.step(self.optimizer)
         if out.dim() == 1:
             return self.group.sum(total.detach()) / rows
         return self.group.sum(total.detach()) / self.group.world
