@@ -52,11 +52,10 @@ from pseudoformer.passes.rules import (
 NEW = "new."
 LR = "lr"
 STEP = "t"
-# Gradient accumulation (`accumulate=True`): the running sum acc.<name> of the micro-batches' weighted gradients,
-# the micro-batch's weight and whether the sum so far is kept (0 on a step's first micro-batch, 1 after)
+# Gradient accumulation (`accumulate=True`): the running sum acc.<name> of the micro-batches' weighted gradients
+# (zeros on a step's first micro-batch) and the micro-batch's weight
 ACC = "acc."
 WEIGHT = "accumulate.weight"
-KEEP = "accumulate.keep"
 SCALAR = TensorType(DType.float32, ())
 
 
@@ -128,10 +127,11 @@ def step_graph(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None
     `grad.<name>`, after the others: the marks by which passes/split_step.py cuts the step in two.
 
     `accumulate` (with `gradient_outputs`): the marked gradient is the running sum of several micro-batches'
-    gradients, `acc.<name> · keep + weight · ∇`, from the scalar inputs `accumulate.weight` and `accumulate.keep`
-    and an input `acc.<name>` per parameter; clipping and the update read that sum, so that cut in two
+    gradients, `acc.<name> + ∇ · weight`, from the scalar input `accumulate.weight` and an input `acc.<name>` per
+    parameter (zeros on a step's first micro-batch); clipping and the update read that sum, so that cut in two
     (split_step.py) the gradient half runs once per micro-batch, writing the sum over its acc buffer, and the
-    update half once per optimizer step (training/accumulate.py)."""
+    update half once per optimizer step (training/accumulate.py). acc is read by the sum's Add alone, not by a
+    node of its own that could run before the backward and hold a copy through it."""
     opt = optimizer or Optimizer()
     names = list(trainable_params(graph, train))
     if not names:
@@ -151,11 +151,10 @@ def step_graph(graph: Graph, train: Callable[[str], bool] | Iterable[str] | None
     g = {k: outs[GRAD + k] for k in names}
     inputs = [*graph.inputs, lr, *(as_inputs[k] for k in names)]
     if accumulate:
-        weight, keep = make.input(WEIGHT, SCALAR), make.input(KEEP, SCALAR)
+        weight = make.input(WEIGHT, SCALAR)
         acc = {k: make.input(ACC + k, as_inputs[k].type) for k in names}
-        inputs += [weight, keep, *acc.values()]
-        # keep multiplies the sum so far rather than choosing it: one graph serves every micro-batch
-        g = {k: make(Op.ADD, make(Op.MUL, acc[k], keep), make(Op.MUL, g[k], weight)) for k in names}
+        inputs += [weight, *acc.values()]
+        g = {k: make(Op.ADD, acc[k], make(Op.MUL, g[k], weight)) for k in names}
     marks = g
     if opt.clip > 0:
         g = _clip(make, g, opt.clip)

@@ -10,7 +10,7 @@ the masked ones for ETraining), so the objective is the mean over those tokens, 
 `cross_entropy(reduction="mean")` over the step's tokens.
 
 The step graph (passes/training_step.py, `accumulate`) is cut in two (passes/split_step.py): its gradient half
-adds weight · ∇ to the sum so far (`acc.<name> · keep + weight · ∇`, keep 0 on a step's first micro-batch) and
+adds ∇ · weight to the sum so far (`acc.<name> + ∇ · weight`, acc zeros on a step's first micro-batch) and
 runs once per micro-batch; its update half clips that sum and updates θ once per optimizer step. onnxruntime
 writes the sum over its own buffer (OrtSplitStep.step_many, runtimes.py: θ, the sum, m and v held once, as
 torch holds θ, .grad, m and v); the interpreter and TVM hand each half's outputs to the next call.
@@ -26,7 +26,7 @@ import numpy as np
 from pseudoformer.base.errors import UsageError
 from pseudoformer.passes.autodiff import GRAD
 from pseudoformer.passes.split_step import SplitStep
-from pseudoformer.passes.training_step import ACC, KEEP, LR, NEW, WEIGHT
+from pseudoformer.passes.training_step import ACC, LR, NEW, WEIGHT
 from pseudoformer.training.runtimes import OrtSplitStep, is_step_input
 
 # (a micro-batch's feeds, its weight in the step's objective)
@@ -55,7 +55,7 @@ class _Halves:
         self.theta = [k for k in names if k in self.carried]
         self.batch_names = [k for k in names if not is_step_input(k, self.carried)]
         self.state = {k: self._put(np.array(v, order="C")) for k, v in state.items()}
-        self.acc = {ACC + k: self._put(np.zeros_like(state[k])) for k in self.theta}
+        self.shapes = {k: np.shape(state[k]) for k in self.theta}
 
     def _put(self, array: np.ndarray) -> Any:
         return array
@@ -66,15 +66,15 @@ class _Halves:
     def step_many(self, micro: list[Micro], lr: float) -> float:
         """One optimizer step over micro-batches (see the module's docstring); the step's loss, before the update."""
         loss = 0.0
-        for i, (feeds, weight) in enumerate(micro):
+        acc = {ACC + k: self._put(np.zeros(s, np.float32)) for k, s in self.shapes.items()}
+        for feeds, weight in micro:
             out = self._call("gradient", {**{k: feeds[k] for k in self.batch_names},
-                                          **{k: self.state[k] for k in self.theta}, **self.acc,
-                                          WEIGHT: np.asarray(weight, np.float32),
-                                          KEEP: np.asarray(1.0 if i else 0.0, np.float32)})
-            self.acc = {ACC + k: out[GRAD + k] for k in self.theta}
+                                          **{k: self.state[k] for k in self.theta}, **acc,
+                                          WEIGHT: np.asarray(weight, np.float32)})
+            acc = {ACC + k: out[GRAD + k] for k in self.theta}
             loss += weight * float(out["loss"])
         out = self._call("update", {LR: np.asarray(lr, np.float32), **self.state,
-                                    **{GRAD + k: self.acc[ACC + k] for k in self.theta}})
+                                    **{GRAD + k: acc[ACC + k] for k in self.theta}})
         self.state = {k: out[NEW + k] for k in self.carried}
         return loss
 

@@ -23,7 +23,7 @@ from pseudoformer.ir import Graph
 from pseudoformer.passes.autodiff import GRAD
 from pseudoformer.passes.manager import named_pipeline, run_passes
 from pseudoformer.passes.split_step import SplitStep
-from pseudoformer.passes.training_step import ACC, KEEP, LR, NEW, STEP, WEIGHT, Optimizer
+from pseudoformer.passes.training_step import ACC, LR, NEW, STEP, WEIGHT, Optimizer
 from pseudoformer.passes.update_chunks import CHUNK, CHUNK_META, PIECES_META
 from pseudoformer.run_settings import TRAINING_BACKENDS
 
@@ -44,7 +44,7 @@ def initial_state(graph: Graph, params: Mapping[str, np.ndarray], optimizer: Opt
 
 def is_step_input(name: str, carried: list[str]) -> bool:
     """Whether a step graph's input is the runtime's own (θ, state, η, accumulation's), not the batch's."""
-    return name in carried or name in (LR, WEIGHT, KEEP) or name.startswith(ACC)
+    return name in carried or name in (LR, WEIGHT) or name.startswith(ACC)
 
 
 class StepRuntime:
@@ -138,7 +138,10 @@ class OrtSplitStep(StepRuntime):
 
     A step of gradient accumulation (step_graph's `accumulate`) has a gradient graph that reads the sum so far,
     acc.<name>, bound to the very OrtValue its grad.<name> is written to: `step_many` runs it once per
-    micro-batch and the update once (training/accumulate.py)."""
+    micro-batch and the update once (training/accumulate.py). On a step's first micro-batch acc is bound to
+    zeros: on the host an np.zeros array never written, whose pages the kernel maps to its one zero page when
+    read (no memory), so the gradients' released pages stay released until the backward writes them; on a
+    device the gradients are overwritten with zeros."""
 
     def __init__(self, graph: Graph, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray],
                  split: SplitStep, *, threads: int | None = None, opset: int | None = None, profile: bool = False,
@@ -188,17 +191,14 @@ class OrtSplitStep(StepRuntime):
         value = self.ort.OrtValue.ortvalue_from_numpy
         if on.host_arrays:
             arrays = dict(state)
-            # zeros where the gradients accumulate: the first micro-batch reads the sum times 0, never NaN
-            blank = np.zeros_like if self.accumulates else np.empty_like
-            arrays.update({GRAD + k: blank(arrays[k]) for k in self.theta})
+            arrays.update({GRAD + k: np.empty_like(arrays[k]) for k in self.theta})
             self.arrays = arrays  # the memory every OrtValue below is a view of
             self.buffers = [{k: value(arrays[k]) for k in state}]  # one set, updated in place
             self.grads = {GRAD + k: value(arrays[GRAD + k]) for k in self.theta}
         else:  # θ, the state and the gradients on the device, each copied there once
             self.arrays = {}
             self.buffers = [{k: on.copy(v) for k, v in state.items()}]
-            self.grads = {GRAD + k: on.copy(np.zeros_like(state[k])) if self.accumulates else
-                          on.empty(state[k].shape, state[k].dtype) for k in self.theta}
+            self.grads = {GRAD + k: on.empty(state[k].shape, state[k].dtype) for k in self.theta}
         self.loss = on.empty((), np.float32)
         self.lr = on.copy(np.zeros((), np.float32))  # rewritten in place each step (update_inplace)
         views = {**self.buffers[0], **self.grads, LR: self.lr}
@@ -212,11 +212,12 @@ class OrtSplitStep(StepRuntime):
             b.bind_ortvalue_output(k, g)
         b.bind_ortvalue_output("loss", self.loss)
         if self.accumulates:
-            self.weight, self.keep = on.copy(np.ones((), np.float32)), on.copy(np.zeros((), np.float32))
+            self.weight = on.copy(np.ones((), np.float32))
             b.bind_ortvalue_input(WEIGHT, self.weight)
-            b.bind_ortvalue_input(KEEP, self.keep)
-            for k in self.theta:
-                b.bind_ortvalue_input(ACC + k, self.grads[GRAD + k])
+            # the first micro-batch's sum so far (host: zero pages never written, see the class's docstring)
+            self.zero_arrays = {k: np.zeros(state[k].shape, state[k].dtype) for k in self.theta} \
+                if on.host_arrays else {}
+            self.zeros = {k: value(a) for k, a in self.zero_arrays.items()}
         u = self.update_binding = self.update.io_binding()
         for k in self.update_inputs:
             u.bind_ortvalue_input(k, views[k])
@@ -233,11 +234,20 @@ class OrtSplitStep(StepRuntime):
         gradient graph once per micro-batch, adding into the gradients' buffers, then the update once."""
         loss = 0.0
         for i, (feeds, weight) in enumerate(micro):
+            if i < 2:
+                self._sum_so_far(first=i == 0)
             self.weight.update_inplace(np.asarray(weight, np.float32))
-            self.keep.update_inplace(np.asarray(1.0 if i else 0.0, np.float32))
             loss += weight * self._gradient(feeds)
         self._update(lr)
         return loss
+
+    def _sum_so_far(self, first: bool) -> None:
+        """Binds each acc.<name>: zeros for a step's first micro-batch, then the gradients' own buffers."""
+        for k in self.theta:
+            g = self.grads[GRAD + k]
+            if first and not self.zeros:  # on a device: the gradients themselves, overwritten with zeros
+                g.update_inplace(np.zeros(g.shape(), np.float32))
+            self.binding.bind_ortvalue_input(ACC + k, self.zeros[k] if first and self.zeros else g)
 
     def _gradient(self, batch: Mapping[str, np.ndarray]) -> float:
         for k in self.batch_names:  # binding a name again replaces its value
@@ -252,8 +262,7 @@ class OrtSplitStep(StepRuntime):
         self.update.run_with_iobinding(self.update_binding)
         # The gradients are rewritten in full by the next step: their pages go back to the system until then, as
         # torch's zero_grad(set_to_none=True) drops them, so at the step's peak (the loss's backward, where no
-        # layer's gradient exists yet) they are not all resident (GPT-2: 148 MiB). Host memory only. Accumulating,
-        # the first micro-batch reads them times 0: released pages read as zeros.
+        # layer's gradient exists yet) they are not all resident (GPT-2: 148 MiB). Host memory only.
         release_pages([self.arrays[k] for k in self.grads if k in self.arrays])
 
     def values(self) -> dict[str, np.ndarray]:

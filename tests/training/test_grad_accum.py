@@ -15,7 +15,7 @@ import pytest
 from pseudoformer.base.errors import UsageError
 from pseudoformer.cli import main
 from pseudoformer.model import load
-from pseudoformer.passes.training_step import ACC, KEEP, LR, WEIGHT
+from pseudoformer.passes.training_step import ACC, LR, WEIGHT
 from pseudoformer.training import runtimes, steps
 from pseudoformer.training.accumulate import make_accumulating, micro_batches
 from pseudoformer.training.compile import compile_step
@@ -79,8 +79,8 @@ def test_the_accumulating_step_is_cut_between_the_sum_and_the_update() -> None:
     gradient = {n.attrs["name"] for n in acc.split.gradient.inputs}
     update = {n.attrs["name"] for n in acc.split.update.inputs}
     theta = acc.trainable
-    assert {WEIGHT, KEEP, *(ACC + k for k in theta)} <= gradient and LR not in gradient
-    assert not update & {WEIGHT, KEEP, "x"} and {LR, *(f"grad.{k}" for k in theta)} <= update
+    assert {WEIGHT, *(ACC + k for k in theta)} <= gradient and LR not in gradient
+    assert not update & {WEIGHT, "x"} and {LR, *(f"grad.{k}" for k in theta)} <= update
     # clipping reads the whole sum before any write: the update runs over whole tensors; without it, in pieces
     clipped = make_accumulating("onnxruntime", acc.split, acc.frozen, acc.state, acc.graph, update_chunk=5)
     _, sgd = _steps("sgd")
