@@ -72,8 +72,11 @@ def _not_a_graph(prog: Program, alg: Algorithm) -> str:
 
 def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str, Any] | None = None,
               *, symbolic: bool = False, optional: set[str] | frozenset[str] = frozenset(),
-              max_nodes: int = MAX_NODES) -> Graph:
+              max_nodes: int = MAX_NODES, draws: bool = False) -> Graph:
     """Build the graph of `entry` with the given hyperparameters (ASCII names); raise CompileError.
+
+    `draws`: a model's random draws become inputs `draw.<k>` the trainer fills (frontend/draws.py; their
+    probabilities in meta["draws"]), not their expectations.
 
     A graph that would pass `max_nodes` IR nodes is refused (LimitError) as soon as that is
     foreseeable: after the first iteration of a block loop that would unroll past it.
@@ -87,7 +90,7 @@ def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str
         optional = set(optional) | training_hyperparameters(prog)
         if not symbolic:
             _model_sizes_set(prog, training, plan.model, dict(hyperparameters or {}))
-    graph = _elaborate(prog, alg, dict(hyperparameters or {}), symbolic, optional, max_nodes)
+    graph = _elaborate(prog, alg, dict(hyperparameters or {}), symbolic, optional, max_nodes, draws)
     if plan is not None:
         finish_loss_graph(graph, plan, alg)
     return graph
@@ -118,7 +121,7 @@ def _model_sizes_set(prog: Program, training: Algorithm, model: str, config: dic
 
 
 def _elaborate(prog: Program, alg: Algorithm, config: dict[str, Any], symbolic: bool,
-               optional: set[str] | frozenset[str], max_nodes: int) -> Graph:
+               optional: set[str] | frozenset[str], max_nodes: int, draws: bool = False) -> Graph:
     try:
         f = Frame(alg=alg, prog=prog, b=Builder(max_nodes), weights=Weights(), config=config, symbolic=symbolic,
                   scope=alg.name, runtime_dims=True)
@@ -129,6 +132,8 @@ def _elaborate(prog: Program, alg: Algorithm, config: dict[str, Any], symbolic: 
         _bind_hyper(f, diags)
         diags.raise_if_any()
         inputs = _make_inputs(f)
+        if draws:
+            f.b.draws = []
         result = run_body(f)
         outputs = [(parse_name(alg.outputs[0]).ascii(), _output(f, result))]
         _check_params(f)
@@ -145,6 +150,9 @@ def _elaborate(prog: Program, alg: Algorithm, config: dict[str, Any], symbolic: 
     meta = {"entry": alg.name, "source": alg.pos.file, "hyperparameters": hyper,
             "dims": {"batch": "examples in the batch"} | {n: "positions" for n in f.b.run_dims if n != "batch"},
             "limits": dict(f.b.limits), "call_sites": dict(f.b.call_sites)}
+    if f.b.draws:
+        inputs += [n for n, _ in f.b.draws]
+        meta["draws"] = {n.attrs["name"]: p for n, p in f.b.draws}
     return Graph(inputs=inputs, outputs=outputs, meta=meta)
 
 

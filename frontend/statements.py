@@ -10,6 +10,7 @@ from lark import Tree
 
 from pseudoformer.base.errors import AlgError
 from pseudoformer.frontend.ast import Expr, Stmt
+from pseudoformer.frontend.draws import draw_value
 from pseudoformer.frontend.errors import BadTypeError, LimitError, ShapeError
 from pseudoformer.frontend.expressions.affine import Run, run_of, size_expr
 from pseudoformer.frontend.expressions.core import index_var_val
@@ -159,9 +160,8 @@ def _exec(f: Frame, s: Stmt) -> None:
     elif k in ("while", "sample"):  # only in inference algorithms, which are never elaborated
         raise f.error(BadTypeError, f"`{k}` belongs to inference algorithms (Algorithms 14 and 15), which "
                       "sample tokens; a model's body is one graph and cannot have it", s.pos)
-    elif k == "random":  # only in training algorithms, whose masking the host does
-        raise f.error(BadTypeError, "`… randomly with probability …` belongs to training algorithms (Algorithm "
-                      "12 masks its examples on the host); a model's body is one graph and cannot draw", s.pos)
+    elif k == "random":  # a model's draw: its expectation, or an input the trainer fills (frontend/draws.py)
+        assign(f, s.target, draw_value(f, s), None, s)
     else:
         raise f.error(BadTypeError, f"unexpected {k}", s.pos)
 

@@ -93,6 +93,9 @@ class Builder:
         # can point at the user's line (`inspect --refusals`)
         self.call_sites: dict[str, Span] = {}
         self.counter = 0
+        # a model's random draws (frontend/draws.py), each an input and its probability, where the graph is
+        # elaborated for training; None: for inference, where a draw is its expectation
+        self.draws: list[tuple[Node, float]] | None = None
 
     def node(self, op: Op, *src: Node, type: Any = None, **attrs: Any) -> Node:
         if op in (Op.INPUT, Op.PARAM):

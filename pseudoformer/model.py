@@ -96,8 +96,10 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
          defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
          include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False,
          bind_weights: bool = True, lazy_weights: bool = False, source: str | None = None,
-         default_config: Path | None = None) -> Model:
+         default_config: Path | None = None, draws: bool = False) -> Model:
     """Parse, check and elaborate `path`; bind weights from a checkpoint or a seeded random init.
+    `draws`: the model's random draws (dropout) as inputs a trainer fills, not their expectations
+    (frontend/draws.py).
 
     `bind_weights=False` gives the graph alone (`weights` empty): what `inspect` shows has no
     weights, and drawing or reading them cost seconds and the parameters' bytes (GPT-2 at 48 layers:
@@ -137,7 +139,8 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
     cfg.optional |= inference_hyperparameters(prog) | training_hyperparameters(prog)
     cfg.entry = _config_entry(prog, cfg.entry)
     try:
-        graph = elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional, max_nodes=max_nodes)
+        graph = elaborate(prog, entry or cfg.entry, cfg.hyperparameters, optional=cfg.optional, max_nodes=max_nodes,
+                          draws=draws)
     except CompileError as e:
         # A checkpoint of another model (GPT-2's config.json under bert.alg) fills in some sizes
         # and not others, and the mix fails to shape-check in the source. Blame the checkpoint,

@@ -46,7 +46,7 @@ def _load(source: str | Path, weights: str | Path | None, seed: int, text: str |
     """The loss model with its weights, the HF checkpoint directory they came from (if one), and the
     parameter group that checkpoint filled (``theta`` for a loss algorithm over ``θ : GPT2``; load places it).
     `text`: the source of a training algorithm derived from a model's kind (derive.py), read as `source`."""
-    model = load(source, weights=weights, seed=seed, source=text, **kw)
+    model = load(source, weights=weights, seed=seed, source=text, draws=True, **kw)
     wdir = open_checkpoint(weights).directory if weights is not None else None  # a HF directory, to export as one
     return model, wdir, model.meta.get("weights_group")
 

@@ -28,6 +28,7 @@ from pseudoformer.passes.training_step import STEP
 from pseudoformer.training import data as datasets
 from pseudoformer.training.accumulate import micro_batches
 from pseudoformer.training.distributed import Group
+from pseudoformer.training.draws import draw_masks
 from pseudoformer.training.outputs import save_checkpoint, write_loss_curve, write_meta
 from pseudoformer.training.precision import STATE_PREFIX
 
@@ -67,10 +68,17 @@ def step_size(step: int, lr: float, warmup: int, total: int, schedule: str) -> f
     return lr * 0.5 * (1 + math.cos(math.pi * min(step - warmup, span) / span))
 
 
-def _feeds(plan: Any, model: Model, rows: Any, where: tuple[int, int, int]) -> dict[str, np.ndarray]:
+def _feeds(plan: Any, model: Model, rows: Any, where: tuple[int, int, int], *,
+           expectation: bool = False) -> dict[str, np.ndarray]:
     """The loss graph's inputs for a batch of sequences: the tokens, ETraining's masked copy (its draws
     data.masked_positions's for (seed, epoch, batch) = `where`), or EDTraining's pairs (a dict by the
-    dataset's member names, z and x)."""
+    dataset's member names, z and x); and the masks of the model's random draws (training/draws.py, drawn for
+    `where`, or with `expectation` each draw's expectation: the model at inference)."""
+    feeds = _data_feeds(plan, model, rows, where)
+    return {**feeds, **draw_masks(model.graph, feeds, *where, expectation=expectation)}
+
+
+def _data_feeds(plan: Any, model: Model, rows: Any, where: tuple[int, int, int]) -> dict[str, np.ndarray]:
     # The data stays in its file's integer type (data.read_tokens); each batch is widened as it is fed.
     rows = {k: np.asarray(a, np.int64) for k, a in rows.items()} if isinstance(rows, dict) else np.asarray(rows, np.int64)
     if plan is None:
@@ -232,7 +240,7 @@ def _val_sums(run: Run, rank: int, world: int) -> tuple[float, float]:
     for i, batch in enumerate(datasets.batches(run.val, run.opts.batch_size, run.opts.seed, 0, shuffle=False)):
         if i % world != rank:
             continue
-        feeds = _feeds(run.plan, run.model, batch, (run.opts.seed, VAL_EPOCH, i))
+        feeds = _feeds(run.plan, run.model, batch, (run.opts.seed, VAL_EPOCH, i), expectation=True)
         losses = np.asarray(next(iter(interpret(run.model.graph, feeds, weights).values())), np.float64)
         total += float(losses.sum()) if losses.ndim else float(losses) * len(next(iter(feeds.values())))
         scored = _scored(run, feeds)

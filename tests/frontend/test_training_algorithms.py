@@ -212,9 +212,11 @@ def test_the_loss_line_is_elaborated_as_written_and_its_mistakes_are_the_elabora
 @pytest.mark.parametrize(("line", "says"), [
     ("P(x) ← x", "a function of the parameters x"),
     ("y ← x or x randomly with probability 1 or 0", "randomly with probability"),
-    # a map's body (dropout written per position, or over every entry): the same reason, not a syntax error
-    ("∀i : y[i] ← 0 or x[i] randomly with probability 0.1 or 0.9", "a model's body is one graph and cannot draw"),
-    ("for i ∈ [d] : y[i] ← 0 or x[i] randomly with probability 0.1 or 0.9", "cannot draw"),
+    # a model's draw (dropout) is over a whole value: in a map's body it is refused with that reason, not as a
+    # syntax error
+    ("∀i : y[i] ← 0 or x[i] randomly with probability 0.1 or 0.9", "assign the value by its name, outside a map"),
+    ("for i ∈ [d] : y[i] ← 0 or x[i] randomly with probability 0.1 or 0.9", "outside a map"),
+    ("y ← 0 or x randomly with probability 0.1 or 0.8", "the probabilities of the two choices add up to one"),
     ("y ← {t ∈ [d] : x[t] = 0}", "a set {t ∈ [ℓ] : …} belongs to training algorithms"),
 ])
 def test_the_training_notation_is_refused_in_a_model(tmp_path: Path, line: str, says: str) -> None:
