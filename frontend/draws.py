@@ -8,7 +8,7 @@ each entry of the value is a with probability p, else b, drawn alone. Dropout is
 A model is one deterministic graph, so the draw is made where the graph is used:
 - compiled for inference (check, inspect, compile, run, generate), the draw is its expectation p·a + (1 − p)·b,
   and a draw of 0 or X / (1 − p) is X itself (torch's eval mode): nothing of it is left in the graph;
-- trained (`pseudoformer train`, elaborated with `draws`), it is an input of the loss graph, `draw.<k>` (k counting
+- trained (`pseudoformer train`, elaborated with `draws`), it is an input of the loss graph, `draw_<k>` (k counting
   the draws made from 0, each unrolled layer's its own), float32 [batch, …the value's dims], 1 where a is chosen:
   the value is M·a + (1 − M)·b, and the host fills M each step from a documented generator
   (pseudoformer/training/draws.py), so that another framework can replay the masks.
@@ -30,7 +30,7 @@ from pseudoformer.frontend.tensor_ops import ShapeMismatch, broadcast_dims, cast
 from pseudoformer.frontend.values import Val
 from pseudoformer.ir import DType, Op, TensorType
 
-DRAW = "draw."  # the prefix of a draw's input in a trained loss graph
+DRAW = "draw_"  # the prefix of a draw's input in a trained loss graph (an identifier: the torch module's keyword)
 HOW = "Y ← 0 or X / (1 − p) randomly with probability p or 1 − p"
 
 

@@ -75,7 +75,7 @@ def elaborate(prog: Program, entry: str | None = None, hyperparameters: dict[str
               max_nodes: int = MAX_NODES, draws: bool = False) -> Graph:
     """Build the graph of `entry` with the given hyperparameters (ASCII names); raise CompileError.
 
-    `draws`: a model's random draws become inputs `draw.<k>` the trainer fills (frontend/draws.py; their
+    `draws`: a model's random draws become inputs `draw_<k>` the trainer fills (frontend/draws.py; their
     probabilities in meta["draws"]), not their expectations.
 
     A graph that would pass `max_nodes` IR nodes is refused (LimitError) as soon as that is

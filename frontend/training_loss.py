@@ -132,7 +132,7 @@ def finish_loss_graph(graph: Graph, plan: TrainingPlan, loss_alg: Algorithm) -> 
         name = p.attrs["name"]
         if name.startswith(prefix):
             p.attrs["name"] = name[len(prefix):]
-    # the data's inputs; a model's random draws (frontend/draws.py) come after them, named draw.<k>
+    # the data's inputs; a model's random draws (frontend/draws.py) come after them, named draw_<k>
     for node, name in zip(graph.inputs[:len(plan.loss_inputs)], plan.loss_inputs, strict=True):
         node.attrs["name"] = name
     graph.meta["training"] = plan.algorithm

@@ -1,5 +1,5 @@
 """The masks of a model's random draws (dropout, frontend/draws.py) for a training step: each draw is an input
-`draw.<k>` of the loss graph, float32 [batch, …], 1 where its first choice is taken (with probability p, the
+`draw_<k>` of the loss graph, float32 [batch, …], 1 where its first choice is taken (with probability p, the
 graph's meta["draws"]), drawn for the step's batch b (from 0) of epoch e (from 0) as
 
     np.random.default_rng([0x64726F70, seed, e, b, k]).random(shape) < p

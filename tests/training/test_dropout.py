@@ -34,8 +34,8 @@ def test_the_compiled_model_drops_nothing() -> None:
     got = run(model.graph, {"x": x}, model.weights)["loss"]
     np.testing.assert_allclose(got, _reference_loss(model.weights["W_e"], model.weights["W_u"], x), rtol=1e-5)
     trained = load(ALG, defines=SIZES, seed=SEED, draws=True)  # as `train` elaborates it
-    assert [n.attrs["name"] for n in trained.graph.inputs] == ["x", "draw.0"]
-    assert trained.graph.meta["draws"] == {"draw.0": 0.25}
+    assert [n.attrs["name"] for n in trained.graph.inputs] == ["x", "draw_0"]
+    assert trained.graph.meta["draws"] == {"draw_0": 0.25}
 
 
 @pytest.mark.parametrize("backend", ["numpy", "onnx", "torch"])
