@@ -11,6 +11,8 @@ parameters of rank ≥ 2 unless --decay-all (two param groups, the other with λ
 m, v and t into the optimizer's state (load_state). Frozen parameters (--train) have requires_grad off; LoRA is the --train of its
 A and B. `--precision bf16|fp16` runs the forward under torch.autocast over the float32 parameters, fp16 with
 loss scaling (precision.py): the module is then to_torch_autocast's, its reductions and loss in float32.
+With --grad-accum (or --loss-reduction mean) a step is micro-batches, each one's backward adding its weighted
+gradient into .grad (accumulate.py; fp16's loss scale on each), then one clip and one update.
 
 Under `torchrun` (WORLD_SIZE > 1) the step runs on the process group (distributed.py): --batch-size is the
 global batch, each rank takes its share of each batch's rows, and the gradient is averaged over the ranks
