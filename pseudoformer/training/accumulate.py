@@ -27,7 +27,7 @@ from pseudoformer.base.errors import UsageError
 from pseudoformer.passes.autodiff import GRAD
 from pseudoformer.passes.split_step import SplitStep
 from pseudoformer.passes.training_step import ACC, LR, NEW, WEIGHT
-from pseudoformer.training.runtimes import OrtSplitStep, is_step_input
+from pseudoformer.training.runtimes import OrtSplitStep, check_provider, is_step_input
 
 # (a micro-batch's feeds, its weight in the step's objective)
 Micro = tuple[dict[str, np.ndarray], float]
@@ -119,9 +119,7 @@ def make_accumulating(backend: str, split: SplitStep | None, frozen: Mapping[str
     if split is None:
         raise UsageError("this step's update reads more than θ, its gradients and the optimizer state, so its "
                          "gradients cannot be accumulated: drop --grad-accum and --loss-reduction mean")
-    provider = options.get("provider", "cpu")
-    if backend != "onnxruntime" and provider != "cpu":
-        raise UsageError(f"--provider {provider} is for the onnxruntime backend; {backend} runs on the CPU")
+    check_provider(backend, options)
     if backend == "interpreter":
         return InterpreterHalves(split, frozen, state)
     if backend == "tvm":

@@ -339,13 +339,18 @@ class TvmStep(StepRuntime):
         return {k: v.numpy() for k, v in self.state.items()}
 
 
+def check_provider(backend: str, options: Mapping[str, Any]) -> None:
+    """A GPU provider is onnxruntime's: the other backends' steps run on the CPU."""
+    provider = options.get("provider", "cpu")
+    if backend != "onnxruntime" and provider != "cpu":
+        raise UsageError(f"--provider {provider} is for the onnxruntime backend; {backend} runs on the CPU")
+
+
 def make_runtime(backend: str, graph: Graph, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray],
                  *, split: SplitStep | None = None, **options: Any) -> StepRuntime:
     """`split` (CompiledStep.split): onnxruntime runs the step as its two graphs, updating in place, unless
     the update graph fails the in-place check; the other backends run the one graph."""
-    provider = options.get("provider", "cpu")
-    if backend != "onnxruntime" and provider != "cpu":
-        raise UsageError(f"--provider {provider} is for the onnxruntime backend; {backend} runs on the CPU")
+    check_provider(backend, options)
     if backend == "interpreter":
         return InterpreterStep(graph, frozen, state)
     if backend == "onnxruntime":

@@ -23,6 +23,7 @@ from pseudoformer.training.loop import train
 from pseudoformer.training.options import TrainingOptions
 from pseudoformer.training.runtimes import OrtSplitStep, make_runtime
 from pseudoformer.weights.safetensors_io import read_safetensors
+from tests.training.test_paper_order import _gpt2
 from tests.training.test_step_backends import OPTIMIZERS
 
 HERE = Path(__file__).parent
@@ -172,17 +173,6 @@ def test_the_options_are_checked(tmp_path: Path, ids: Path, capsys: pytest.Captu
     assert _cli(tmp_path / "out", ids, "--loss-reduction", "mean", "--steps", "1") == 1
     err = capsys.readouterr().err
     assert "gpt2_mean_loss.alg" in err and err.count("\n") == 1
-
-
-def _gpt2(directory: Path):  # type: ignore[no-untyped-def]
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_head=4, n_layer=2, n_positions=64, vocab_size=61,
-                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
-    model.save_pretrained(directory, safe_serialization=True)
-    return model
 
 
 def test_the_per_token_mean_is_torch_s_mean_cross_entropy(tmp_path: Path) -> None:
