@@ -117,3 +117,14 @@ def test_each_rank_computes_its_share_of_the_validation_batches(monkeypatch: pyt
     shares = [steps._val_sums(runs[0], rank, 2) for rank in (0, 1)]
     assert [count for _, count in shares] == [sizes[0] + sizes[2], sizes[1]] and whole[1] == sum(sizes)
     assert sum(total for total, _ in shares) == pytest.approx(whole[0], rel=1e-12)
+
+
+def test_micro_batches_on_two_processes_give_one_process_s_batch_of_their_size(tmp_path: Path) -> None:
+    """--grad-accum 2 under DDP: micro-batches of 5 rows (shares of 3 and 2), each one's gradient averaged over the
+    processes as its backward makes it, summed into one step: one process's batch of 10."""
+    _torchrun(tmp_path, tmp_path / "out", "--grad-accum", "2")
+    whole = train(HERE / "gpt2_loss.alg", _data(), defines=GPT2, backend="torch", seed=1, threads=1, progress=False,
+                  **(PLAN | {"batch_size": 10}))
+    got = read_safetensors(tmp_path / "out" / "model.safetensors")
+    for k, w in whole.weights.items():
+        np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-5, err_msg=k)
