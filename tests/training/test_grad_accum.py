@@ -172,6 +172,9 @@ def test_the_options_are_checked(tmp_path: Path, ids: Path, capsys: pytest.Captu
             TrainingOptions(grad_accum=bad)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="the reductions are sum, mean"):
         TrainingOptions(loss_reduction="avg")
+    assert _cli(tmp_path / "out", ids, "--grad-accum", "0", "--steps", "1") == 1
+    err = capsys.readouterr().err
+    assert "--grad-accum must be a whole number ≥ 1, got 0" in err and err.count("\n") == 1
     # a loss algorithm's loss is what it writes: its mean is written in it
     assert _cli(tmp_path / "out", ids, "--loss-reduction", "mean", "--steps", "1") == 1
     err = capsys.readouterr().err
