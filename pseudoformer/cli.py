@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pseudoformer.base import limits
-from pseudoformer.base.atomic_write import check_output, write_atomic
+from pseudoformer.base.atomic_write import check_output, full_disk, write_atomic
 from pseudoformer.base.errors import AlgError, CompileError, ContribFallbackWarning, UsageError
 from pseudoformer.base.file_access import load_npy
 from pseudoformer.base.limits import MAX_NODES
@@ -68,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         _say("error: out of memory: this command needs more memory than the process may have (a smaller model, "
              "batch or sequence, or more memory, or a higher ulimit -v)")
     except OSError as e:
+        if full_disk(e):  # a write outside the atomic writers (a library's own file): still the user's disk
+            where = f" {escape(str(e.filename))}" if e.filename is not None else ""
+            _say(f"error: cannot write{where}: no space left on device")
+            return 1
         if e.filename is None:
             return _internal(e)
         # A path the user gave that the system refuses to look at (a name too long, a loop of links).

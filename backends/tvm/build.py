@@ -37,7 +37,7 @@ from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
 from pseudoformer.backends.tvm.specialise import bind_specialised, choose, probes, with_specialised
 from pseudoformer.backends.tvm.weight_values import stream, to_device
-from pseudoformer.base.atomic_write import MAIN, OutputError, Part, atomic_set, check_output
+from pseudoformer.base.atomic_write import MAIN, OutputError, Part, atomic_set, check_output, full_disk
 from pseudoformer.base.errors import BackendError, UsageError
 from pseudoformer.base.manifest import check_file, verified_copy, write_manifest
 from pseudoformer.base.model_files import manifest_path, weights_path
@@ -267,12 +267,14 @@ class TVMModel:
         `run` checks before it loads the library."""
         path = Path(path)
         args = self.meta["param_mode"] == "args"
+        # TVM's objects go to a directory of the set, not to its own in /tmp: removed with the set however
+        # the write ends (a full disk, a signal, a kill: atomic_write's sweep), and on the output's disk.
         parts = [Part("so", MAIN.place, ".so"), *([Part("weights", weights_path)] if args else []),
-                 Part("manifest", manifest_path)]
+                 Part("manifest", manifest_path), Part("objects", lambda t: t.with_name(t.name + ".objects"),
+                                                       scratch=True)]
         try:
             with atomic_set(path, parts) as tmps:
-                with _quiet_stderr():  # TVM links by the name's suffix
-                    self.executable.export_library(str(tmps["so"]))
+                _export(self.executable, tmps["so"], tmps["objects"], path)
                 target = check_output(path)
                 files = {target.name: tmps["so"]}
                 if args:
@@ -282,6 +284,20 @@ class TVMModel:
         except OutputError as e:
             raise BackendError(e.message) from None
         return path
+
+
+def _export(executable: Any, so: Path, objects: Path, shown: Path) -> None:
+    """TVM's export: the objects into `objects`, linked into `so` (TVM links by the name's suffix). A failure is
+    one line: a full disk as every writer says it (atomic_set), anything else (no linker, a linker's complaint)
+    as the first line of what TVM said, not its C++ backtrace."""
+    try:
+        with _quiet_stderr():
+            executable.export_library(str(so), workspace_dir=str(objects))
+    except Exception as e:  # noqa: BLE001 (TVMError, RuntimeError from the linker, OSError: all one message)
+        if full_disk(e):
+            raise OutputError(f"cannot write {shown}: no space left on device") from None
+        said = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise BackendError(f"cannot write {shown}: TVM could not export the library: {said[:300]}") from None
 
 
 def _quiet_stderr() -> contextlib.AbstractContextManager[None]:

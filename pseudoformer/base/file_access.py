@@ -108,8 +108,12 @@ def read_text(path: str | Path, what: str, kind: str) -> str:
 
 def loads_json(text: str) -> Any:
     """JSON as the standard defines it: `NaN`, `Infinity` and numbers that overflow to ±∞ (1e999), which
-    Python's json module accepts, are refused (ValueError), so every number read from a JSON file is finite."""
-    return json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float)
+    Python's json module accepts, are refused (ValueError), so every number read from a JSON file is finite; so is
+    JSON nested deeper than the parser's recursion goes (`[[[…]]]` a hundred thousand deep), as ValueError too."""
+    try:
+        return json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def _not_a_number(word: str) -> Any:
