@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv is not None and any("\x00" in a for a in argv):  # a shell cannot pass one; a caller of main() can
         _say("error: an argument holds a NUL byte, which no path or value may hold")
         return 1
+    # Past `ulimit -f` the kernel sends SIGXFSZ, whose default ends the process with a core and no word, leaving
+    # temporary files behind; ignored, the write fails with EFBIG, which is said as a full disk and cleaned up.
+    if hasattr(signal, "SIGXFSZ") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = {"check": _check, "inspect": _inspect, "run": _run,
                                                         "compile": _compile, "generate": _generate,

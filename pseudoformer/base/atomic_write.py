@@ -33,7 +33,9 @@ library's own exception that carries the OS's words counts too (describe, full_d
 TVM). Each writer holds an exclusive lock (flock) on its own `.pseudoformer-TOKEN.lock` in the same
 directory for as long as it lives; the kernel releases it when the writer dies, however it dies, in
 whatever PID namespace it runs. Before writing, the directory is swept: a TOKEN whose lock can be
-taken belongs to a writer that is provably gone, and its files are removed. A temporary file whose
+taken belongs to a writer that is provably gone, and its files are removed (so is a lock file left under its
+first name, `.pseudoformer-TOKEN.locking`, by a writer killed before it locked it, once it is a minute old
+and can be locked). A temporary file whose
 lock is held, or that has no lock file at all, is never touched. SIGTERM and SIGINT remove a
 writer's own files before the process ends (_LiveFiles).
 """
@@ -50,6 +52,7 @@ import signal
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +64,10 @@ from pseudoformer.base.regular_file import kind_of
 TAG = "pseudoformer"
 _LOCK = re.compile(rf"\.{TAG}-([A-Za-z0-9_]+)\.lock")
 _TEMP = re.compile(rf"\..+\.{TAG}-([A-Za-z0-9_]+)\.tmp[^/]*")
+_LOCKING = re.compile(rf"\.{TAG}-[A-Za-z0-9_]+\.locking")
+# A lock file is unlocked under its .locking name for the moment between its creation and its flock; one that is
+# older than this and can be locked belongs to a writer killed in that moment.
+_LOCKING_GRACE_S = 60.0
 
 
 class OutputError(UsageError):
@@ -294,20 +301,22 @@ def _sweep(directory: Path) -> None:
             temps.setdefault(m.group(1), []).append(name)
     for name in names:
         m = _LOCK.fullmatch(name)
-        if m is None:
+        locking = m is None and _LOCKING.fullmatch(name) is not None
+        if m is None and not locking:
             continue
         try:
             fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             continue
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or (locking and time.time() - st.st_mtime < _LOCKING_GRACE_S):
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 continue  # held: its writer lives (in this PID namespace or another)
-            for dead in [*temps.get(m.group(1), []), name]:
+            for dead in [*(temps.get(m.group(1), []) if m is not None else []), name]:
                 with contextlib.suppress(OSError):
                     _remove(directory / dead)
         finally:

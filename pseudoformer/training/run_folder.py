@@ -43,13 +43,18 @@ def current(folder: Path) -> Path:
 
 def link_names(folder: Path) -> list[Path]:
     """The names in `folder` that lead into its current generation (what a save will re-point)."""
-    return [folder / n for n in os.listdir(current(folder))] if (folder / CURRENT).is_symlink() else []
+    link = folder / CURRENT
+    return [folder / n for n in os.listdir(link)] if link.is_symlink() and link.is_dir() else []
 
 
 def check_folder(folder: Path, names: tuple[str, ...]) -> None:
     """Refuse, before a run, a folder whose checkpoint names a save could not take over: a name that is a device,
     a FIFO, a directory where a file goes (or anything but a directory at hf/). Our own links, and the plain files
     of a folder written before generations, are replaced."""
+    link = folder / CURRENT
+    if os.path.lexists(link) and not link.is_symlink():
+        raise OutputError(f"cannot write -o {folder}: its {CURRENT} is {kind_of(link.lstat())}, where a run keeps the "
+                          "link to its checkpoint; give a folder without it")
     for name in names:
         path = folder / name
         if not os.path.lexists(path) or _ours(folder, name):

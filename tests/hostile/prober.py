@@ -145,6 +145,26 @@ def output_probes(d: Path) -> Iterator[Probe]:
             yield Probe("output: train -o the data", [*argv, "-o", str(ids)], [ids])
 
 
+# -D values no size takes (a size is a whole number ≥ 1 that fits the graph), and values a float
+# hyperparameter (ε) may or may not take.
+BAD_SIZES = ("2.5", "-3", "0", "nan", "inf", "1e300", "99999999999999999999", "0x10", "")
+
+
+def define_probes(d: Path) -> Iterator[Probe]:
+    """Every hyperparameter of a small GPT-2 given through -D what no size is (refused, naming it), and ε given
+    the ends of float64 (taken or refused, never a crash)."""
+    from tests.hostile.conftest import _GPT2
+
+    bases = base_commands(d)
+    for name, value in _GPT2.items():
+        if isinstance(value, int):
+            for bad in BAD_SIZES:
+                yield Probe(f"define: -D {name}={bad}", [*bases["check"], "-D", f"{name}={bad}"])
+        else:  # run: ε is used, not only declared
+            for bad in ("-3", "0", "nan", "1e300", "5e-324", "1e-50"):
+                yield Probe(f"define: -D {name}={bad}", [*bases["run"], "-D", f"{name}={bad}"], may_run=True)
+
+
 def _odd_paths(d: Path) -> dict[str, str]:
     """Paths no file can be read from or written to as named: a name past NAME_MAX, a path through a file, an
     empty name, a name of control characters that does not exist, a /proc file that reports no size."""

@@ -14,7 +14,7 @@ import pytest
 from tests.hostile import prober, prober_contents
 from tests.hostile.conftest import Result, run_cli
 
-KINDS = {"number": prober.number_probes, "extreme": prober.extreme_probes, "file": prober.file_probes,
+KINDS = {"number": prober.number_probes, "extreme": prober.extreme_probes, "define": prober.define_probes, "file": prober.file_probes,
          "output": prober.output_probes, "path": prober.path_probes, "data": prober_contents.data_probes,
          "source": prober_contents.source_probes, "config": prober_contents.config_probes, "config.json": prober_contents.hf_config_probes,
          "tokenizer": prober_contents.tokenizer_probes, "gguf": prober_contents.gguf_probes}
