@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from pseudoformer.training.torch_loop import TorchStep
 
 # The training step's runtime (training/runtimes.py) on each backend --backend names.
+# The step counter t is a float32 input of the step graph (passes/training_step.py): whole numbers are exact to 2²⁴.
+MAX_STEPS = 2**24
 _STEP_RUNTIMES = {"numpy": "interpreter", "onnx": "onnxruntime", "tvm": "tvm", "torch": "torch"}
 
 
@@ -261,6 +263,9 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     examples = len(next(iter(rows.values()))) if isinstance(rows, dict) else len(rows)
     per_epoch = math.ceil(examples / opts.batch_size)
     total = opts.steps if opts.steps is not None else per_epoch * epochs
+    if total > MAX_STEPS:
+        raise UsageError(f"this run would take {total:,} steps: the step counts them in float32 (AdamW's t), which "
+                         f"counts exactly to {MAX_STEPS:,}; give fewer --steps or --epochs")
     if resumed is not None and resumed.steps >= total:
         raise UsageError(f"--resume {setup.resume}: the run is at step {resumed.steps}, and this one ends at step "
                          f"{total}: give more --steps or --epochs")
