@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from pseudoformer.base.errors import MAX_SHOWN
 from pseudoformer.cli_parser import build_parser
 from tests.hostile.conftest import GPT2, RAW_CONTROL, SMALL_GPT2, TINY_TRAIN, TRAIN_LOSS, Result
 
@@ -207,7 +209,9 @@ def judge_probe(probe: Probe, run: Callable[[list[str]], Result]) -> str | None:
         return f"{probe}: exit {r.code}, not a refusal"
     errors = [line for line in r.err.splitlines() if "error:" in line.split(" ", 2)[0:2][-1] or
               line.startswith("error:") or ": error:" in line]
-    if r.code == 1 and len(errors) != 1:
+    # One message; a compiler's located diagnostics (FILE:LINE:COL: error:), one per place, up to the cap it shows.
+    located = all(re.match(r"\S+:\d+:\d+: error: ", line) for line in errors)
+    if r.code == 1 and not (len(errors) == 1 or located and 1 < len(errors) <= MAX_SHOWN):
         return f"{probe}: {len(errors)} error lines: {r.err[-300:]}"
     changed = [str(p) for p, data in before.items() if p.read_bytes() != data]
     if changed:
