@@ -163,7 +163,7 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
             yield tmp
             _fsync_tree(tmp)
             os.rename(tmp, target)
-            _fsync_directory(target.parent)
+            sync_directory(target.parent)
         except OSError as e:
             raise OutputError(f"cannot write {path}: {describe(e)}") from None
         except Exception as e:
@@ -333,8 +333,8 @@ def _fsync(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_directory(path: Path) -> None:
-    """Make the names in a directory (a rename into it) durable."""
+def sync_directory(path: Path) -> None:
+    """Make the names in a directory (a rename into it, a link) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -348,7 +348,7 @@ def _fsync_tree(root: Path) -> None:
         for name in files:
             if not os.path.islink(os.path.join(folder, name)):
                 _fsync(Path(folder, name))
-        _fsync_directory(Path(folder))
+        sync_directory(Path(folder))
 
 
 class _LiveFiles:

@@ -26,7 +26,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from pseudoformer.base.atomic_write import OutputError, atomic_directory, describe
+from pseudoformer.base.atomic_write import OutputError, atomic_directory, describe, sync_directory
 from pseudoformer.base.regular_file import kind_of
 
 CURRENT = ".checkpoint"
@@ -102,7 +102,7 @@ def _switch(folder: Path, name: str) -> None:
         if n not in plain and not os.path.lexists(folder / n):
             _link(folder / n, f"{CURRENT}/{n}")
     _link(folder / CURRENT, name)
-    _sync(folder)
+    sync_directory(folder)
     for n in plain:  # a folder of plain files (before generations): each replaced by its link
         old = folder / n
         if old.is_dir() and not old.is_symlink():
@@ -115,7 +115,7 @@ def _switch(folder: Path, name: str) -> None:
     for n in os.listdir(folder):  # a link into the checkpoint for a file the new generation lacks (SGD's optimizer)
         if _ours(folder, n) and n not in entries:
             (folder / n).unlink()
-    _sync(folder)
+    sync_directory(folder)
 
 
 def _link(path: Path, to: str) -> None:
@@ -145,11 +145,3 @@ def _remove_old(folder: Path, keep: str) -> None:
             elif _LEFT.fullmatch(n):
                 with contextlib.suppress(OSError):
                     path.unlink()
-
-
-def _sync(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -79,23 +79,19 @@ def numeric_flags() -> Iterator[tuple[str, str, type, int]]:
                                                                                                    int) else 1
 
 
-def number_probes(d: Path) -> Iterator[Probe]:
+def number_probes(d: Path, kind: str = "number") -> Iterator[Probe]:
+    """Every numeric option given what none takes (kind "number": refused), or the ends of its type (kind "extreme
+    number": taken or refused, never a crash)."""
     bases = base_commands(d)
-    for command, flag, kind, n in numeric_flags():
-        if command not in bases:
-            continue
-        for value in BAD_INT if kind is int else BAD_FLOAT:
-            yield Probe("number", [*bases[command], *_given(flag, value, n)])
+    values = {"number": (BAD_INT, BAD_FLOAT), "extreme number": (EXTREME_INT, EXTREME_FLOAT)}[kind]
+    for command, flag, kind_of, n in numeric_flags():
+        if command in bases:
+            for value in values[0] if kind_of is int else values[1]:
+                yield Probe(kind, [*bases[command], *_given(flag, value, n)], may_run=kind != "number")
 
 
 def extreme_probes(d: Path) -> Iterator[Probe]:
-    """Every numeric option at the ends of its type: taken or refused, never a traceback."""
-    bases = base_commands(d)
-    for command, flag, kind, n in numeric_flags():
-        if command not in bases:
-            continue
-        for value in EXTREME_INT if kind is int else EXTREME_FLOAT:
-            yield Probe("extreme number", [*bases[command], *_given(flag, value, n)], may_run=True)
+    return number_probes(d, "extreme number")
 
 
 def _given(flag: str, value: str, n: int) -> list[str]:
