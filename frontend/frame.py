@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pseudoformer.base.errors import AlgError
+from pseudoformer.base.limits import MAX_SIZE
 from pseudoformer.frontend.ast import Algorithm, Decl, Expr, Type
 from pseudoformer.frontend.errors import (
     BadTypeError,
@@ -106,6 +107,9 @@ class Frame:
                 raise self.error(HyperparameterError, f"{text} is a size, so it must be a whole number (got {v!r})", pos)
             if v < 1:  # a model of no layers, heads or features compiles, and computes nothing meaningful
                 raise self.error(HyperparameterError, f"{text} is a size, so it must be at least 1 (got {v})", pos)
+            if v > MAX_SIZE:
+                raise self.error(HyperparameterError, f"{text} is a size, so it must be at most {MAX_SIZE:,} (a "
+                                 f"dimension, and a product of two, must fit in int64; got {v:,})", pos)
             self.sizes[key] = Size.of(v)
             return self.sizes[key]
         if root.symbolic and self is root and (create or key in self.declared_sizes()):

@@ -16,6 +16,13 @@ The Trojan Source class (CVE-2021-42574), refused as rustc refuses it:
   second one, as rustc's `confusable_idents` lint flags them. A group's label (`𝒲 consisting of:`)
   is exempt: it is no parameter, and its members carry the ASCII names.
 
+* **Two encodings of one letter.** `ẑ` may be written as one character (U+1E91) or as `z` and a
+  combining circumflex (U+0302); an editor shows both alike, and a parser reading code points would
+  take them for two names, so `ẑ ← x` could hide behind a `return y = ẑ` that reads another. The text
+  is put in Unicode's composed form (NFC) first, as Python puts identifiers in a normal form (PEP 3131):
+  both spellings are then one name. (Only such a pair changes, and only where a file mixes them: the
+  columns of a line are its composed form's.)
+
 check_source_text returns the text with each refused character replaced by a space (so columns and
 line numbers stay those of the file, and later stages do not trip over it) and the diagnostics.
 """
@@ -54,6 +61,8 @@ def check_source_text(text: str, file: str) -> tuple[str, list[AlgError]]:
     """`text` with refused characters blanked, and a located diagnostic for each (see the module's doc)."""
     errors: list[AlgError] = []
     text = text.replace("\r\n", "\n")
+    if not unicodedata.is_normalized("NFC", text):
+        text = unicodedata.normalize("NFC", text)
     if _REFUSED.search(text):
         lines = text.split("\n")
         for i, line in enumerate(lines):

@@ -9,14 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pseudoformer.base import limits
-from pseudoformer.base.atomic_write import check_output, write_atomic
+from pseudoformer.base.atomic_write import check_output, full_disk, write_atomic
 from pseudoformer.base.errors import AlgError, CompileError, ContribFallbackWarning, UsageError
 from pseudoformer.base.file_access import load_npy
 from pseudoformer.base.limits import MAX_NODES
@@ -41,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv is not None and any("\x00" in a for a in argv):  # a shell cannot pass one; a caller of main() can
         _say("error: an argument holds a NUL byte, which no path or value may hold")
         return 1
+    # Past `ulimit -f` the kernel sends SIGXFSZ, whose default ends the process with a core and no word, leaving
+    # temporary files behind; ignored, the write fails with EFBIG, which is said as a full disk and cleaned up.
+    if hasattr(signal, "SIGXFSZ") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = {"check": _check, "inspect": _inspect, "run": _run,
                                                         "compile": _compile, "generate": _generate,
@@ -68,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         _say("error: out of memory: this command needs more memory than the process may have (a smaller model, "
              "batch or sequence, or more memory, or a higher ulimit -v)")
     except OSError as e:
+        if full_disk(e):  # a write outside the atomic writers (a library's own file): still the user's disk
+            where = f" {escape(str(e.filename))}" if e.filename is not None else ""
+            _say(f"error: cannot write{where}: no space left on device")
+            return 1
         if e.filename is None:
             return _internal(e)
         # A path the user gave that the system refuses to look at (a name too long, a loop of links).

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from pseudoformer.base import limits
 from pseudoformer.base.limits import MAX_NODES
@@ -23,6 +24,18 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {escape(message)}", file=sys.stderr)  # one line, whatever the argument held
         raise SystemExit(1)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        """Refuse an empty value (`-o ""`, `--weights ""`, `-D ""`): the handlers test options for truth, so an
+        empty path would be taken for an option not given (no output written, random weights, the checkpoint's
+        tokenizer), silently. No option or file of any command means anything by an empty string."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            value = getattr(namespace, action.dest, None)
+            if "" in (value if isinstance(value, list | tuple) else [value]):
+                name = "/".join(action.option_strings) or action.metavar or action.dest
+                self.error(f"argument {name}: the value is empty")
+        return namespace, extras
 
 
 def _model_args(p: argparse.ArgumentParser, entry: bool = True) -> None:

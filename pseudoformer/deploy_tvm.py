@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pseudoformer.base.atomic_write import describe
 from pseudoformer.base.errors import BackendError, UsageError
 from pseudoformer.base.file_access import regular_file
 from pseudoformer.inputs import check_size_against
@@ -52,7 +53,7 @@ class TVMCompiledModel:
         except BackendError as e:
             raise UsageError(str(e)) from None
         except OSError as e:
-            raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
+            raise UsageError(f"cannot write {path}: {describe(e)}") from None
 
     def run(self, inputs: Mapping[str, Any] | None = None, **named: Any) -> dict[str, np.ndarray]:
         feed = check_inputs(self.model.graph, {**(inputs or {}), **named})

@@ -232,13 +232,18 @@ def _check_modes(algs: Sequence[Algorithm], named: str | None,
     config's values, all needed. A helper, called by another algorithm, is checked on its own with
     symbolic sizes (its values come from its callers, which elaborate it in their context). Another
     algorithm of the file that nothing calls (BERTEncoder beside BERT) gets the values it shares with
-    the config, and symbols for the rest."""
+    the config, and symbols for the rest. So does the model an inference algorithm samples from (GPT2 under
+    DInference), which only the inference algorithm calls: the sampler is checked line by line, not elaborated,
+    so without this the config's values would reach no elaboration (`-D d_e=0` checked ok)."""
     called = set().union(*(callees(a) for a in algs))
+    by_models = set().union(*(callees(a) for a in algs if not is_inference(a)))
     modes: dict[int, tuple[Mapping[str, Any], bool]] = {}
     for a in algs:
         if named is not None and named in (a.name, a.label, f"Algorithm {a.label}") \
                 or named is None and a.name not in called:
             modes[id(a)] = (values, not values)
+        elif a.name in called and a.name not in by_models and not is_inference(a):
+            modes[id(a)] = (values, True)
         elif a.name in called:
             modes[id(a)] = ({}, True)
         else:

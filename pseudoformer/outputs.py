@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from pseudoformer.base.atomic_write import OutputError, check_output
+from pseudoformer.base.atomic_write import OutputError, check_output, describe
 from pseudoformer.base.file_access import read_inside
 from pseudoformer.base.model_files import data_path, manifest_path, weights_path
 from pseudoformer.config import default_config_path
@@ -53,16 +53,29 @@ def _genai_outputs(args: argparse.Namespace) -> list[Path]:
 
 
 def _train_outputs(folder: Path) -> list[Path]:
-    """The files `train -o FOLDER` writes (training/outputs.py): the run's files and its hf/ checkpoint. Checked
-    before the first step, so that a run is never lost to an output it could not write at the end."""
+    """Checked before the first step, so that a run is never lost to an output it could not write at the end.
+    `train -o FOLDER` writes nothing in place: each save is a new generation that one rename makes current
+    (training/run_folder.py), so the folder is checked, and the names a save takes over (claimed)."""
+    from pseudoformer.training import run_folder
+    from pseudoformer.training.outputs import HF_DIR, RUN_FILES
+
+    if _writable_folder(folder, "-o", made_with_parents=True):
+        run_folder.check_folder(folder, (*RUN_FILES, HF_DIR))
+    return []
+
+
+def _claimed(args: argparse.Namespace) -> list[Path]:
+    """What `train -o FOLDER` replaces or removes whole at a save besides its outputs: the run's files and its hf/
+    checkpoint's, by name, and the generation they lead into (an input inside it would be removed)."""
+    if args.command != "train" or not getattr(args, "output", None):
+        return []
+    from pseudoformer.training import run_folder
     from pseudoformer.training.outputs import CHECKPOINT, HF_DIR, HF_FILES, RUN_FILES
 
-    if not _writable_folder(folder, "-o", made_with_parents=True):
-        return []
-    files = [folder / name for name in RUN_FILES]
-    if (folder / HF_DIR).is_dir():
-        files += [folder / HF_DIR / name for name in (*HF_FILES, CHECKPOINT)]
-    return files
+    folder = Path(args.output)
+    hf = [folder / HF_DIR / name for name in (*HF_FILES, CHECKPOINT)]
+    return [*(folder / name for name in RUN_FILES), *hf, *run_folder.link_names(folder),
+            *([run_folder.current(folder)] if (folder / run_folder.CURRENT).is_symlink() else [])]
 
 
 def _writable_folder(folder: Path, flag: str, *, made_with_parents: bool) -> bool:
@@ -84,7 +97,7 @@ def _writable_folder(folder: Path, flag: str, *, made_with_parents: bool) -> boo
         if not os.access(parent, os.W_OK | os.X_OK):
             raise OutputError(f"cannot write {flag} {folder}: {parent} is not writable")
     except (OSError, ValueError) as e:  # a name too long, a loop of links, a NUL byte
-        raise OutputError(f"cannot write {flag} {folder}: {getattr(e, 'strerror', None) or e}") from None
+        raise OutputError(f"cannot write {flag} {folder}: {describe(e)}") from None
     return False
 
 
@@ -133,6 +146,14 @@ def _same(a: Path, b: Path) -> bool:
             return False
 
 
+def _within(path: Path, folder: Path) -> bool:
+    """Whether `path`, links resolved, lies inside the directory `folder` (which a save removes whole)."""
+    try:
+        return folder.is_dir() and Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
+    except (OSError, ValueError):
+        return False
+
+
 def _copied(args: argparse.Namespace) -> tuple[Path, tuple[str, ...]] | None:
     """The checkpoint folder whose files the command copies into its output, and their names."""
     weights = getattr(args, "weights", None)
@@ -162,10 +183,11 @@ def check_outputs(args: argparse.Namespace) -> None:
     outputs = outputs_of(args)
     for out in outputs:
         check_output(out)
-    inputs = list(inputs_of(args)) if outputs else []
-    for out in outputs:
+    claimed = [*outputs, *_claimed(args)]
+    inputs = list(inputs_of(args)) if claimed else []
+    for out in claimed:
         for what, path in inputs:
-            if _same(out, path):
+            if _same(out, path) or _within(path, out):
                 given = args.output or args.genai_folder
                 shown = f"{out}" if out == Path(given) else f"{given} (with {out.name})"
                 raise OutputError(f"cannot write {shown}: it is {what}, {path}, which this command reads; "

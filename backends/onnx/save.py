@@ -32,6 +32,7 @@ from pseudoformer.base.atomic_write import (
     atomic_path,
     atomic_set,
     check_output,
+    describe,
     write_atomic,
 )
 from pseudoformer.base.errors import BackendError
@@ -80,7 +81,7 @@ def save_model(model: onnx.ModelProto | LoweredModel, path: str | os.PathLike, *
     except OutputError as e:  # no directory, a device at the path, a full disk
         raise BackendError(e.message) from None
     except OSError as e:  # strerror, when there is one: the exception's own text names a temporary file
-        raise BackendError(f"cannot write {path}: {e.strerror or e}") from e
+        raise BackendError(f"cannot write {path}: {describe(e)}") from e
     return path
 
 

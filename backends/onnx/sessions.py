@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 
 from pseudoformer.backends.onnx.providers import require, session_providers
+from pseudoformer.base.atomic_write import OutputError, describe
 from pseudoformer.base.errors import BackendError
 
 
@@ -153,7 +154,11 @@ def _session_without_weights(ort: Any, lowered: Any, options: Any, outside: Mapp
         model.graph.initializer.append(t)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "frozen.bin").touch()
-        onnx.save_model(model, str(Path(tmp) / "step.onnx"))
+        try:
+            onnx.save_model(model, str(Path(tmp) / "step.onnx"))
+        except OSError as e:  # a full temporary disk: said as every writer says it (the directory goes with `with`)
+            raise OutputError(f"cannot write {Path(tmp) / 'step.onnx'}, the step's model for onnxruntime to load: "
+                              f"{describe(e)} (set TMPDIR to a directory on a larger disk)") from None
         # Constant folding would read the frozen weights' (absent) bytes, and what it folded from them (a
         # transposed or sliced weight) it would keep as a second copy; unfolded, each step recomputes it.
         return open_session(ort, Path(tmp) / "step.onnx", options, provider,

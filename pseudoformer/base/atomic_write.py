@@ -22,11 +22,20 @@ and its hard links. A rename cannot keep either when the file has other hard lin
 user this process cannot give files to; such a file is rewritten in place from the finished
 temporary file, as `cp` does — its inode, links, owner and mode stay, at the cost of atomicity.
 
+**Directories.** atomic_directory fills a temporary directory and renames it into place whole: a training
+checkpoint's generation (training/run_folder.py). A set may also hold a scratch directory (Part.scratch: a
+linker's objects), never committed, removed with the set.
+
+**A full disk** is one message whatever limit was met (ENOSPC, EDQUOT, or EFBIG under `ulimit -f`), and a
+library's own exception that carries the OS's words counts too (describe, full_disk).
+
 **Temporary files** are named `.NAME.pseudoformer-TOKEN.tmp` (a suffix may follow, as `.so` for
 TVM). Each writer holds an exclusive lock (flock) on its own `.pseudoformer-TOKEN.lock` in the same
 directory for as long as it lives; the kernel releases it when the writer dies, however it dies, in
 whatever PID namespace it runs. Before writing, the directory is swept: a TOKEN whose lock can be
-taken belongs to a writer that is provably gone, and its files are removed. A temporary file whose
+taken belongs to a writer that is provably gone, and its files are removed (so is a lock file left under its
+first name, `.pseudoformer-TOKEN.locking`, by a writer killed before it locked it, once it is a minute old
+and can be locked). A temporary file whose
 lock is held, or that has no lock file at all, is never touched. SIGTERM and SIGINT remove a
 writer's own files before the process ends (_LiveFiles).
 """
@@ -34,6 +43,7 @@ writer's own files before the process ends (_LiveFiles).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -42,6 +52,7 @@ import signal
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,10 +64,35 @@ from pseudoformer.base.regular_file import kind_of
 TAG = "pseudoformer"
 _LOCK = re.compile(rf"\.{TAG}-([A-Za-z0-9_]+)\.lock")
 _TEMP = re.compile(rf"\..+\.{TAG}-([A-Za-z0-9_]+)\.tmp[^/]*")
+_LOCKING = re.compile(rf"\.{TAG}-[A-Za-z0-9_]+\.locking")
+# A lock file is unlocked under its .locking name for the moment between its creation and its flock; one that is
+# older than this and can be locked belongs to a writer killed in that moment.
+_LOCKING_GRACE_S = 60.0
 
 
 class OutputError(UsageError):
     """An output path that cannot be written: a missing directory, a device, no permission, a full disk."""
+
+
+# A write that ran out of room, whichever limit it met: the disk (ENOSPC), the user's quota (EDQUOT), or the
+# process's file-size limit (EFBIG, `ulimit -f`, whose SIGXFSZ an application may ignore). The user's remedy is
+# the same, so the message is too.
+_FULL = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
+
+def describe(e: BaseException) -> str:
+    """What went wrong with a write, in the words a user acts on: every kind of full disk as one."""
+    if isinstance(e, OSError) and e.errno in _FULL:
+        return "no space left on device"
+    return (getattr(e, "strerror", None) or str(e)) if isinstance(e, OSError) else str(e)
+
+
+def full_disk(e: BaseException) -> bool:
+    """Whether an error from a library that writes (its own exception, with the OS's words in it) is a full disk."""
+    if isinstance(e, OSError):
+        return e.errno in _FULL
+    text = str(e)
+    return any(os.strerror(n) in text or f"os error {n})" in text for n in _FULL)
 
 
 @dataclass(frozen=True)
@@ -67,6 +103,7 @@ class Part:
     place: Callable[[Path], Path]
     suffix: str = ""
     mode: int = 0o777  # the widest permission bits the file may get (a copy's: its source's, file_access.FileCopy)
+    scratch: bool = False  # a working directory (a linker's objects), never committed, removed with the set
 
 
 MAIN = Part("main", lambda target: target)
@@ -97,15 +134,42 @@ def atomic_set(path: str | os.PathLike, parts: Sequence[Part]) -> Iterator[dict[
         raise OutputError(f"cannot write {path}: the files of one model must share a directory")
     _sweep(target.parent)
     with _Writer(target.parent, path) as writer:
-        tmps = {p.name: writer.temporary(targets[p.name], p.suffix) for p in parts}
+        tmps = {p.name: writer.temporary(targets[p.name], p.suffix, directory=p.scratch) for p in parts}
+        kept = [p for p in parts if not p.scratch]
         try:
             yield tmps
-            for p in parts:
+            for p in kept:
                 _fsync(tmps[p.name])
-            for p in parts:
+            for p in kept:
                 _commit(tmps[p.name], _target(p.place(target)), p.mode)  # again: the path may have changed meanwhile
         except OSError as e:
-            raise OutputError(f"cannot write {path}: {e.strerror or e}") from None
+            raise OutputError(f"cannot write {path}: {describe(e)}") from None
+        except Exception as e:
+            if full_disk(e):  # a library's own error around the OS's (safetensors', onnx's, TVM's)
+                raise OutputError(f"cannot write {path}: no space left on device") from None
+            raise
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary directory beside `path` to fill; on a clean exit its files are synced and it is renamed to
+    `path` (which must not exist: a new generation of files, training/run_folder.py), on any exception removed,
+    as it is if the writer dies (the sweep) or is ended by SIGTERM or SIGINT."""
+    target = Path(path)
+    _sweep(target.parent)
+    with _Writer(target.parent, path) as writer:
+        tmp = writer.temporary(target, "", directory=True)
+        try:
+            yield tmp
+            _fsync_tree(tmp)
+            os.rename(tmp, target)
+            sync_directory(target.parent)
+        except OSError as e:
+            raise OutputError(f"cannot write {path}: {describe(e)}") from None
+        except Exception as e:
+            if full_disk(e):
+                raise OutputError(f"cannot write {path}: no space left on device") from None
+            raise
 
 
 def check_output(path: str | os.PathLike) -> Path:
@@ -124,7 +188,7 @@ def _target(path: Path) -> Path:
     except FileNotFoundError:
         return target
     except (OSError, ValueError) as e:  # a name too long, a NUL byte, a loop of links
-        raise OutputError(f"cannot write {path}: {getattr(e, 'strerror', None) or e}") from None
+        raise OutputError(f"cannot write {path}: {describe(e)}") from None
     if not stat.S_ISREG(st.st_mode):
         via = f" (a link to {target})" if target != path else ""
         raise OutputError(f"cannot write {path}{via}: it is {kind_of(st)}, and pseudoformer replaces only "
@@ -145,7 +209,7 @@ class _Writer:
         try:
             fd, name = tempfile.mkstemp(dir=self.directory, prefix=f".{TAG}-", suffix=".locking")
         except OSError as e:
-            raise OutputError(f"cannot write {self.shown}: {e.strerror or e}") from None
+            raise OutputError(f"cannot write {self.shown}: {describe(e)}") from None
         self.fd = fd
         self.token = Path(name).name[len(TAG) + 2:-len(".locking")]
         self.lock = self.directory / f".{TAG}-{self.token}.lock"
@@ -156,27 +220,37 @@ class _Writer:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(name)
-            raise OutputError(f"cannot write {self.shown}: {e.strerror or e}") from None
+            raise OutputError(f"cannot write {self.shown}: {describe(e)}") from None
         _live.add(self.lock)
         return self
 
-    def temporary(self, target: Path, suffix: str) -> Path:
+    def temporary(self, target: Path, suffix: str, *, directory: bool = False) -> Path:
         tmp = self.directory / f".{target.name}.{TAG}-{self.token}.tmp{suffix}"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)  # the umask applies
+            if directory:
+                tmp.mkdir(0o777)  # the umask applies
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
         except OSError as e:
-            raise OutputError(f"cannot write {self.shown}: {e.strerror or e}") from None
-        os.close(fd)
+            raise OutputError(f"cannot write {self.shown}: {describe(e)}") from None
         self.files.append(tmp)
         _live.add(tmp)
         return tmp
 
     def __exit__(self, *exc: object) -> None:
         for p in [*self.files, self.lock]:
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
+            _remove(p)
             _live.discard(p)
         os.close(self.fd)
+
+
+def _remove(path: Path) -> None:
+    """Remove a temporary file, or a temporary directory with what it holds; nothing if it is gone."""
+    with contextlib.suppress(FileNotFoundError):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink()
 
 
 def _commit(tmp: Path, target: Path, widest: int = 0o777) -> None:
@@ -227,22 +301,24 @@ def _sweep(directory: Path) -> None:
             temps.setdefault(m.group(1), []).append(name)
     for name in names:
         m = _LOCK.fullmatch(name)
-        if m is None:
+        locking = m is None and _LOCKING.fullmatch(name) is not None
+        if m is None and not locking:
             continue
         try:
             fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             continue
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or (locking and time.time() - st.st_mtime < _LOCKING_GRACE_S):
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 continue  # held: its writer lives (in this PID namespace or another)
-            for dead in [*temps.get(m.group(1), []), name]:
+            for dead in [*(temps.get(m.group(1), []) if m is not None else []), name]:
                 with contextlib.suppress(OSError):
-                    os.unlink(directory / dead)
+                    _remove(directory / dead)
         finally:
             os.close(fd)
 
@@ -255,6 +331,24 @@ def leftover_pattern() -> re.Pattern[str]:
 def _fsync(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
+
+
+def sync_directory(path: Path) -> None:
+    """Make the names in a directory (a rename into it, a link) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """Every file and directory under `root` on disk, before the rename that makes them visible."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if not os.path.islink(os.path.join(folder, name)):
+                _fsync(Path(folder, name))
+        sync_directory(Path(folder))
 
 
 class _LiveFiles:
@@ -293,10 +387,7 @@ class _LiveFiles:
     def _ended(self, signum: int, frame: Any) -> None:
         for p in list(self.paths):
             with contextlib.suppress(OSError):
-                if p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p)
-                else:
-                    p.unlink()
+                _remove(p)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 

@@ -13,6 +13,7 @@ mistake of a file in one run.
 from __future__ import annotations
 
 import os
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,6 +109,9 @@ class Diagnostics:
             raise CompileError(self.errors)
 
 
+MAX_SHOWN = 20  # diagnostics a CompileError prints
+
+
 class CompileError(Exception):
     """One or more user errors, rendered together."""
 
@@ -120,7 +124,11 @@ class CompileError(Exception):
         super().__init__(self.render())
 
     def render(self) -> str:
-        parts = [e.render() for e in self.errors]
+        # A mistake repeated down a file (a thousand algorithms of one name, three hundred nested loops) is shown
+        # MAX_SHOWN times, not a screen per line: the first are where to start, the count says how many.
+        parts = [e.render() for e in self.errors[:MAX_SHOWN]]
+        if len(self.errors) > MAX_SHOWN:
+            parts.append(f"… and {len(self.errors) - MAX_SHOWN} more, not shown")
         if len(self.errors) > 1:
             parts.append(f"{len(self.errors)} errors")
         return "\n".join(parts)
@@ -138,7 +146,8 @@ def _read_line(pos: Pos) -> str | None:
         finally:
             os.close(fd)
         # Lines end at \n (or \r\n) only, as the frontend counts them (frontend/source_text.py).
-        lines = data.decode("utf-8-sig").replace("\r\n", "\n").split("\n")
+        # and in the composed form the frontend reads (NFC), so a caret falls where the column says
+        lines = unicodedata.normalize("NFC", data.decode("utf-8-sig").replace("\r\n", "\n")).split("\n")
     except (OSError, UnicodeDecodeError):
         return None
     return lines[pos.line - 1] if 0 < pos.line <= len(lines) else None

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 
+MAX_NPY_DIMS = 32
+
+
 class FileAccessError(UsageError):
     """A file that does not exist, is not a regular file, is too big, or cannot be read."""
 
@@ -108,8 +111,12 @@ def read_text(path: str | Path, what: str, kind: str) -> str:
 
 def loads_json(text: str) -> Any:
     """JSON as the standard defines it: `NaN`, `Infinity` and numbers that overflow to ±∞ (1e999), which
-    Python's json module accepts, are refused (ValueError), so every number read from a JSON file is finite."""
-    return json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float)
+    Python's json module accepts, are refused (ValueError), so every number read from a JSON file is finite; so is
+    JSON nested deeper than the parser's recursion goes (`[[[…]]]` a hundred thousand deep), as ValueError too."""
+    try:
+        return json.loads(text, parse_constant=_not_a_number, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def _not_a_number(word: str) -> Any:
@@ -141,8 +148,10 @@ def load_npy(path: str | Path, what: str, *, mapped: bool = False) -> np.ndarray
                 shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
             else:
                 raise ValueError(f"format version {version[0]}.{version[1]} is not read here (1.0 and 2.0 are)")
-        except (ValueError, OSError, SyntaxError, TypeError) as e:
+        except Exception as e:  # noqa: BLE001 (numpy parses the header with its own tokenizer: any failure is the file's)
             raise FileAccessError(f"{what} {path} is not a .npy array ({e})") from None
+        if len(shape) > MAX_NPY_DIMS:  # numpy makes no array of more (its limit is 64), and no input has them
+            raise FileAccessError(f"{what} {path} has {len(shape)} dimensions; an input has at most {MAX_NPY_DIMS}")
         if dtype.hasobject:
             raise FileAccessError(f"{what} {path} holds Python objects, which only unpickling would read; "
                                   "pseudoformer never unpickles")

@@ -26,6 +26,9 @@ FILE_CAPS: dict[str, int] = {
 # IR nodes the elaborator may create for one entry before it refuses (--max-nodes raises it).
 # GPT-2 small at -O0 is about 4,500 nodes, GPT-2 XL about 18,000.
 MAX_NODES = 1_000_000
+# The largest size a hyperparameter may have: a tensor's dimension is an int64 in every runtime (numpy, ONNX,
+# TVM), and a product of two such sizes (d_e · N_V) must still be one.
+MAX_SIZE = 2**31 - 1
 # The longest sequence (any run-time size: a length(x), a batch) a model without a limit of its own
 # may be given. A model with a position table (W_p ∈ ℝ^{d_e × ℓ_max}) is bounded by ℓ_max instead; one
 # without (RoPE, ALiBi) would otherwise take 200,000 ids and allocate a 200,000² attention matrix.

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from pseudoformer.base.atomic_write import describe
 from pseudoformer.base.errors import UsageError
 from pseudoformer.base.file_access import read_text, regular_file
 from pseudoformer.base.model_files import manifest_path
@@ -106,8 +107,12 @@ def verified_copy(library: Path, tvm_version: str) -> Iterator[tuple[Path, dict[
     private = Path(tempfile.mkdtemp(prefix="pseudoformer-verified-"))  # 0700: no one else can swap the copy
     try:
         copy = private / library.name
-        with open(copy, "wb") as out:
-            check_file(library, doc, library.name, library, out)
+        try:
+            with open(copy, "wb") as out:
+                check_file(library, doc, library.name, library, out)
+        except OSError as e:  # a full temporary disk: said as every writer says it
+            raise UsageError(f"cannot write {copy}, the copy of {library} that is checked and loaded: "
+                             f"{describe(e)} (set TMPDIR to a directory on a larger disk)") from None
         yield copy, doc
     finally:
         shutil.rmtree(private, ignore_errors=True)

@@ -65,14 +65,21 @@ def parse_ids(text: str | None, flag: str) -> list[int] | None:
 
 
 class _Progress:
-    """`generate ▕████▏ 12/32 tokens, ms/token` on stderr: a tqdm bar, called with the tokens done so far."""
+    """`generate ▕████▏ 12/32 tokens, ms/token` on stderr: a tqdm bar, called with the tokens done so far. On a
+    terminal only: in a log (stderr no terminal) a bar is carriage-returned lines, so one plain line at the end,
+    as train writes plain lines there."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.bar = None  # made at the first token: a refusal before it (too many tokens) prints no bar
         self.start = time.perf_counter()
+        self.tty = sys.stderr.isatty()
+        self.done = 0
 
     def __call__(self, done: int) -> None:
+        self.done = done
+        if not self.tty:
+            return
         if self.bar is None:
             from tqdm import tqdm
 
@@ -84,6 +91,9 @@ class _Progress:
     def finish(self, done: int) -> None:
         if self.bar is not None:
             self.bar.close()
+        elif self.done:
+            sys.stderr.write(f"generated {self.done} tokens, {(time.perf_counter() - self.start) / self.done * 1e3:.0f} "
+                             "ms/token\n")
         if done < self.total:  # stopped early at the end token
             sys.stderr.write("(stopped at the end token)\n")
 

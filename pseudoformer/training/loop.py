@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pseudoformer.base.errors import UsageError
+from pseudoformer.base.file_access import loads_json, read_text
 from pseudoformer.base.limits import MAX_NODES
 from pseudoformer.config import resolve
 from pseudoformer.inputs import check_size, token_bounds
@@ -22,6 +23,7 @@ from pseudoformer.ir.block_coded import plain_weights
 from pseudoformer.model import Model, load, resolve_source
 from pseudoformer.passes.training_step import STEP, Optimizer
 from pseudoformer.training import data as datasets
+from pseudoformer.training import run_folder
 from pseudoformer.training.accumulate import make_accumulating
 from pseudoformer.training.compile import CompiledStep, compile_step, tied_unembedding
 from pseudoformer.training.derive import training_source
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
     from pseudoformer.training.torch_loop import TorchStep
 
 # The training step's runtime (training/runtimes.py) on each backend --backend names.
+# The step counter t is a float32 input of the step graph (passes/training_step.py): whole numbers are exact to 2²⁴.
+MAX_STEPS = 2**24
 _STEP_RUNTIMES = {"numpy": "interpreter", "onnx": "onnxruntime", "tvm": "tvm", "torch": "torch"}
 
 
@@ -105,22 +109,21 @@ class Resumed:
 
 
 def _read_resume(directory: str | Path) -> Resumed:
-    import json
-
     from pseudoformer.weights.safetensors_io import read_safetensors
 
-    d = Path(directory)
+    shown = Path(directory)
+    d = run_folder.current(shown)  # every file from one generation, even while another run saves there
     meta_path, weights = d / "training.json", d / "model.safetensors"
     if not meta_path.is_file() or not weights.is_file():
-        raise UsageError(f"--resume {d}: no training.json and model.safetensors there (the -o DIR of a run, "
+        raise UsageError(f"--resume {shown}: no training.json and model.safetensors there (the -o DIR of a run, "
                          "written at --save-every or at its end)")
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = loads_json(read_text(meta_path, "training.json", "config"))
         steps = meta["steps"]
-    except (ValueError, KeyError, OSError) as e:
-        raise UsageError(f"--resume {d}: cannot read training.json ({e})") from None
+    except (ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"--resume {shown}: cannot read training.json ({e})") from None
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise UsageError(f"--resume {d}: training.json's steps is {steps!r}, not a count of steps")
+        raise UsageError(f"--resume {shown}: training.json's steps is {steps!r}, not a count of steps")
     state = read_safetensors(d / "optimizer.safetensors") if (d / "optimizer.safetensors").is_file() else {}
     hf, group, skipped = meta.get("hf_source"), meta.get("weights_group"), meta.get("skipped_steps")
     skipped = [k for k in skipped if isinstance(k, int) and 0 < k <= steps] if isinstance(skipped, list) else []
@@ -271,6 +274,9 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     examples = len(next(iter(rows.values()))) if isinstance(rows, dict) else len(rows)
     per_epoch = math.ceil(examples / (opts.batch_size * opts.grad_accum))
     total = opts.steps if opts.steps is not None else per_epoch * epochs
+    if total > MAX_STEPS:
+        raise UsageError(f"this run would take {total:,} steps: the step counts them in float32 (AdamW's t), which "
+                         f"counts exactly to {MAX_STEPS:,}; give fewer --steps or --epochs")
     if resumed is not None and resumed.step_rows not in (None, opts.batch_size * opts.grad_accum):
         raise UsageError(f"--resume {setup.resume}: the run took {resumed.step_rows} examples a step (--batch-size "
                          "times --grad-accum), and its data position counts them: give the same product")

@@ -26,6 +26,7 @@ from pseudoformer.base.errors import UsageError
 from pseudoformer.model import Model
 from pseudoformer.passes.training_step import STEP
 from pseudoformer.training import data as datasets
+from pseudoformer.training import run_folder
 from pseudoformer.training.accumulate import micro_batches
 from pseudoformer.training.distributed import Group
 from pseudoformer.training.draws import draw_masks
@@ -284,20 +285,21 @@ def _save(run: Run, history: list[Row], done: int) -> None:
     values = runtime.values()  # on every rank of a process group: gathering FSDP2's shards takes all of them
     if not getattr(runtime, "writes", True):  # under torchrun, rank 0 alone writes
         return
-    save_checkpoint(outdir, weights, *run.hf)
     state = {k: v for k, v in values.items() if k.startswith(("m.", "v.", STATE_PREFIX)) or k == STEP}
-    if state:
-        from pseudoformer.weights.safetensors_io import save_weights
-
-        save_weights(state, outdir / "optimizer.safetensors")
-    write_loss_curve(outdir, history)
     epoch, index = _where(run, done)
-    write_meta(outdir, {"source": str(model.source), "steps": done, "trainable": step.trainable,
-                        "ties": step.ties, "last_loss": history[-1][1] if history else None,
-                        "data_position": {"epoch": epoch, "batch": index, "shuffle": run.shuffle},
-                        "hf_source": str(run.hf[0]) if run.hf[0] is not None else None,
-                        "weights_group": run.hf[1], "skipped_steps": run.skipped,
-                        "options": _jsonable(asdict(run.opts)), "lr": run.lr, "total_steps": run.total})
+    with run_folder.generation(outdir, done) as gen:  # all of these, or none: the previous checkpoint stays
+        save_checkpoint(gen, weights, *run.hf)
+        if state:
+            from pseudoformer.weights.safetensors_io import save_weights
+
+            save_weights(state, gen / "optimizer.safetensors")
+        write_loss_curve(gen, history)
+        write_meta(gen, {"source": str(model.source), "steps": done, "trainable": step.trainable,
+                         "ties": step.ties, "last_loss": history[-1][1] if history else None,
+                         "data_position": {"epoch": epoch, "batch": index, "shuffle": run.shuffle},
+                         "hf_source": str(run.hf[0]) if run.hf[0] is not None else None,
+                         "weights_group": run.hf[1], "skipped_steps": run.skipped,
+                         "options": _jsonable(asdict(run.opts)), "lr": run.lr, "total_steps": run.total})
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:

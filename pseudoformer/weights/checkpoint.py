@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from pseudoformer.base.file_access import FileAccessError
 from pseudoformer.base.regular_file import NotRegularFile, open_regular
 from pseudoformer.ir.block_coded import Codes
 
@@ -233,5 +234,7 @@ def _is_gguf(path: Path) -> bool:
     assert fd is not None
     try:
         return os.read(fd, len(MAGIC)) == MAGIC
+    except OSError as e:  # a file that opens but cannot be read (/proc/self/mem: EIO)
+        raise FileAccessError(f"cannot read {path}: {e.strerror or e}") from None
     finally:
         os.close(fd)
