@@ -2,11 +2,12 @@
 in one process with the same threads, on HF models built from configs and the same weights and batches.
 
 Workloads:
-  gpt2     GPT-2 shaped, L=4, d_e=512, 8 heads, the GPT-2 vocabulary; every parameter trained; AdamW
-  smollm2  LoRA on SmolLM2-135M's shape (30 layers, d_e=576, 9/3 heads, vocabulary 49152, tied):
-           tests/training/llama_lora_loss.alg, rank 8 per query and value head (A random, B = 0), only
-           the adapters trained, every other weight frozen on both sides; torch: HF's Llama with the same
-           per-head updates on q_proj and v_proj (tests/training/lora_cases.py); AdamW
+  gpt2       GPT-2 shaped, L=4, d_e=512, 8 heads, the GPT-2 vocabulary; every parameter trained; AdamW
+  gpt2small  GPT-2 small itself (L=12, d_e=768, 12 heads), the same way
+  smollm2    LoRA on SmolLM2-135M's shape (30 layers, d_e=576, 9/3 heads, vocabulary 49152, tied):
+             tests/training/llama_lora_loss.alg, rank 8 per query and value head (A random, B = 0), only
+             the adapters trained, every other weight frozen on both sides; torch: HF's Llama with the same
+             per-head updates on q_proj and v_proj (tests/training/lora_cases.py); AdamW
 
 Reported per workload and variant: the median time per step, tokens/s, the achieved GFLOP/s (the step's
 matrix-product FLOPs: 2·N·T forward, 2·N·T for the input gradients, 2·N_trained·T for the weight gradients,
@@ -37,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 from common.harness import round_robin, training_arguments
-from common.training import QUICK, SHAPES, batches, hf_model, ours, torch_step
+from common.training import QUICK, SHAPES, batches, gpt2_like, hf_model, ours, torch_step
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -77,7 +78,7 @@ def flops(hf, workload: str, tokens: int, seq: int) -> float:  # type: ignore[no
     """Matrix-product FLOPs of one step (see the module's docstring)."""
     matrices = [(n, p) for n, p in hf.named_parameters() if p.ndim == 2 and "wpe" not in n]
     n_all = sum(p.numel() for _, p in matrices)
-    n_train = n_all if workload == "gpt2" else 0  # LoRA: the adapters' products are negligible
+    n_train = n_all if gpt2_like(workload) else 0  # LoRA: the adapters' products are negligible
     cfg = hf.config
     layers = getattr(cfg, "n_layer", None) or cfg.num_hidden_layers
     width = getattr(cfg, "n_embd", None) or cfg.num_attention_heads * cfg.head_dim
@@ -139,6 +140,7 @@ def child(args: argparse.Namespace) -> int:
 
 
 VOCAB = {"gpt2": lambda a: (QUICK if a.quick else SHAPES)["gpt2"]["vocab_size"],
+         "gpt2small": lambda a: (QUICK if a.quick else SHAPES)["gpt2small"]["vocab_size"],
          "smollm2": lambda a: QUICK["smollm2"]["vocab_size"] if a.quick else 49152}
 
 

@@ -17,13 +17,20 @@ if str(ROOT) not in sys.path:  # tests/training's loss algorithms and LoRA cases
 LOSSES = ROOT / "tests" / "training"
 SHAPES = {
     "gpt2": dict(n_embd=512, n_layer=4, n_head=8, n_positions=1024, vocab_size=50257),
+    "gpt2small": dict(n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257),  # GPT-2 small itself
     "smollm2": dict(num_hidden_layers=30),  # the rest: lora_cases.SMOLLM2
 }
 QUICK = {
     "gpt2": dict(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=101),
+    "gpt2small": dict(n_embd=48, n_layer=2, n_head=4, n_positions=64, vocab_size=101),
     "smollm2": dict(vocab_size=97, hidden_size=36, intermediate_size=48, num_hidden_layers=2, num_attention_heads=3,
                     num_key_value_heads=1, head_dim=12, max_position_embeddings=64),
 }
+
+def gpt2_like(workload: str) -> bool:
+    """Whether a workload is GPT-2 trained whole (gpt2, gpt2small), not LoRA on a Llama."""
+    return workload.startswith("gpt2")
+
 
 def hf_model(workload: str, args: argparse.Namespace):  # type: ignore[no-untyped-def]
     import torch
@@ -34,8 +41,8 @@ def hf_model(workload: str, args: argparse.Namespace):  # type: ignore[no-untype
 
     sizes = dict((QUICK if args.quick else SHAPES)[workload])
     if args.layers:
-        sizes["n_layer" if workload == "gpt2" else "num_hidden_layers"] = args.layers
-    if workload == "gpt2":
+        sizes["n_layer" if gpt2_like(workload) else "num_hidden_layers"] = args.layers
+    if gpt2_like(workload):
         torch.manual_seed(0)
         return GPT2LMHeadModel(GPT2Config(**sizes, bos_token_id=0, eos_token_id=0)).eval()
     return hf_llama("llama", 0, **{**SMOLLM2, **sizes})
@@ -57,7 +64,7 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
     from pseudoformer.training.runtimes import OrtSplitStep, OrtStep, make_runtime
     from tests.training.lora_cases import is_adapter, lora_model
 
-    if workload == "gpt2":
+    if gpt2_like(workload):
         model, _, _ = _load(LOSSES / "gpt2_loss.alg", directory, 0)
         train = list(model.weights)
     else:
@@ -110,7 +117,7 @@ def torch_step(hf, workload: str, compiled: bool, args: argparse.Namespace):  # 
 
     from tests.training.lora_cases import adapter_values, torch_lora
 
-    if workload == "gpt2":
+    if gpt2_like(workload):
         for p in hf.parameters():
             p.requires_grad_(True)
     else:

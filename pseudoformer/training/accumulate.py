@@ -81,6 +81,10 @@ class _Halves:
     def values(self) -> dict[str, np.ndarray]:
         return {k: np.array(v.numpy() if hasattr(v, "numpy") else v) for k, v in self.state.items()}
 
+    def current(self) -> dict[str, np.ndarray]:
+        """values(): what the checkpoint's writers read of every runtime (training/steps.py)."""
+        return self.values()
+
 
 class InterpreterHalves(_Halves):
     def __init__(self, split: SplitStep, frozen: Mapping[str, np.ndarray], state: Mapping[str, np.ndarray]) -> None:

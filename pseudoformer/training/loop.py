@@ -311,13 +311,19 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
             session["session"] = {"enable_cpu_mem_arena": False}
         runtime = (make_accumulating(backend, step.split, step.frozen, step.state, step.graph, **session) if weighted
                    else make_runtime(backend, step.graph, step.frozen, step.state, split=step.split, **session))
+    # The runtime holds the trained parameters and their state from here on, in copies of its own: the loaded
+    # arrays and the step's initial state are let go, so that the steps hold θ once, as torch does (the
+    # checkpoint reads the trained ones back from the runtime: steps._weights).
+    names, trained = list(model.weights), set(step.trainable)
+    model.weights = {k: v for k, v in model.weights.items() if k not in trained}
+    step.state = {}
     outdir = Path(setup.out) if setup.out is not None else None
     # A warm-up rises to η and the cosine takes it down, for either optimizer.
     sched = opts.schedule or ("cosine" if opts.warmup else "constant")
     shuffle = opts.shuffle if opts.shuffle is not None else plan is None
     run = Run(model, step, runtime, rows, plan, opts, total, lr, sched, shuffle, outdir, (hf_dir, group),
                setup, resumed.steps if resumed is not None else 0, resumed.history if resumed is not None else [],
-               val, list(resumed.skipped) if resumed is not None else [])
+               val, list(resumed.skipped) if resumed is not None else [], names)
     return run_steps(run)
 
 

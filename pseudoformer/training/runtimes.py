@@ -31,9 +31,11 @@ BACKENDS = TRAINING_BACKENDS
 
 
 def initial_state(graph: Graph, params: Mapping[str, np.ndarray], optimizer: Optimizer) -> dict[str, np.ndarray]:
-    """The trainable parameters and the optimizer state (zeros, t = 0) that the step's first call takes."""
+    """The trainable parameters and the optimizer state (zeros, t = 0) that the step's first call takes.
+    θ is `params`' own arrays where they are float32 and contiguous, not copies: every runtime copies what it
+    is given (StepRuntime), and nothing writes into these, so the parameters are held once until then."""
     names = graph.meta["training"]["trainable"]
-    state = {k: np.array(params[k], dtype=np.float32, order="C") for k in names}
+    state = {k: np.ascontiguousarray(params[k], dtype=np.float32) for k in names}
     for k in names:
         for s in optimizer.state(k):
             state[s] = np.zeros_like(state[k])
@@ -66,6 +68,11 @@ class StepRuntime:
         """The carried values (parameters and state) as numpy arrays, copied out."""
         raise NotImplementedError
 
+    def current(self) -> dict[str, np.ndarray]:
+        """The carried values as numpy arrays, without a copy where the runtime keeps them as such: read them
+        before the next step, which may write over them (a checkpoint's writers stream from them)."""
+        return self.values()
+
     def _load(self, state: dict[str, np.ndarray]) -> None:
         raise NotImplementedError
 
@@ -84,6 +91,9 @@ class InterpreterStep(StepRuntime):
 
     def values(self) -> dict[str, np.ndarray]:
         return {k: np.array(v) for k, v in self.state.items()}
+
+    def current(self) -> dict[str, np.ndarray]:
+        return dict(self.state)  # each step makes new arrays: these are not written over
 
 
 class OrtStep(StepRuntime):
@@ -267,6 +277,11 @@ class OrtSplitStep(StepRuntime):
 
     def values(self) -> dict[str, np.ndarray]:
         return {k: v.numpy().copy() for k, v in self.buffers[0].items()}
+
+    def current(self) -> dict[str, np.ndarray]:
+        if not self.arrays:  # on a device: copied to the host
+            return self.values()
+        return {k: self.arrays[k] for k in self.buffers[0]}  # the very buffers the update writes in place
 
 
 class DeviceValues:

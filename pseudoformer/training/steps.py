@@ -114,6 +114,8 @@ class Run:
     earlier: list[Row]  # their loss curve
     val: Any = None  # the validation data's rows (--val-data)
     skipped: list[int] = field(default_factory=list)  # steps whose update was skipped, a resumed run's first
+    # every parameter's name, in the model's order: model.weights keeps only those the runtime does not hold
+    names: list[str] = field(default_factory=list)
 
     @property
     def weighted(self) -> bool:
@@ -208,10 +210,12 @@ def run_steps(run: Run) -> TrainResult:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     ours = history[len(run.earlier):]
-    result = TrainResult([h[1] for h in ours], _weights(run.model, run.step, run.runtime), done, interrupted[0],
-                         run.outdir, ours, [k for k in run.skipped if k > run.start])
+    # The runtime's own arrays, not copies: training is over, and the result keeps them when the runtime goes.
+    values = run.runtime.current()
+    result = TrainResult([h[1] for h in ours], _weights(run, values), done, interrupted[0], run.outdir, ours,
+                         [k for k in run.skipped if k > run.start])
     if run.outdir is not None:
-        _save(run, history, done)
+        _save(run, history, done, values)
     return result
 
 
@@ -236,7 +240,7 @@ def _val_sums(run: Run, rank: int, world: int) -> tuple[float, float]:
     reference every backend's step is checked against, and changes no parameter or optimizer state."""
     from pseudoformer.ir.interpreter import run as interpret
 
-    weights = _weights(run.model, run.step, run.runtime)  # on every rank: gathering FSDP2's shards takes all of them
+    weights = _weights(run, run.runtime.current())  # on every rank: gathering FSDP2's shards takes all of them
     total, count = 0.0, 0
     for i, batch in enumerate(datasets.batches(run.val, run.opts.batch_size, run.opts.seed, 0, shuffle=False)):
         if i % world != rank:
@@ -263,26 +267,29 @@ def _stop(step: int, loss: float, outdir: Path | None) -> None:
                           f"gradient with --clip){kept}")
 
 
-def _weights(model: Model, step: CompiledStep | TorchStep, runtime: Any) -> dict[str, np.ndarray]:
-    values = runtime.values()
-    out = {k: values.get(k, v) for k, v in model.weights.items()}
-    for unemb, emb in step.ties.items():
+def _weights(run: Run, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every parameter, in the model's order: the trained ones from `values` (the runtime's), the rest the
+    model's."""
+    out = {k: values[k] if k in values else run.model.weights[k] for k in run.names or run.model.weights}
+    for unemb, emb in run.step.ties.items():
         out[unemb] = np.ascontiguousarray(out[emb].T)
     return out
 
 
-def _save(run: Run, history: list[Row], done: int) -> None:
-    """The checkpoint, the optimizer state, the loss curve and training.json (with what --resume reads)."""
+def _save(run: Run, history: list[Row], done: int, values: dict[str, np.ndarray] | None = None) -> None:
+    """The checkpoint, the optimizer state, the loss curve and training.json (with what --resume reads).
+    `values`: the runtime's current() (read again where not given); the writers stream from them."""
     model, step, runtime, outdir = run.model, run.step, run.runtime, run.outdir
     assert outdir is not None
-    weights = _weights(model, step, runtime)
+    # on every rank of a process group: gathering FSDP2's shards takes all of them
+    values = runtime.current() if values is None else values
+    weights = _weights(run, values)
     bad = [k for k, v in weights.items() if not np.isfinite(np.asarray(v, np.float32)).all()]
     if bad:  # a step whose loss was finite can still leave ±∞ or NaN in θ: never written over a good checkpoint
         kept = f"; the last good checkpoint is in {outdir}" if (outdir / "model.safetensors").exists() else ""
         raise TrainingStopped(f"the parameters became non-finite by step {done} ({', '.join(bad[:3])}"
                               f"{', …' if len(bad) > 3 else ''}): training stopped (lower --lr, or clip the gradient "
                               f"with --clip){kept}")
-    values = runtime.values()  # on every rank of a process group: gathering FSDP2's shards takes all of them
     if not getattr(runtime, "writes", True):  # under torchrun, rank 0 alone writes
         return
     state = {k: v for k, v in values.items() if k.startswith(("m.", "v.", STATE_PREFIX)) or k == STEP}

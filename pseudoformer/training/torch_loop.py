@@ -180,6 +180,10 @@ class TorchRuntime:
             out[STEP] = np.asarray(float(t) if t is not None else 0.0, np.float32)
         return out
 
+    def current(self) -> dict[str, np.ndarray]:
+        """values(), which the checkpoint's writers read (training/steps.py asks every runtime for this)."""
+        return self.values()
+
 
 def torch_step(graph: Graph, weights: Mapping[str, np.ndarray], trainable: Iterable[str] | None,
                opt: Optimizer, level: int, ties: Mapping[str, str], loss: str | None, *, fsdp: bool = False,

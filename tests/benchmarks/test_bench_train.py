@@ -1,7 +1,8 @@
 """benchmarks/bench_train.py runs end to end on tiny shapes: every variant of both workloads (GPT-2, LoRA on
 a Llama), ours with and without the short ONNX forms and with the update over whole tensors, the table and
 the JSON, and every variant starts from the same loss (the same weights and batch); profile_train_vs_torch.py
-prints its table of components, and bench_update_pieces.py its table of piece sizes. Timings are never
+prints its table of components, bench_update_pieces.py its table of piece sizes, and bench_train_rss.py
+both peaks end to end and ours phase by phase. Timings and sizes are never
 asserted: they depend on the machine and its load."""
 
 from __future__ import annotations
@@ -66,3 +67,21 @@ def test_the_training_profile_lists_the_tensors_live_at_the_peak(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     peak = proc.stdout.split("static peak of intermediates ", 1)[1].splitlines()
     assert "MiB, at " in peak[0] and len(peak) > 5  # the node where, then the tensors live there
+
+
+def test_the_end_to_end_memory_benchmark_runs_both_sides_and_its_phases(tmp_path: Path) -> None:
+    script = SCRIPT.with_name("bench_train_rss.py")
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--json", str(out)], capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    data = json.loads(out.read_text())
+    assert set(data["peak_mib"]) == {"ours", "torch"} and all(v > 0 for v in data["peak_mib"].values())
+    assert data["ratio"] == data["peak_mib"]["ours"] / data["peak_mib"]["torch"]
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--phases"], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    phases = [line.split(" | ")[0].strip("| ") for line in proc.stdout.splitlines() if line.startswith("| ")]
+    for phase in ("load the model and its weights", "compile the step graph", "make the sessions", "a step",
+                  "save"):
+        assert phase in phases, phases
