@@ -215,7 +215,7 @@ def run_steps(run: Run) -> TrainResult:
     result = TrainResult([h[1] for h in ours], _weights(run, values), done, interrupted[0], run.outdir, ours,
                          [k for k in run.skipped if k > run.start])
     if run.outdir is not None:
-        _save(run, history, done, values)
+        _save(run, history, done)
     return result
 
 
@@ -276,13 +276,13 @@ def _weights(run: Run, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def _save(run: Run, history: list[Row], done: int, values: dict[str, np.ndarray] | None = None) -> None:
-    """The checkpoint, the optimizer state, the loss curve and training.json (with what --resume reads).
-    `values`: the runtime's current() (read again where not given); the writers stream from them."""
+def _save(run: Run, history: list[Row], done: int) -> None:
+    """The checkpoint, the optimizer state, the loss curve and training.json (with what --resume reads),
+    streamed from the runtime's current() values (its own buffers, where it keeps them on the host)."""
     model, step, runtime, outdir = run.model, run.step, run.runtime, run.outdir
     assert outdir is not None
     # on every rank of a process group: gathering FSDP2's shards takes all of them
-    values = runtime.current() if values is None else values
+    values = runtime.current()
     weights = _weights(run, values)
     bad = [k for k, v in weights.items() if not np.isfinite(np.asarray(v, np.float32)).all()]
     if bad:  # a step whose loss was finite can still leave ±∞ or NaN in θ: never written over a good checkpoint
