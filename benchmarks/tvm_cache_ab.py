@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import numpy as np  # noqa: E402
 from common.decoding import ROOT, SHAPES  # noqa: E402
-from common.harness import common_arguments, interleaved, machine_summary  # noqa: E402
+from common.harness import decode_arguments, interleaved, machine_summary  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,10 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--shape", choices=sorted(SHAPES), default="smollm2")
     ap.add_argument("--contender", choices=["tvm8", "tvm", "fp32"], default="tvm",
                     help="int4 with int8 activations, int4 computing in float32, or float32 weights")
-    ap.add_argument("--prompt", type=int, default=128)
-    ap.add_argument("--new", type=int, default=16)
-    ap.add_argument("--rounds", type=int, default=5)
-    common_arguments(ap)
+    decode_arguments(ap, new=16, rounds=5)
     args = ap.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM starts its pool
     from pseudoformer.generation import Generator, Sampling
