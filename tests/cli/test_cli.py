@@ -95,16 +95,18 @@ def test_inspect_formats_to_stdout_and_to_a_file(cli: Cli, out_dir: Path, fmt: s
 
 @pytest.mark.parametrize("fmt", ["text", "svg", "html"])
 def test_inspect_never_materialises_the_weights(cli: Cli, out_dir: Path, fmt: str) -> None:
-    """A graph whose parameters would take a terabyte (N_V·d_e float32 embedding) is shown all the same:
-    inspect draws no weights, so neither the memory check nor the time to draw them applies."""
-    huge = [a if a != f"N_V={N_V}" else "N_V=70000000000" for a in SMALL_GPT2]
+    """A graph whose parameters would take 4 TB (N_V·d_e float32 embedding, N_V near the largest size a dimension may
+    have) is shown all the same: inspect draws no weights, so neither the memory check nor the time to draw them
+    applies."""
+    big = {f"N_V={N_V}": "N_V=2000000000", "d_e=8": "d_e=512"}
+    huge = [big.get(a, a) for a in SMALL_GPT2]
     code, out, err = cli("check", GPT2, *huge)
     assert code == 0, err
     code, _, err = cli("run", GPT2, *huge, "--input", "x=[[1, 2]]", "-o", out_dir / "y.npz")
     assert code == 1 and "memory available" in err  # the same sizes, with weights, are refused
     code, out, err = cli("inspect", GPT2, *huge, "--format", fmt, "-o", out_dir / f"g.{fmt}")
     assert code == 0, err
-    assert fmt != "text" or "70000000000" in (out_dir / f"g.{fmt}").read_text(encoding="utf-8")
+    assert fmt != "text" or "2000000000" in (out_dir / f"g.{fmt}").read_text(encoding="utf-8")
 
 
 def test_inspect_refusals_says_which_head_did_not_fuse_and_why(cli: Cli, tmp_path: Path) -> None:
