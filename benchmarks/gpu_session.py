@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CUDA_TESTS = ("tests/backends/test_onnx_cuda.py", "tests/backends/test_onnx_runner.py",
               "tests/gpu/test_provider.py", "tests/gpu/test_generate_float16.py",
               "tests/gpu/test_training_device.py", "tests/gpu/test_genai_gpu_folder.py",
-              "tests/training/test_training_vs_torch.py")
+              "tests/gpu/test_training_precision.py", "tests/training/test_training_vs_torch.py")
 FILES = ("env.txt", "cuda-tests.txt", "cuda-tests.xml", "gpu.md", "gpu.log", "summary.md")
 SECTIONS = ("forward", "decode", "train")  # gpu.py's, checked here before any GPU time is spent on the tests
 

@@ -13,6 +13,7 @@ GPUs, each rank on its own device (with --provider cuda LOCAL_RANK's GPU, else t
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,9 @@ class Group:
             if device.type == "cuda":
                 torch.cuda.set_device(device)
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+            # destroyed before the interpreter's teardown: a rank ending with gloo's threads still alive dies in
+            # std::terminate ("terminate called without an active exception", exit -6) after a finished run
+            atexit.register(_destroy)
         return cls(dist.get_rank(), dist.get_world_size(), device)
 
     @property
@@ -110,3 +114,10 @@ class Group:
         if hasattr(tensor, "full_tensor"):  # an FSDP2 shard
             tensor = tensor.full_tensor()
         return tensor.detach().cpu().numpy().copy()
+
+
+def _destroy() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
