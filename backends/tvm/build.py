@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -26,6 +25,7 @@ import numpy as np
 from pseudoformer.backends.options import CompileOptions
 from pseudoformer.backends.pipeline import compile_pipeline, run
 from pseudoformer.backends.tvm.dedup import dedup_prim_funcs
+from pseudoformer.backends.tvm.export_child import export_in_child
 from pseudoformer.backends.tvm.fastmath import fast_math
 from pseudoformer.backends.tvm.fusion import reshapes_injective
 from pseudoformer.backends.tvm.guard import require_tvm
@@ -38,7 +38,7 @@ from pseudoformer.backends.tvm.packing import pack_matmul_weights
 from pseudoformer.backends.tvm.schedule import schedule_passes
 from pseudoformer.backends.tvm.specialise import bind_specialised, choose, probes, with_specialised
 from pseudoformer.backends.tvm.weight_values import stream, to_device
-from pseudoformer.base.atomic_write import MAIN, OutputError, Part, atomic_set, check_output, full_disk
+from pseudoformer.base.atomic_write import MAIN, OutputError, Part, atomic_set, check_output
 from pseudoformer.base.errors import BackendError, UsageError
 from pseudoformer.base.manifest import check_file, verified_copy, write_manifest
 from pseudoformer.base.model_files import manifest_path, weights_path
@@ -275,7 +275,7 @@ class TVMModel:
                                                        scratch=True)]
         try:
             with atomic_set(path, parts) as tmps:
-                _export(self.executable, tmps["so"], tmps["objects"], path)
+                export_in_child(self.executable, tmps["so"], tmps["objects"], path)
                 target = check_output(path)
                 files = {target.name: tmps["so"]}
                 if args:
@@ -285,43 +285,6 @@ class TVMModel:
         except OutputError as e:
             raise BackendError(e.message) from None
         return path
-
-
-def _export(executable: Any, so: Path, objects: Path, shown: Path) -> None:
-    """TVM's export: the objects into `objects`, linked into `so` (TVM links by the name's suffix), in a child
-    process. LLVM ends the process that writes an object it cannot finish (`LLVM ERROR: IO failure on output
-    stream`, then exit(1): a full disk), before Python could remove a temporary file or say a word; in a child,
-    only the child ends, and what it said becomes one line here: a full disk as every writer says it
-    (atomic_set), anything else (no linker, a linker's complaint) as TVM's or LLVM's first line of it."""
-    import signal
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: export, and say what went wrong on the pipe
-        code = 1
-        try:
-            os.close(read)
-            os.dup2(write, 2)  # TVM's and LLVM's own lines too
-            executable.export_library(str(so), workspace_dir=str(objects))
-            code = 0
-        except BaseException as e:  # noqa: BLE001 (whatever it is, the parent says it)
-            os.write(2, f"\n{type(e).__name__}: {e}\n".encode(errors="replace"))
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as pipe:
-        said = pipe.read(1 << 20).decode(errors="replace")
-    _, status = os.waitpid(pid, 0)
-    if status == 0:
-        return
-    died = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXFSZ  # past `ulimit -f`, not ignored
-    if died or full_disk(RuntimeError(said)):
-        raise OutputError(f"cannot write {shown}: no space left on device")
-    lines = [line.strip() for line in said.splitlines() if line.strip() and "Scope" not in line]
-    first = next((line for line in lines if "ERROR" in line or "Error" in line), lines[-1] if lines else "")
-    raise BackendError(f"cannot write {shown}: TVM could not export the library: {first[:300] or status}")
 
 
 def _quiet_stderr() -> contextlib.AbstractContextManager[None]:
