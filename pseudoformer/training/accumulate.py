@@ -114,10 +114,7 @@ class TvmHalves(_Halves):
 
     def _call(self, half: str, values: dict[str, Any]) -> dict[str, Any]:
         model = self.models[half]
-        # scalars (η, the weight) as TVM tensors: TVMModel.run reads a numpy scalar as one of rank 1
-        given = {k: self._put(values[k]) if np.ndim(values[k]) == 0 and isinstance(values[k], np.ndarray)
-                 else values[k] for k in model.input_names}
-        return model.run(given, keep=frozenset(model.output_names) - {"loss"})
+        return model.run({k: values[k] for k in model.input_names}, keep=frozenset(model.output_names) - {"loss"})
 
 
 def make_accumulating(backend: str, split: SplitStep | None, frozen: Mapping[str, np.ndarray],
