@@ -74,7 +74,6 @@ class Autocast:
                              "use --precision fp16")
         self.scaler = torch.amp.GradScaler(self.device_type) if precision == "fp16" else None
         self.skipped = False
-        self._unscaled = False
 
     @property
     def reduced(self) -> bool:
