@@ -5,6 +5,9 @@ GPUs, each rank on its own device (with --provider cuda LOCAL_RANK's GPU, else t
     share(batch)   this rank's rows of the global batch (np.array_split: shares differ by a row at most)
     wrap(module)   DDP, or FSDP2 (`fully_shard` on each layer — each child of a module named `layers` —
                    then on the whole) with fsdp=True
+    syncing(module, sync)   the context of one micro-batch's forward and backward: without sync (all but a
+                   step's last) the ranks keep their gradients to themselves (DDP's no_sync, FSDP2's
+                   set_requires_gradient_sync(False)), and the last one's reduces the step's sum once
     sum(x)         a number summed over the ranks;   add(numbers): each of a few floats summed over the ranks
     full(t)        a parameter or state tensor, whole, as numpy
     like(p, a)     a whole array as a tensor placed as parameter p is (p's shard of it under FSDP2)
@@ -14,8 +17,9 @@ GPUs, each rank on its own device (with --provider cuda LOCAL_RANK's GPU, else t
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +84,24 @@ class Group:
 
         ids = [self.device.index] if getattr(self.device, "type", "cpu") == "cuda" else None
         return DistributedDataParallel(module, device_ids=ids)
+
+    @contextlib.contextmanager
+    def syncing(self, module: Any, sync: bool) -> Iterator[None]:
+        """A micro-batch's forward and backward on the wrapped `module`, its gradient averaged over the ranks only if
+        `sync`: the micro-batches before a step's last add into each rank's own .grad, and the last one's reduction
+        averages the sum, which is the sum of the averages (within float rounding), once a step instead of once a
+        micro-batch."""
+        if sync or self.world == 1:
+            yield
+        elif hasattr(module, "no_sync"):  # DDP: its forward reads the flag too, so both run inside
+            with module.no_sync():
+                yield
+        else:  # FSDP2: each layer's unsharded gradient accumulates; a step's last backward reduce-scatters it
+            module.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                module.set_requires_gradient_sync(True)
 
     def sum(self, value: Any) -> float:
         if self.world > 1:

@@ -12,7 +12,9 @@ m, v and t into the optimizer's state (load_state). Frozen parameters (--train) 
 A and B. `--precision bf16|fp16` runs the forward under torch.autocast over the float32 parameters, fp16 with
 loss scaling (precision.py): the module is then to_torch_autocast's, its reductions and loss in float32.
 With --grad-accum (or --loss-reduction mean) a step is micro-batches, each one's backward adding its weighted
-gradient into .grad (accumulate.py; fp16's loss scale on each), then one clip and one update.
+gradient into .grad (accumulate.py; fp16's loss scale on each), then one clip and one update; under torchrun the
+micro-batches before the last run without the ranks' gradient sync (DDP's no_sync, FSDP2's
+set_requires_gradient_sync), so the step's summed gradient is reduced once.
 
 Under `torchrun` (WORLD_SIZE > 1) the step runs on the process group (distributed.py): --batch-size is the
 global batch, each rank takes its share of each batch's rows, and the gradient is averaged over the ranks
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -105,12 +108,16 @@ class TorchRuntime:
 
     def step_many(self, micro: list[tuple[dict[str, np.ndarray], float]], eta: float) -> float:
         """One optimizer step over micro-batches, each (its feeds, its weight in the step's objective:
-        accumulate.py), their gradients summed into .grad by autograd; the step's loss, before the update."""
+        accumulate.py), their gradients summed into .grad by autograd; the step's loss, before the update. Under
+        torchrun the ranks reduce the summed gradient once, in the last micro-batch's backward (Group.syncing),
+        and add their losses once."""
         torch = self.torch
         self.optimizer.zero_grad(set_to_none=True)
-        loss = 0.0
-        for feeds, weight in micro:
-            loss += weight * self._backward(feeds, weight)
+        local = torch.zeros((), dtype=torch.float64, device=self.group.device)
+        for i, (feeds, weight) in enumerate(micro):
+            with self.group.syncing(self.module, sync=i == len(micro) - 1):
+                local += weight * self._backward(feeds, weight)
+        loss = self.group.sum(local)
         if self.clip > 0:
             self.amp.unscale(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.params, self.clip)
@@ -119,8 +126,9 @@ class TorchRuntime:
         self.amp.step(self.optimizer)
         return loss
 
-    def _backward(self, feeds: Mapping[str, np.ndarray], weight: float) -> float:
-        """∇ of `weight` times the batch's mean loss, added into .grad; the batch's mean loss."""
+    def _backward(self, feeds: Mapping[str, np.ndarray], weight: float) -> Any:
+        """∇ of `weight` times the batch's mean loss, added into .grad; this rank's part of the batch's mean loss
+        (a float64 tensor: the parts summed over the ranks are the mean)."""
         torch = self.torch
         rows = len(next(iter(feeds.values())))
         share = self.group.share(feeds)
@@ -135,9 +143,7 @@ class TorchRuntime:
             total = out * (len(next(iter(share.values()))) / rows * self.group.world)
             scaled = total * weight
         self.amp.backward(scaled)
-        if out.dim() == 1:
-            return self.group.sum(total.detach()) / rows
-        return self.group.sum(total.detach()) / self.group.world
+        return total.detach().double() / (rows if out.dim() == 1 else self.group.world)
 
     def initial_state(self) -> dict[str, np.ndarray]:
         """AdamW's state before the first step, by the names values() gives it (none for SGD), and fp16's loss

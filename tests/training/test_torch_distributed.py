@@ -1,7 +1,7 @@
 """`train --backend torch` on a process group: 2 CPU processes (gloo, started by torchrun on localhost) give the
 weights and the validation loss of one process with the same global batch, within 1e-5, with DDP and with FSDP2
 (--fsdp); rank 0 alone writes the checkpoint and the loss curve; each rank computes its share of the validation
-batches."""
+batches; with --grad-accum the ranks reduce the summed gradient once a step (accum_sync_worker.py counts it)."""
 
 from __future__ import annotations
 
@@ -119,12 +119,24 @@ def test_each_rank_computes_its_share_of_the_validation_batches(monkeypatch: pyt
     assert sum(total for total, _ in shares) == pytest.approx(whole[0], rel=1e-12)
 
 
-def test_micro_batches_on_two_processes_give_one_process_s_batch_of_their_size(tmp_path: Path) -> None:
-    """--grad-accum 2 under DDP: micro-batches of 5 rows (shares of 3 and 2), each one's gradient averaged over the
-    processes as its backward makes it, summed into one step: one process's batch of 10."""
-    _torchrun(tmp_path, tmp_path / "out", "--grad-accum", "2")
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_micro_batches_on_two_processes_give_one_process_s_batch_and_reduce_once(tmp_path: Path, mode: str) -> None:
+    """--grad-accum 2 on two processes: micro-batches of 5 rows (shares of 3 and 2), each rank's gradients summed in
+    its own .grad and reduced over the processes once a step, in the last micro-batch's backward (DDP's no_sync,
+    FSDP2's set_requires_gradient_sync): as many reductions as the same global batch in one micro-batch (each
+    micro-batch's own would be twice as many), and one process's batch of 10's parameters."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            "-m", "tests.training.accum_sync_worker", str(tmp_path), mode]
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = json.loads((tmp_path / "counts.json").read_text())
+    assert counts["1"] > 0 and counts["2"] == counts["1"], counts
     whole = train(HERE / "gpt2_loss.alg", _data(), defines=GPT2, backend="torch", seed=1, threads=1, progress=False,
                   **(PLAN | {"batch_size": 10}))
-    got = read_safetensors(tmp_path / "out" / "model.safetensors")
+    got = np.load(tmp_path / "weights.npz")
+    assert set(got.files) == set(whole.weights)
     for k, w in whole.weights.items():
         np.testing.assert_allclose(got[k], w, rtol=1e-5, atol=1e-5, err_msg=k)
