@@ -7,7 +7,8 @@ in the reduced type under torch.autocast, the master weights, optimizer state, l
   BF16_HF (2e-4 relative, each loss) and BF16_HF_WEIGHTS (1e-3, each weight after 10 SGD steps);
 - a bf16 run's checkpoint, optimizer state and HF export are float32;
 - fp16's dynamic loss scaling skips the steps whose gradients overflow (parameters and AdamW's t unchanged, the
-  scale halved), reports them, and --resume puts the scale back;
+  scale halved), reports them, and --resume puts the scale back; with --grad-accum it skips the steps one batch of
+  that size skips (an overflow in any micro-batch) and otherwise follows that batch;
 - every other backend, fp16 with --fsdp and an unknown precision are refused in one line, and the reason given
   for onnxruntime is checked against the installed one's kernels.
 """
@@ -38,6 +39,7 @@ PLAN = dict(defines=GPT2, seq_len=12, batch_size=4, lr=3e-3, optimizer="adamw", 
 BF16_TRACK = 1e-3  # bf16 against fp32: each step's loss, relative (measured: 1.1e-4)
 BF16_HF = 2e-4  # bf16 against torch's own autocast loop: each step's loss, relative (measured: 2.5e-5)
 BF16_HF_WEIGHTS = 1e-3  # … and each weight after 10 SGD steps, absolute (measured: 1.6e-4; they move up to 4e-2)
+FP16_ACCUM = 1e-2  # fp16's micro-batches against one batch: each loss relative, each weight absolute (measured: ?)
 
 
 def _bf16(a: np.ndarray) -> np.ndarray:
@@ -138,6 +140,50 @@ def test_a_skipped_step_changes_no_parameter() -> None:
     assert float(after["t"]) == 0 and float(after[SCALE]) == 2.0 ** 15
     for _ in range(6):  # then steps land: the parameters move
         rt.step({"x": x}, 3e-3)
+    assert not rt.skipped and float(rt.values()["t"]) > 0
+
+
+def test_fp16_micro_batches_follow_one_batch_of_their_size() -> None:
+    """--grad-accum 2 of 2 rows against one batch of 4 in fp16: each micro-batch's loss scaled by the one scale,
+    the overflow check on their summed gradient, so the same steps are skipped (the first, at 2¹⁶) and the others
+    land as one batch's do, within fp16's rounding of each micro-batch's products (FP16_ACCUM)."""
+    common = dict(PLAN, precision="fp16", steps=12)
+    whole = train(LOSS, _data(), **common)
+    accum = train(LOSS, _data(), **dict(common, batch_size=2, grad_accum=2))
+    assert whole.skipped and whole.skipped[0] == 1 and accum.skipped == whole.skipped
+    np.testing.assert_allclose(accum.losses, whole.losses, rtol=FP16_ACCUM)
+    for k, w in whole.weights.items():
+        if ".b_k" not in k:  # a key bias's gradient is exactly 0 in exact arithmetic: AdamW makes its noise steps
+            np.testing.assert_allclose(accum.weights[k], w, rtol=0, atol=FP16_ACCUM, err_msg=k)
+
+
+def test_a_skipped_step_of_micro_batches_changes_no_parameter() -> None:
+    """An overflow in either micro-batch skips the whole step: ±∞ in one micro-batch's gradient stays ±∞ (or NaN)
+    in the sum the scaler checks. The first micro-batch's loss is weighted down to where its gradients stay finite
+    at 2¹⁶ and the second's overflows, and the other way round; then, the scale halved, steps land."""
+    from pseudoformer.model import load
+    from pseudoformer.training.accumulate import micro_batches
+
+    model = load(LOSS, defines=GPT2, seed=1)
+    x = _data()[:48].reshape(4, 12)
+    for weights in ((1e-9, 1.0), (1.0, 1e-9)):
+        _, rt = torch_step(model.graph, model.weights, None, Optimizer("adamw"), 2, {}, None, precision="fp16")
+        before = rt.values()
+        micro = [(feeds, w) for (feeds, _), w in zip(micro_batches({"x": x}, 2, None), weights, strict=True)]
+        rt.step_many(micro, 3e-3)
+        assert rt.skipped, weights
+        after = rt.values()
+        for k in model.weights:
+            np.testing.assert_array_equal(after[k], before[k], err_msg=k)
+        assert float(after["t"]) == 0 and float(after[SCALE]) == 2.0 ** 15
+    # the case's premise: at 2¹⁶ the weighted-down micro-batch alone does not overflow, the other alone does
+    for w, overflows in ((1e-9, False), (1.0, True)):
+        _, rt = torch_step(model.graph, model.weights, None, Optimizer("adamw"), 2, {}, None, precision="fp16")
+        rt.step_many([({"x": x[:2]}, w)], 3e-3)
+        assert rt.skipped == overflows, w
+    micro = micro_batches({"x": x}, 2, None)
+    for _ in range(6):  # then steps land: the parameters move
+        rt.step_many(micro, 3e-3)
     assert not rt.skipped and float(rt.values()["t"]) > 0
 
 
