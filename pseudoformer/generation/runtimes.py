@@ -135,10 +135,7 @@ class OnnxRuntime:
 
     def prefill(self, feed: Mapping[str, Any]) -> tuple[DeviceScores, Cache]:
         tokens = np.asarray(feed[self.values.token_input])
-        if self.values.batch != tokens.shape[0] or (self.buffered and self.values.capacity < tokens.shape[-1]):
-            self.reserve(tokens.shape[0], 2 * tokens.shape[-1])  # no reserve: the prompt's length again
-        else:
-            self.reserve(self.values.batch, self.values.capacity)  # the session may have been replaced
+        self.values.reserve_prompt(tokens.shape[0], tokens.shape[-1])  # and bound anew if the session was replaced
         self.values.bind_extras(feed)
         binding = self.values.prefill_binding(tokens)
         if self.buffered:
@@ -160,8 +157,7 @@ class OnnxRuntime:
             values.write(tokens if one else None, None)
             return DeviceScores(values), _next_cache(self.dec, values.run(binding, cache))
         past = int(cache[PAST_LENGTH])
-        if past + tokens.shape[-1] > values.capacity:  # the kernel would write past the buffers' end
-            raise RuntimeError(f"the cache holds {values.capacity} positions; {past + tokens.shape[-1]} were asked for")
+        values.buffers.make_room(past, tokens.shape[-1])  # refused: the kernel would write past the buffers' end
         values.write(tokens if one else None, past)
         values.run(binding)
         return DeviceScores(values), {PAST_LENGTH: past + tokens.shape[-1]}

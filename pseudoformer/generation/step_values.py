@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from pseudoformer.base.errors import BackendError
+from pseudoformer.generation.cache_buffers import CacheBuffers
 from pseudoformer.ir import TensorType
 from pseudoformer.passes.kv_cache import IncrementalDecoder
 
@@ -69,7 +70,9 @@ class StepValues:
             raise BackendError(f"a decode step's output is [batch, 1, …] after the last-position cut, not "
                                f"{self.scores_shape} (a generation bug)")
         self.presents = {n for s in dec.slots for n in (s.present_key, s.present_value)}
-        self.batch = self.capacity = 0
+        # the cache's buffers and the rule for their room, shared with TVM's and the interpreter's steps in buffers
+        # (bound in place, never grown: onnxruntime's GroupQueryAttention writes within them)
+        self.buffers = CacheBuffers(dec.slots if buffered else (), self._value, None, self.dtypes)
         self.session: Any = None
         self.binding: Any = None
         self.cache: dict[str, Any] = {}
@@ -78,28 +81,44 @@ class StepValues:
         self._written: np.ndarray | None = None  # the ids the last argmax left in the token buffer
         self._extras: dict[str, Any] = {}
 
+    @property
+    def batch(self) -> int:
+        return self.buffers.batch
+
+    @property
+    def capacity(self) -> int:
+        """The positions the cache's buffers hold (0 where the cache is not in buffers)."""
+        return self.buffers.capacity
+
     # buffers and bindings -----------------------------------------------------------------------------------
 
     def _value(self, shape: Iterable[int], dtype: Any) -> Any:
         return self.ort.OrtValue.ortvalue_from_shape_and_type(list(shape), np.dtype(dtype), self.device)
 
     def reserve(self, batch: int, positions: int) -> None:
-        """Room for `positions` per row (prompt and new tokens): buffers made unless those held fit, and the
-        step's binding made unless the one held is of this session, batch and capacity."""
+        """Room for `positions` per row (prompt and new tokens): buffers made unless those held fit (CacheBuffers'
+        rule), and the step's binding made unless the one held is of this session, batch and capacity."""
+        self._held(self.buffers.reserve(batch, positions))
+
+    def reserve_prompt(self, batch: int, length: int) -> None:
+        """reserve() for a prompt of `length` where the generation reserved none (CacheBuffers.reserve_prompt)."""
+        self._held(self.buffers.reserve_prompt(batch, length))
+
+    def _held(self, made: bool) -> None:
+        """The token, length and scores buffers made with the cache's (`made`), and the step's binding made where
+        they were or the session was replaced."""
         session = self.runner.session
-        fits = batch == self.batch and (not self.buffered or positions <= self.capacity)
-        if fits and session is self.session:
+        if not made and session is self.session:
             return
-        if not fits:
-            self.batch = batch
-            self.capacity = positions if self.buffered else 0
+        if made:
+            batch = self.buffers.batch
             self.tokens = self._value((batch, 1), self.dtypes[self.token_input])
             self.length = self._value((1,), np.int64)
             self.scores = self._value((batch, *self.scores_shape[1:]), self.dtypes[self.output])
+            # each buffer is bound as both the past and the present of its slot
             self.cache = {}
-            for past, present, t in self.cache_slots():
-                shape = [batch if d == "batch" else positions if isinstance(d, str) else d for d in t.shape]
-                self.cache[past] = self.cache[present] = self._value(shape, self.dtypes[past])
+            for past, present, _ in self.cache_slots():
+                self.cache[past] = self.cache[present] = self.buffers.values[past]
             self._argmax = None
         self.session = session
         self.binding = self._bind(self.tokens)

@@ -100,3 +100,28 @@ def test_a_step_of_several_tokens_and_a_replaced_session(model: Model) -> None:
                                                   providers=["CPUExecutionProvider"])
     assert gen.generate(x, max_new_tokens=5, sampling=GREEDY).tokens == want
     assert runtime.values.session is runtime.runner.session  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("contrib", [True, False])
+def test_the_step_values_room_is_cache_buffers_rule(model: Model, contrib: bool) -> None:
+    """StepValues keeps the cache in a CacheBuffers (generation/cache_buffers.py), the rule TVM's and the
+    interpreter's steps in buffers follow: a batch or more positions than held makes them anew, a prompt without a
+    reserve gets twice its length, and a step past the end is refused (onnxruntime's kernel writes within the
+    buffers, which are never grown). Without buffers (standard ops) only the batch decides."""
+    gen = Generator(model, threads=1, contrib_ops=contrib)
+    runtime = gen.runtime
+    values = runtime.values  # type: ignore[attr-defined]
+    x = np.random.default_rng(5).integers(0, 100, (1, 6))
+    runtime.prefill({"x": x})  # type: ignore[attr-defined]  # no reserve
+    assert (values.batch, values.capacity) == (1, 12 if contrib else 0)
+    # each buffer bound as its slot's past and present
+    assert len(values.buffers.values) == (4 if contrib else 0) and len(values.cache) == 2 * len(values.buffers.values)
+    assert all(values.cache[p] is b for p, b in values.buffers.values.items())
+    tokens = values.tokens
+    values.reserve(1, 40)  # more positions: new buffers where the cache is in them, else nothing to make
+    assert (values.tokens is tokens) is not contrib and values.capacity == (40 if contrib else 0)
+    if contrib:
+        _, cache = runtime.prefill({"x": x})  # type: ignore[attr-defined]
+        with pytest.raises(RuntimeError, match="the cache holds 40 positions; 41 were asked for"):
+            runtime.step({"x": np.zeros((1, 35), np.int64)}, cache)  # type: ignore[attr-defined]
+
