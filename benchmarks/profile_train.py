@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -140,7 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"after steps {peak:.0f} MiB")
     if args.no_profile:
         return 0
-    trace = json.loads(Path(rt.session.end_profiling()).read_text())
+    profile = Path(rt.session.end_profiling())  # in a directory of its own (backends/onnx/sessions.py)
+    trace = json.loads(profile.read_text())
+    shutil.rmtree(profile.parent, ignore_errors=True)
     per_op, largest = summarize(trace)
     total = sum(per_op.values())
     print(f"\nkernel time per step {total / 1e3:.0f} ms, by op type:")

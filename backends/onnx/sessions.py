@@ -53,7 +53,8 @@ def providers(ort: Any, provider: str) -> list[Any]:
 
 def session_options(ort: Any, *, threads: int | None = None, profile: bool = False, optimize: bool = True,
                     log_severity: int | None = 3) -> Any:
-    """SessionOptions with `threads` intra-op threads (None: onnxruntime's choice), profiling, graph
+    """SessionOptions with `threads` intra-op threads (None: onnxruntime's choice), profiling (its trace in a new
+    directory under the system's temp dir, named by the session's end_profiling(), never the current one), graph
     optimizations (off: the ONNX nodes run as lowered), and onnxruntime's own log at `log_severity` and above
     (3: errors; 4: fatal only, for a foreign file whose names would reach the terminal raw; None: its default)."""
     options = ort.SessionOptions()
@@ -64,6 +65,10 @@ def session_options(ort: Any, *, threads: int | None = None, profile: bool = Fal
     if log_severity is not None:
         options.log_severity_level = log_severity
     options.enable_profiling = profile
+    if profile:
+        # onnxruntime writes its trace at end_profiling(), by default into the current directory, which no user
+        # asked for: into a directory of its own in the system's temp dir instead (end_profiling() names the file)
+        options.profile_file_prefix = str(Path(tempfile.mkdtemp(prefix="pseudoformer-profile-")) / "onnxruntime")
     if not optimize:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return options

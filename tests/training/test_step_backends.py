@@ -4,6 +4,8 @@ only) and TVM agree with it."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -197,3 +199,21 @@ def test_a_broadcast_update_is_not_cut_into_pieces() -> None:
     names = {n.attrs["name"] for n in chunked.inputs}
     assert {"lr", "w", "b", "u@0", "g@2"} <= names and "u" not in names
     assert [k for k, _ in chunked.outputs] == ["new.w", "new.u@0", "new.u@1", "new.u@2"]
+
+
+def test_a_profiled_step_writes_nothing_into_the_current_directory(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """profile=True (benchmarks/profile_train*.py): onnxruntime's trace goes into a directory of its own under the
+    system's temp dir, which end_profiling() names, and not into the current directory, as it would by default."""
+    step = _step("sgd")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    rt = make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split, profile=True)
+    rt.step({"x": X}, 0.05)
+    trace = Path(rt.session.end_profiling())
+    try:
+        assert list(cwd.iterdir()) == []
+        assert trace.is_file() and trace.parent.parent == Path(tempfile.gettempdir()) and trace.stat().st_size > 0
+    finally:
+        shutil.rmtree(trace.parent, ignore_errors=True)
