@@ -96,7 +96,8 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
          defines: list[str] | None = None, weights: str | Path | None = None, seed: int = 0,
          include: Sequence[str | Path] = (), max_nodes: int = MAX_NODES, allow_nonfinite: bool = False,
          bind_weights: bool = True, lazy_weights: bool = False, source: str | None = None,
-         default_config: Path | None = None, draws: bool = False) -> Model:
+         default_config: Path | None = None, draws: bool = False,
+         recorded: Mapping[str, int | float] | None = None) -> Model:
     """Parse, check and elaborate `path`; bind weights from a checkpoint or a seeded random init.
     `draws`: the model's random draws (dropout) as inputs a trainer fills, not their expectations
     (frontend/draws.py).
@@ -113,6 +114,9 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
     `source`: the text of `path` when it is made, not read (a training algorithm derived from a model's
     kind, pseudoformer/training/derive.py); `default_config`: the config to read when `path` has none beside
     it (that model's own).
+    `recorded`: the hyperparameters a training run recorded (its training.json, which `train --resume` reads):
+    taken as a checkpoint's config.json's are, over the config file and under `defines`, for weights whose file
+    says no sizes (the run's model.safetensors).
     `max_nodes`: the most IR nodes the graph may have. Parameters that do not fit in the memory
     available are refused before they are allocated, and weights holding NaN or ±∞ unless
     `allow_nonfinite`.
@@ -133,7 +137,7 @@ def load(path: str | Path, *, entry: str | None = None, config: str | Path | Non
             raise UsageError(str(e)) from None
         if hf is not None:
             hf_config, hf_note = checkpoint.config() or {}, checkpoint.describe()
-    cfg = resolve(src, config, defines, hf, default_config)
+    cfg = resolve(src, config, defines, hf if hf is not None else dict(recorded or {}), default_config)
     prog = load_program(src, source, include=include)
     # τ and ℓ_gen of the file's DInference may be set beside its model's sizes: not unknown to the model.
     cfg.optional |= inference_hyperparameters(prog) | training_hyperparameters(prog)

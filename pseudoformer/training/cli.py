@@ -57,7 +57,7 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     order.add_argument("--no-shuffle", dest="shuffle", action="store_false",
                        help="take the examples in order (a loss algorithm's are shuffled by default)")
     t.add_argument("--resume", metavar="DIR", help="go on from a run's -o DIR: its parameters, optimizer state, "
-                   "step and data position (give the run's own options)")
+                   "step, data position and model sizes (give the run's own training options)")
     t.add_argument("--init", choices=["normal", "gpt2"], default="normal", help="without --weights: a seeded "
                    "N(0, 0.02²) (default), or GPT-2's init (residual projections scaled by 1/√(2L), biases 0, gains 1)")
     t.add_argument("--val-data", metavar="FILE", help="held-out data, read as --data is: its loss (the mean over its "

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pseudoformer.base.errors import UsageError
+from pseudoformer.base.errors import CompileError, UsageError
 from pseudoformer.base.file_access import loads_json, read_text
 from pseudoformer.base.limits import MAX_NODES
-from pseudoformer.config import resolve
+from pseudoformer.config import check_value, resolve
 from pseudoformer.inputs import check_size, token_bounds
 from pseudoformer.ir.block_coded import plain_weights
 from pseudoformer.model import Model, load, resolve_source
@@ -106,6 +106,10 @@ class Resumed:
     history: list[Row]  # its loss.csv
     skipped: list[int]  # its steps whose update was skipped (fp16 overflow)
     step_rows: int | None  # the examples a step took (--batch-size × --grad-accum), where training.json says
+    # the model's hyperparameters as the run resolved them (its config, its checkpoint's config.json, -D), which
+    # model.safetensors does not say; None in a training.json written before they were recorded
+    hyperparameters: dict[str, int | float] | None
+    tied: bool | None  # whether the run read W_u as W_eᵀ (training.json's ties), where it says
 
 
 def _read_resume(directory: str | Path) -> Resumed:
@@ -130,8 +134,22 @@ def _read_resume(directory: str | Path) -> Resumed:
     options = meta.get("options") if isinstance(meta.get("options"), dict) else {}
     size, accum = options.get("batch_size"), options.get("grad_accum", 1)
     step_rows = size * accum if all(isinstance(v, int) and not isinstance(v, bool) for v in (size, accum)) else None
-    return Resumed(weights, state, steps, Path(hf) if isinstance(hf, str) and Path(hf).is_dir() else None,
-                   group if isinstance(group, str) else None, read_loss_curve(d)[:steps], skipped, step_rows)
+    hyper = meta.get("hyperparameters")
+    if hyper is not None:
+        if not isinstance(hyper, dict):
+            raise UsageError(f"--resume {shown}: training.json's hyperparameters are not a table of names and values")
+        hyper = {str(k): check_value(f"--resume {shown}: training.json's hyperparameter {k}", v)
+                 for k, v in hyper.items()}
+    ties = meta.get("ties")
+    source = Path(hf) if isinstance(hf, str) and Path(hf).is_dir() else None
+    if source is None and isinstance(hf, str) and (d / "hf" / "config.json").is_file():
+        # the checkpoint the run started from is gone: its own hf/ export, a whole HF checkpoint of the same
+        # config and tokenizer, is the source the next export follows (read through the folder's link, which a
+        # save re-points only after it has written the new one)
+        source = shown.absolute() / "hf"
+    return Resumed(weights, state, steps, source,
+                   group if isinstance(group, str) else None, read_loss_curve(d)[:steps], skipped, step_rows,
+                   hyper, bool(ties) if isinstance(ties, dict) else None)
 
 
 def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarray], *, entry: str | None = None,
@@ -225,10 +243,19 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     if chosen.note and setup.progress:
         print(f"note: {chosen.note}", file=sys.stderr)
     start_weights = resumed.weights if resumed is not None else setup.weights
-    model, hf_dir, group = _load(chosen.path, start_weights, opts.seed, entry=chosen.entry, config=setup.config,
-                                 defines=list(setup.defines), text=chosen.text,
-                                 default_config=chosen.default_config, include=setup.include,
-                                 max_nodes=setup.max_nodes, allow_nonfinite=setup.allow_nonfinite)
+    try:
+        model, hf_dir, group = _load(chosen.path, start_weights, opts.seed, entry=chosen.entry, config=setup.config,
+                                     defines=list(setup.defines), text=chosen.text,
+                                     default_config=chosen.default_config, include=setup.include,
+                                     max_nodes=setup.max_nodes, allow_nonfinite=setup.allow_nonfinite,
+                                     recorded=resumed.hyperparameters if resumed is not None else None)
+    except (UsageError, CompileError) as e:
+        if resumed is None or resumed.hyperparameters is not None:
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UsageError(f"--resume {setup.resume}: its training.json does not record the model's hyperparameters "
+                         f"(a run saved by an older pseudoformer), and without them the model does not load "
+                         f"({first}): give the run's own --config or -D sizes") from None
     if resumed is not None:
         hf_dir, group = resumed.hf_source, resumed.group
     if setup.init not in INITS:
@@ -283,7 +310,9 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     if resumed is not None and resumed.steps >= total:
         raise UsageError(f"--resume {setup.resume}: the run is at step {resumed.steps}, and this one ends at step "
                          f"{total}: give more --steps or --epochs")
-    ties = tied_unembedding(model.graph, _tied(hf_dir))
+    # a resumed run reads W_u as it did, whether or not the checkpoint it started from is still there
+    ties = tied_unembedding(model.graph, resumed.tied if resumed is not None and resumed.tied is not None
+                            else _tied(hf_dir))
     # Trained from a GGUF file's Q4_0/Q8_0 weights, the step computes with their values: the blocks they carry
     # would make its compile keep frozen matrices as MatMulNBits (ir/block_coded.py), another computation.
     runtime: Any

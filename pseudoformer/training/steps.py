@@ -306,7 +306,9 @@ def _save(run: Run, history: list[Row], done: int) -> None:
                          "data_position": {"epoch": epoch, "batch": index, "shuffle": run.shuffle},
                          "hf_source": str(run.hf[0]) if run.hf[0] is not None else None,
                          "weights_group": run.hf[1], "skipped_steps": run.skipped,
-                         "options": _jsonable(asdict(run.opts)), "lr": run.lr, "total_steps": run.total})
+                         "options": _jsonable(asdict(run.opts)), "lr": run.lr, "total_steps": run.total,
+                         # the sizes model.safetensors does not say, which --resume reads back
+                         "hyperparameters": dict(model.config.hyperparameters)})
 
 
 def _jsonable(d: dict[str, Any]) -> dict[str, Any]:
