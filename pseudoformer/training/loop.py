@@ -252,7 +252,9 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     except (UsageError, CompileError) as e:
         if resumed is None or resumed.hyperparameters is not None:
             raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        # the first line of what went wrong, its weights named as the user knows them (not the generation's path)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0].removeprefix("error: ")
+        first = first.replace(str(resumed.weights), str(Path(setup.resume) / "model.safetensors"))
         raise UsageError(f"--resume {setup.resume}: its training.json does not record the model's hyperparameters "
                          f"(a run saved by an older pseudoformer), and without them the model does not load "
                          f"({first}): give the run's own --config or -D sizes") from None
