@@ -15,29 +15,26 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pseudoformer.base.errors import CompileError, UsageError
-from pseudoformer.base.file_access import loads_json, read_text
 from pseudoformer.base.limits import MAX_NODES
-from pseudoformer.config import check_value, resolve
+from pseudoformer.config import resolve
 from pseudoformer.inputs import check_size, token_bounds
 from pseudoformer.ir.block_coded import plain_weights
 from pseudoformer.model import Model, load, resolve_source
-from pseudoformer.passes.training_step import STEP, Optimizer
+from pseudoformer.passes.training_step import Optimizer
 from pseudoformer.training import data as datasets
-from pseudoformer.training import run_folder
 from pseudoformer.training.accumulate import make_accumulating
-from pseudoformer.training.compile import CompiledStep, compile_step, tied_unembedding
+from pseudoformer.training.compile import compile_step, tied_unembedding
 from pseudoformer.training.derive import training_source
 from pseudoformer.training.init import INITS, gpt2_init
 from pseudoformer.training.options import TrainingOptions
-from pseudoformer.training.outputs import read_loss_curve
-from pseudoformer.training.precision import STATE_PREFIX, refuse
+from pseudoformer.training.precision import refuse
+from pseudoformer.training.resume import read_resume, restore_state, unrecorded
 from pseudoformer.training.runtimes import make_runtime
-from pseudoformer.training.steps import Row, Run, TrainResult, run_steps
+from pseudoformer.training.steps import Run, TrainResult, run_steps
 from pseudoformer.weights import open_checkpoint
 
 if TYPE_CHECKING:
     from pseudoformer.backends.options import CompileOptions
-    from pseudoformer.training.torch_loop import TorchStep
 
 # The training step's runtime (training/runtimes.py) on each backend --backend names.
 # The step counter t is a float32 input of the step graph (passes/training_step.py): whole numbers are exact to 2²⁴.
@@ -92,64 +89,6 @@ def _check_lengths(model: Model, plan: Any, rows: np.ndarray | dict[str, np.ndar
 def _pairs(plan: Any) -> bool:
     """Whether the training algorithm's dataset is pairs (EDTraining's (z_n, x_n))."""
     return plan is not None and plan.masking is None and len(plan.data) > 1
-
-
-@dataclass(frozen=True)
-class Resumed:
-    """A run's directory read back for --resume: the weights file, the optimizer state, the steps done."""
-
-    weights: Path
-    state: dict[str, np.ndarray]
-    steps: int
-    hf_source: Path | None  # the HF checkpoint the run started from, which its hf/ export follows
-    group: str | None  # the parameter group that checkpoint filled
-    history: list[Row]  # its loss.csv
-    skipped: list[int]  # its steps whose update was skipped (fp16 overflow)
-    step_rows: int | None  # the examples a step took (--batch-size × --grad-accum), where training.json says
-    # the model's hyperparameters as the run resolved them (its config, its checkpoint's config.json, -D), which
-    # model.safetensors does not say; None in a training.json written before they were recorded
-    hyperparameters: dict[str, int | float] | None
-    tied: bool | None  # whether the run read W_u as W_eᵀ (training.json's ties), where it says
-
-
-def _read_resume(directory: str | Path) -> Resumed:
-    from pseudoformer.weights.safetensors_io import read_safetensors
-
-    shown = Path(directory)
-    d = run_folder.current(shown)  # every file from one generation, even while another run saves there
-    meta_path, weights = d / "training.json", d / "model.safetensors"
-    if not meta_path.is_file() or not weights.is_file():
-        raise UsageError(f"--resume {shown}: no training.json and model.safetensors there (the -o DIR of a run, "
-                         "written at --save-every or at its end)")
-    try:
-        meta = loads_json(read_text(meta_path, "training.json", "config"))
-        steps = meta["steps"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise UsageError(f"--resume {shown}: cannot read training.json ({e})") from None
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise UsageError(f"--resume {shown}: training.json's steps is {steps!r}, not a count of steps")
-    state = read_safetensors(d / "optimizer.safetensors") if (d / "optimizer.safetensors").is_file() else {}
-    hf, group, skipped = meta.get("hf_source"), meta.get("weights_group"), meta.get("skipped_steps")
-    skipped = [k for k in skipped if isinstance(k, int) and 0 < k <= steps] if isinstance(skipped, list) else []
-    options = meta.get("options") if isinstance(meta.get("options"), dict) else {}
-    size, accum = options.get("batch_size"), options.get("grad_accum", 1)
-    step_rows = size * accum if all(isinstance(v, int) and not isinstance(v, bool) for v in (size, accum)) else None
-    hyper = meta.get("hyperparameters")
-    if hyper is not None:
-        if not isinstance(hyper, dict):
-            raise UsageError(f"--resume {shown}: training.json's hyperparameters are not a table of names and values")
-        hyper = {str(k): check_value(f"--resume {shown}: training.json's hyperparameter {k}", v)
-                 for k, v in hyper.items()}
-    ties = meta.get("ties")
-    source = Path(hf) if isinstance(hf, str) and Path(hf).is_dir() else None
-    if source is None and isinstance(hf, str) and (d / "hf" / "config.json").is_file():
-        # the checkpoint the run started from is gone: its own hf/ export, a whole HF checkpoint of the same
-        # config and tokenizer, is the source the next export follows (read through the folder's link, which a
-        # save re-points only after it has written the new one)
-        source = shown.absolute() / "hf"
-    return Resumed(weights, state, steps, source,
-                   group if isinstance(group, str) else None, read_loss_curve(d)[:steps], skipped, step_rows,
-                   hyper, bool(ties) if isinstance(ties, dict) else None)
 
 
 def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarray], *, entry: str | None = None,
@@ -233,7 +172,7 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     for flag, value in (("--log-every", setup.log_every), ("--val-every", setup.val_every)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"{flag} must be a whole number ≥ 1, got {value!r}")
-    resumed = _read_resume(setup.resume) if setup.resume is not None else None
+    resumed = read_resume(setup.resume) if setup.resume is not None else None
     if resumed is not None and setup.weights is not None:
         raise UsageError("--resume DIR starts from DIR's model.safetensors: drop --weights (the run's own "
                          "checkpoint is read for an HF export from training.json)")
@@ -252,12 +191,7 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
     except (UsageError, CompileError) as e:
         if resumed is None or resumed.hyperparameters is not None:
             raise
-        # the first line of what went wrong, its weights named as the user knows them (not the generation's path)
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0].removeprefix("error: ")
-        first = first.replace(str(resumed.weights), str(Path(setup.resume) / "model.safetensors"))
-        raise UsageError(f"--resume {setup.resume}: its training.json does not record the model's hyperparameters "
-                         f"(a run saved by an older pseudoformer), and without them the model does not load "
-                         f"({first}): give the run's own --config or -D sizes") from None
+        raise unrecorded(resumed, setup.resume, e) from None
     if resumed is not None:
         hf_dir, group = resumed.hf_source, resumed.group
     if setup.init not in INITS:
@@ -325,7 +259,7 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
                                    plan.loss_output if plan is not None else None, fsdp=setup.fsdp,
                                    threads=threads, cuda=compiled.provider == "cuda", precision=opts.precision)
         if resumed is not None:
-            _restore_state(step, resumed, setup.resume)
+            restore_state(step, resumed, setup.resume)
             runtime.load_state(step.state)
         setup = replace(setup, progress=setup.progress and runtime.writes)  # rank 0 alone reports and writes
     else:
@@ -335,7 +269,7 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
         if plan is not None and step.graph.outputs[0][0] != "loss":
             raise UsageError(f"the loss output {plan.loss_output!r} was not found")
         if resumed is not None:
-            _restore_state(step, resumed, setup.resume)
+            restore_state(step, resumed, setup.resume)
         session: dict[str, Any] = ({"threads": threads, "provider": compiled.provider} if backend == "onnxruntime"
                                    else {})
         if not setup.arena:
@@ -377,25 +311,6 @@ def _rows(plan: Any, model: Model, data: Any, tokenizer: Any, seq_len: int,
     return datasets.sequences(np.asarray(ids).reshape(-1), seq_len,
                               min(bounds.values()) if bounds else None,
                               str(data) if not isinstance(data, np.ndarray) else "the data")
-
-
-def _restore_state(step: CompiledStep | TorchStep, resumed: Resumed, where: Any) -> None:
-    """The optimizer state of the resumed run in place of the step's initial one, each tensor checked."""
-    wanted = {k for k in step.state if k.startswith(("m.", "v.", STATE_PREFIX)) or k == STEP}
-    got = set(resumed.state)
-    if wanted != got:
-        missing, extra = sorted(wanted - got), sorted(got - wanted)
-        raise UsageError(f"--resume {where}: optimizer.safetensors does not fit this step (missing "
-                         f"{', '.join(missing[:4]) or 'none'}; not of it {', '.join(extra[:4]) or 'none'}): resume "
-                         "with the run's own --optimizer, --train and --precision")
-    for k in wanted:
-        v = np.asarray(resumed.state[k], np.float32)
-        if v.size == 1 and np.ndim(step.state[k]) == 0:  # the step count t, saved as one element
-            v = v.reshape(())
-        if v.shape != np.shape(step.state[k]) or not np.isfinite(v).all():
-            raise UsageError(f"--resume {where}: optimizer state {k} is {list(v.shape)} or not finite; the step's "
-                             f"is {list(np.shape(step.state[k]))}")
-        step.state[k] = v
 
 
 def _tied(hf_dir: Path | None) -> bool:
