@@ -160,7 +160,11 @@ class TVMModel:
 
     def vm(self) -> Any:
         if self._vm is None:
+            t = time.perf_counter()
+            # where LLVM's machine code is made: the VM's set-up asks for every kernel, which JIT-compiles the
+            # module (a loaded library's kernels are made already)
             self._vm = relax.VirtualMachine(self.executable, self._device())
+            self.timings["vm_s"] = time.perf_counter() - t
         return self._vm
 
     def _param_args(self) -> list[Any]:
@@ -323,6 +327,7 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], options: Comp
         raise BackendError(f"no weights given for parameters: {', '.join(missing)}")
     _check_shapes(graph, weights)
     graph, folded = prepare(graph, weights, options, verify=verify, target_kind=tgt.kind.name)
+    t_prepared = time.perf_counter()
     int8 = options.int8_activations and tgt.kind.name == "llvm"
     lowered = to_relax(graph, target_kind=tgt.kind.name, int8=int8)
     if int8:
@@ -348,10 +353,15 @@ def compile_graph(graph: Graph, weights: Mapping[str, np.ndarray], options: Comp
     # LLVM's codegen logs "Unknown pragma pragma_scope" (TVM's own topi scatter kernels open a seq_scope, which
     # the CPU codegen ignores: harmless) straight to fd 2, once per kernel; a failure still raises
     with _quiet_stderr():
-        ex = tvm.compile(mod, target=tgt, relax_pipeline=pipeline(tgt, schedule=schedule))
+        with tgt:  # tvm.compile's two stages, timed apart: the Relax passes, then TIR's and LLVM's codegen
+            mod = pipeline(tgt, schedule=schedule)(mod)
+        t_relax = time.perf_counter()
+        ex = relax.build(mod, target=tgt, relax_pipeline=None)
     t2 = time.perf_counter()
     kept = {n: folded[n] for n in names} if params == "args" else {}
-    return TVMModel(ex, meta, kept, timings={"lower_s": t1 - t0, "compile_s": t2 - t1})
+    timings = {"prepare_s": t_prepared - t0, "lower_s": t1 - t0, "compile_s": t2 - t1,
+               "relax_passes_s": t_relax - t1, "codegen_s": t2 - t_relax}
+    return TVMModel(ex, meta, kept, timings=timings)
 
 
 def prepare(graph: Graph, weights: Mapping[str, np.ndarray], options: CompileOptions | None = None, *,
