@@ -14,13 +14,15 @@ matrix-product FLOPs: 2·N·T forward, 2·N·T for the input gradients, 2·N_tra
 and attention's) against onnxruntime's MatMul ceiling measured here, and the peak RSS (VmHWM) of a child
 process that builds only that variant and runs a few steps. --plain adds our step compiled without the
 rewrite rules of the training step (passes/rules/batched_weight_gradient.py: each weight's gradient over the
-batch left as B products summed): a before/after in one run. Ours runs the step as a gradient graph and an
+batch left as B products summed): a before/after in one run; --without PASS adds our step compiled without that
+one pass of the "training-step" pipeline (passes/manager.py), split and in place like ours: a before/after of
+the pass in one run. Ours runs the step as a gradient graph and an
 update graph writing θ, m, v in place (passes/split_step.py); --one-graph adds the same step
 as one graph, double-buffered (θ, m, v read from one set and written to another): a before/after in one run.
 --quick shrinks everything, for the smoke test.
 
     python benchmarks/bench_train.py [--workloads gpt2,smollm2] [--steps 10] [--threads 2] [--compile] [--plain]
-        [--one-graph] [--whole-update] [--no-eager] [--no-rss] [--json out.json]
+        [--without PASS] [--one-graph] [--whole-update] [--no-eager] [--no-rss] [--json out.json]
 """
 
 from __future__ import annotations
@@ -55,6 +57,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     training_arguments(ap, batch=8, steps=10, steps_help="timed steps per variant (interleaved)")
     ap.add_argument("--compile", action="store_true", help="also torch.compile (slow to compile on a loaded CPU)")
     ap.add_argument("--plain", action="store_true", help="also ours without the training step's rewrite rules (before/after)")
+    ap.add_argument("--without", metavar="PASS",
+                    help="also ours with the training-step pipeline's pass PASS left out (before/after of that pass)")
     ap.add_argument("--one-graph", action="store_true",
                     help="also ours as one graph, double-buffered (before the in-place update)")
     ap.add_argument("--whole-update", action="store_true",
@@ -121,13 +125,16 @@ def child(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     workload, variant = args.child.split(":")
-    if variant in ("ours", "plain", "session-b", "one-graph", "whole-update"):
+    if variant in ("ours", "plain", "session-b", "one-graph", "whole-update") or variant.startswith("without="):
         # only this variant's runtime: session B's options in place of ours, or none of them
         args.ort, args.ort_b = (args.ort_b, []) if variant == "session-b" else (args.ort, [])
         from pseudoformer.passes import manager
 
         if variant == "plain":  # only the step without the rules, so that the peak is its own
             manager.PIPELINES["training-step"] = manager.LEVELS[1]
+        elif variant.startswith("without="):  # only the step without that pass
+            left_out = variant.split("=", 1)[1]
+            manager.PIPELINES["training-step"] = [p for p in manager.PIPELINES["training-step"] if p != left_out]
         (rt,), _ = ours(workload, Path(args.dir), args, only_one_graph=variant == "one-graph",
                         update_chunk=0 if variant == "whole-update" else None)
         step = lambda x: rt.step({"x": x}, 1e-4)  # noqa: E731
@@ -164,13 +171,17 @@ def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> lis
         t0 = time.perf_counter()
         runtimes, nodes = ([], None) if args.no_ours else ours(workload, Path(tmp), args, plain=args.plain,
                                                                     one_graph=args.one_graph,
-                                                                    whole_update=args.whole_update)
+                                                                    whole_update=args.whole_update,
+                                                                    without=args.without)
         build_s = time.perf_counter() - t0
         variants = {} if args.no_ours else {"ours (onnxruntime)": lambda x: runtimes[0].step({"x": x}, 1e-4)}
         if args.ort_b:
             variants["ours, session B"] = lambda x: runtimes[1].step({"x": x}, 1e-4)
         if args.plain:
             variants["ours, plain lowering"] = lambda x: runtimes[1 + bool(args.ort_b)].step({"x": x}, 1e-4)
+        if args.without:
+            at = 1 + bool(args.ort_b) + args.plain
+            variants[f"ours, without {args.without}"] = lambda x: runtimes[at].step({"x": x}, 1e-4)
         if args.one_graph:
             variants["ours, one graph"] = lambda x: runtimes[-1 - args.whole_update].step({"x": x}, 1e-4)
         if args.whole_update:
@@ -201,7 +212,7 @@ def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> lis
         work = flops(hf, workload, args.batch * args.seq, args.seq)
         for k, ts in times.items():
             med = statistics.median(ts)
-            kind = VARIANTS[k]
+            kind = VARIANTS[k] if k in VARIANTS else f"without={args.without}"
             peak = None if args.no_rss else child_rss(workload, kind, tmp, args)
             rows.append({"workload": workload, "variant": k, "ms_per_step": med * 1e3, "min_ms": min(ts) * 1e3,
                          "tokens_per_s": args.batch * args.seq / med, "gflops": work / med / 1e9,

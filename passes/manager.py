@@ -34,13 +34,14 @@ def _registry() -> dict[str, Pass]:
     from pseudoformer.passes.head_batching import batch_heads
     from pseudoformer.passes.layout import to_row_major
     from pseudoformer.passes.simplify import simplify
-    from pseudoformer.passes.training_step import fold_batched_gradients, fold_scatters
+    from pseudoformer.passes.training_step import fold_batched_gradients, fold_scatters, transpose_rows_first
 
     passes = [
         Pass("cse", plain(cse), "common subexpression elimination: one node per distinct computation"),
         Pass("simplify", plain(simplify), "algebraic simplification: transposes of transposes, identities", True),
         *fusions.PASSES,
         fold_batched_gradients,
+        transpose_rows_first,
         fold_scatters,
         batch_heads,
         Pass("layout", plain(to_row_major),
@@ -77,7 +78,7 @@ PIPELINES: dict[str, list[str]] = {
     # before the autodiff of a loss graph (passes/autodiff.py): the loss's log ∘ softmax made stable
     "training": ["one_hot_pick", "log_softmax", "pick_before_slice", "gather_of_transpose", "cse"],
     # on the training step graph (passes/training_step.py), after the autodiff wrote its backward part
-    "training-step": [*LEVELS[1], "batched_weight_gradient", "scatter_fold", "cse"],
+    "training-step": [*LEVELS[1], "batched_weight_gradient", "transpose_then_flatten", "scatter_fold", "cse"],
     # onnxruntime's split step, from the training step marked with its gradients: its two halves, and the
     # update cut into cache-sized pieces (at the runtime's `update_chunk`)
     "training-gradient": ["step_gradient"],

@@ -50,9 +50,10 @@ def hf_model(workload: str, args: argparse.Namespace):  # type: ignore[no-untype
 
 def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: ignore[no-untyped-def]
          profile: bool = False, plain: bool = False, one_graph: bool = False, only_one_graph: bool = False,
-         whole_update: bool = False, update_chunk: int | None = None):
+         whole_update: bool = False, update_chunk: int | None = None, without: str | None = None):
     """Our step on onnxruntime, split and in place (and, with `plain`, a second session of the step compiled
-    without the training step's rewrite rules; with `one_graph`, the same step as one graph, double-buffered;
+    without the training step's rewrite rules; with `without`, the split step compiled without that one pass of
+    the "training-step" pipeline; with `one_graph`, the same step as one graph, double-buffered;
     `only_one_graph`: that alone; with `whole_update`, the split step with its update over whole tensors;
     `update_chunk`: the first runtime's update pieces, passes/update_chunks.py), and the step graph's
     node count."""
@@ -72,6 +73,7 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
         train = [k for k in model.weights if is_adapter(k)]
     step = compile_step(model.graph, model.weights, train=train, optimizer=Optimizer("adamw"))
     plain_step = without_step_rules(compile_step, model, train) if plain else None
+    step_without = without_step_rules(compile_step, model, train, [without]) if without else None
     del model
     def options(pairs: list[str]) -> dict[str, object]:
         return {k: type(getattr(SessionOptions(), k))(int(v) if v.isdigit() else v)
@@ -91,6 +93,9 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
     if plain_step is not None:
         runtimes.append(OrtStep(plain_step.graph, plain_step.frozen, plain_step.state, threads=args.threads,
                                 session=session))
+    if step_without is not None:
+        runtimes.append(make_runtime("onnxruntime", step_without.graph, step_without.frozen, step_without.state,
+                                     split=step_without.split, threads=args.threads, session=session, **chunk))
     if one_graph:
         runtimes.append(OrtStep(step.graph, step.frozen, step.state, threads=args.threads, session=session))
     if whole_update:
@@ -99,13 +104,19 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
     return runtimes, len(step.graph.nodes())
 
 
-def without_step_rules(compile_step, model, train):  # type: ignore[no-untyped-def]
-    """The step compiled with the "training-step" pipeline cut to its clean-ups (no rewrite rules)."""
+def without_step_rules(compile_step, model, train, passes: list[str] | None = None):  # type: ignore[no-untyped-def]
+    """The step compiled with the "training-step" pipeline cut to its clean-ups (no rewrite rules), or with only
+    `passes` left out of it."""
     from pseudoformer.passes import manager
     from pseudoformer.passes.training_step import Optimizer
 
     saved = manager.PIPELINES["training-step"]
-    manager.PIPELINES["training-step"] = manager.LEVELS[1]
+    unknown = set(passes or []) - set(saved)
+    if unknown:
+        raise SystemExit(f"not passes of the training-step pipeline: {', '.join(sorted(unknown))} "
+                         f"(it runs {', '.join(saved)})")
+    manager.PIPELINES["training-step"] = ([p for p in saved if p not in passes] if passes is not None
+                                          else manager.LEVELS[1])
     try:
         return compile_step(model.graph, model.weights, train=train, optimizer=Optimizer("adamw"))
     finally:
