@@ -26,8 +26,8 @@ After the step is built, the rules of TRAINING_STEP_RULES rewrite what the VJPs 
 form exists (the "training-step" pipeline of passes/manager.py): a weight's gradient summed over the
 batch becomes one product over the batch's rows (rules/batched_weight_gradient.py), and that product,
 transposed for a weight read transposed, is turned round (rules/transposed_product.py); its rows are
-transposed before they are flattened (rules/transpose_then_flatten.py), so that onnxruntime transposes them
-once rather than for every block of the product's columns. Then a scatter-add into
+transposed before they are flattened where the product is wide (rules/transpose_then_flatten.py: the
+unembedding's), so that onnxruntime transposes them once rather than for every block of the product's columns. Then a scatter-add into
 zeros (a gather's or a pick's cotangent) is written into the cotangent it is added to: its sum along the scattered
 axis first becomes the sum of its updates (rules/scatter_sum.py: the log-softmax's Σ ct), then the addition
 becomes the scatter's data (rules/scatter_add_into.py), so that the loss's backward writes one tensor of
@@ -108,8 +108,9 @@ fold_batched_gradients = Pass.from_rules(
     "(xᵀ y)ᵀ → yᵀ x (training step)", [batched_weight_gradient.RULE, transposed_product.RULE])
 # After the fold: it rewrites the products the fold writes.
 transpose_rows_first = Pass.from_rules(
-    "transpose_then_flatten", "flatten(x)ᵀ y → flatten(transpose(x)) y: onnxruntime runs a Transpose and a MatMul, "
-    "not FusedMatMul(transA), which transposes A again for every block of B's columns (training step)",
+    "transpose_then_flatten", "flatten(x)ᵀ y → flatten(transpose(x)) y for ≥ 8192 columns: onnxruntime runs a "
+    "Transpose and a MatMul, not FusedMatMul(transA), which transposes A again for every block of B's columns "
+    "(training step)",
     [transpose_then_flatten.RULE])
 # Two walks: the second rule needs the scatter read once, which the first makes it.
 fold_scatters = Pass.from_rules(
