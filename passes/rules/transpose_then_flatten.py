@@ -9,11 +9,11 @@ write it: the product contracts the B·ℓ rows. In the IR the two forms are one
 onnxruntime's. There a Transpose read by a MatMul is fused into FusedMatMul(transA), and MLAS's SGEMM with a
 transposed A copies A's transpose into a panel again for every 128 columns of B (sgemm.cpp,
 MlasSgemmOperation): for the unembedding's gradient, [768, 1024] re-copied 393 times. A Flatten between the
-Transpose and the MatMul is not fused, so A is transposed once, by a Transpose over x (3 MB to 12 MB at GPT-2
-small's widths, batch 8), and the product is a plain MatMul. The interpreter and TVM transpose x once either way.
+Transpose and the MatMul is not fused, so A is transposed once, by a Transpose over x (3 MB for the unembedding's
+at GPT-2 small's widths, batch 8), and the product is a plain MatMul. The interpreter and TVM transpose x once either way.
 
 Only a wide product is rewritten: MLAS re-copies A once per 128 columns, so the copies it saves grow with the
-columns, while onnxruntime's Transpose (a strided copy, slower than MLAS's panel copy) costs one copy of x.
+columns, while onnxruntime's Transpose costs one copy of x, at a strided copy's speed.
 Measured under load (benchmarks/ort_products_ab.py, benchmarks/history/bench_train.md), the unembedding's
 gradient (50257 columns) ran 0.91–0.93× as long, median of paired rounds, in two runs; GPT-2's layer weights
 (768–3072 columns) showed no gain beyond the noise, so they keep FusedMatMul(transA).
