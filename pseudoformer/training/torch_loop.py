@@ -90,7 +90,9 @@ class TorchRuntime:
         if options.torch_compile:
             from pseudoformer.training.torch_compile import compile_errors, compiled
 
-            self.module = compiled(self.module, whole=self.module is module)
+            # one graph unless DDP or FSDP2 wrapped it (distributed.Group.wrap; fully_shard returns the module
+            # itself), whose hooks break the graph by design
+            self.module = compiled(self.module, whole=self.group.world == 1 and not fsdp)
             self.compiling = compile_errors
         self.params = list(self.names)
         self.loss = loss
