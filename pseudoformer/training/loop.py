@@ -111,8 +111,8 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
     How the step is compiled and run: `options` (a CompileOptions) or keywords naming its fields: backend
     ("onnx", the default; "tvm"; "numpy", the reference interpreter; "torch", torch.optim on a torch module:
     torch_loop.py, under torchrun on the process group with DDP, or FSDP2 if `fsdp`), opt_level (2), threads,
-    provider, torch_compile (torch: the loss module under torch.compile). What it computes: the hyperparameters' keywords, a thin layer over `hyperparameters` (a TrainingOptions),
-    which, given, replaces them."""
+    provider, torch_compile (torch: the loss module under torch.compile). What it computes: the hyperparameters'
+    keywords, a thin layer over `hyperparameters` (a TrainingOptions), which, given, replaces them."""
     from pseudoformer.compile_options import from_keywords
 
     compiled = from_keywords(options, keywords, "train", opt_level=2)
