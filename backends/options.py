@@ -55,6 +55,9 @@ CUDA_MEANS = {"onnx": "onnxruntime's CUDA provider",
 # anything is compiled for it (backends/onnx/providers.require_installed). A compile's provider is where its
 # .run runs later, perhaps on another machine.
 RUNS_NOW = ("run", "generate", "train")
+# What --torch-compile's refusal says each other backend does instead (its own compiler, or none)
+TORCH_COMPILE_ELSE = {"onnx": "has onnxruntime optimise its step graph", "tvm": "compiles its step with TVM",
+                      "numpy": "interprets the step, the reference"}
 # What an onnxruntime-genai folder's graph is (cli_genai.py): an ONNX decoder in float32 or float16 at -O2.
 GENAI = {"backend": "onnx", "padding_mask": False, "functions": False, "tvm_params": None,
          "target": "llvm", "opt_level": 2, "opset": None}
@@ -87,7 +90,9 @@ class CompileOptions:
     model's weights at run time, "bind" compiles them in. int8_activations: TVM's 4-bit products round
     their activations to int8 per block (backends/tvm/nbits_int8.py; a CPU option).
     provider: where the compiled model runs, "cpu" or "cuda" (onnxruntime's execution provider).
-    threads: the runtime's intra-op threads (None: its default)."""
+    threads: the runtime's intra-op threads (None: its default).
+    torch_compile: train --backend torch runs its loss module under torch.compile (inductor), compiled at the
+    first step (training/torch_compile.py)."""
 
     backend: str = _flag("onnx", "--backend")
     opt_level: int = _flag(0, "-O")
@@ -108,6 +113,7 @@ class CompileOptions:
     int8_activations: bool = _flag(False, "--accuracy-level")
     provider: str = _flag("cpu", "--provider")
     threads: int | None = _flag(None, "--threads")
+    torch_compile: bool = _flag(False, "--torch-compile")
 
     def with_fields(self, given: Mapping[str, Any]) -> CompileOptions:
         """These options with `given` (keyword arguments of to_onnx) set; a name that is no field is a TypeError."""
@@ -180,6 +186,12 @@ class CompileOptions:
             out.append("--contrib-ops is for the onnx backend (onnxruntime's com.microsoft kernels)")
         if self.quantize is not None and b == "torch":
             out.append("--quantize is for the onnx and tvm backends")
+        if self.torch_compile and b in BACKENDS and b != "torch":
+            out.append(f"--torch-compile puts the torch backend's loss module under torch.compile: add --backend "
+                       f"torch (the {b} backend {TORCH_COMPILE_ELSE.get(b, 'compiles its own step')})")
+        elif self.torch_compile and command != "train":
+            out.append("--torch-compile is train's: pseudoformer.compile(..., backend=\"torch\") returns a plain "
+                       "torch.nn.Module, which torch.compile takes as it is")
         if self.int8_activations and (b != "tvm" or self.quantize is None):
             out.append("int8 activations are the tvm backend's int4 products: use them with --backend tvm "
                        "--quantize int4")

@@ -66,6 +66,7 @@ def part1(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    from pseudoformer.backends.options import CompileOptions
     from pseudoformer.passes.training_step import Optimizer
     from pseudoformer.training.loop import _load
     from pseudoformer.training.torch_loop import torch_step
@@ -81,7 +82,8 @@ def part1(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
             m.p = 0.0
     model, _, _ = _load(LOSS, workdir / "hf", 0)
     opt = Optimizer("adamw")
-    _, ours = torch_step(model.graph, model.weights, None, opt, 2, {}, None, threads=args.threads)
+    _, ours = torch_step(model.graph, model.weights, None, opt, 2, {}, None,
+                         options=CompileOptions(backend="torch", threads=args.threads))
     del model
     hf_opt = torch.optim.AdamW(hf.parameters(), lr=1e-4, betas=(opt.beta1, opt.beta2), eps=opt.eps,
                                weight_decay=opt.weight_decay)

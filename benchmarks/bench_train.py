@@ -1,5 +1,7 @@
 """Training step time: ours on onnxruntime against torch eager (and torch.compile with --compile), interleaved
-in one process with the same threads, on HF models built from configs and the same weights and batches.
+in one process with the same threads, on HF models built from configs and the same weights and batches;
+with --torch-backend and --torch-backend-compile also ours on the torch backend (`train --backend torch`, and
+with `--torch-compile`).
 
 Workloads:
   gpt2       GPT-2 shaped, L=4, d_e=512, 8 heads, the GPT-2 vocabulary; every parameter trained; AdamW
@@ -19,10 +21,14 @@ one pass of the "training-step" pipeline (passes/manager.py), split and in place
 the pass in one run. Ours runs the step as a gradient graph and an
 update graph writing θ, m, v in place (passes/split_step.py); --one-graph adds the same step
 as one graph, double-buffered (θ, m, v read from one set and written to another): a before/after in one run.
---quick shrinks everything, for the smoke test.
+--torch-backend adds ours on the torch backend (training/torch_loop.TorchRuntime: the same loss algorithm and
+weights lowered to a torch module, torch's autograd, torch.optim's fused AdamW), eager; --torch-backend-compile
+the same under torch.compile (training/torch_compile.py). A compiled variant's first step (its compile) is
+timed apart, as `build_s`, and is not among the timed steps. --quick shrinks everything, for the smoke test.
 
     python benchmarks/bench_train.py [--workloads gpt2,smollm2] [--steps 10] [--threads 2] [--compile] [--plain]
-        [--without PASS] [--one-graph] [--whole-update] [--no-eager] [--no-rss] [--json out.json]
+        [--without PASS] [--one-graph] [--whole-update] [--torch-backend] [--torch-backend-compile] [--no-eager]
+        [--no-rss] [--json out.json]
 """
 
 from __future__ import annotations
@@ -40,14 +46,17 @@ from pathlib import Path
 
 import numpy as np
 from common.harness import round_robin, training_arguments
-from common.training import QUICK, SHAPES, batches, gpt2_like, hf_model, ours, torch_step
+from common.training import QUICK, SHAPES, batches, gpt2_like, hf_model, ours, ours_torch, torch_step
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 VARIANTS = {"ours (onnxruntime)": "ours", "ours, session B": "session-b", "ours, plain lowering": "plain",
-            "ours, one graph": "one-graph", "ours, whole-tensor update": "whole-update", "torch eager": "eager",
-            "torch.compile": "compile"}
+            "ours, one graph": "one-graph", "ours, whole-tensor update": "whole-update",
+            "ours, torch backend": "torch-backend", "ours, torch backend + torch.compile": "torch-backend-compile",
+            "torch eager": "eager", "torch.compile": "compile"}
+# The variants whose first step compiles (torch.compile): its time is their build time
+COMPILED = ("torch-backend-compile", "compile")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -63,6 +72,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                     help="also ours as one graph, double-buffered (before the in-place update)")
     ap.add_argument("--whole-update", action="store_true",
                     help="also ours with the update over whole tensors, not cache-sized pieces (before/after)")
+    ap.add_argument("--torch-backend", action="store_true",
+                    help="also ours on the torch backend, eager (train --backend torch)")
+    ap.add_argument("--torch-backend-compile", action="store_true",
+                    help="also ours on the torch backend under torch.compile (train --backend torch --torch-compile; "
+                    "slow to compile on a loaded CPU)")
     ap.add_argument("--ort", action="append", default=[], metavar="KEY=VALUE",
                     help="an onnxruntime.SessionOptions attribute for our sessions (enable_cpu_mem_arena=0)")
     ap.add_argument("--ort-b", action="append", default=[], metavar="KEY=VALUE",
@@ -138,6 +152,8 @@ def child(args: argparse.Namespace) -> int:
         (rt,), _ = ours(workload, Path(args.dir), args, only_one_graph=variant == "one-graph",
                         update_chunk=0 if variant == "whole-update" else None)
         step = lambda x: rt.step({"x": x}, 1e-4)  # noqa: E731
+    elif variant in ("torch-backend", "torch-backend-compile"):
+        step = ours_torch(workload, Path(args.dir), args, compiled=variant == "torch-backend-compile")
     else:
         step = torch_step(hf_model(workload, args), workload, variant == "compile", args)
     for x in batches(VOCAB[workload](args), args, 3):
@@ -186,18 +202,20 @@ def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> lis
             variants["ours, one graph"] = lambda x: runtimes[-1 - args.whole_update].step({"x": x}, 1e-4)
         if args.whole_update:
             variants["ours, whole-tensor update"] = lambda x: runtimes[-1].step({"x": x}, 1e-4)
+        if args.torch_backend:
+            variants["ours, torch backend"] = ours_torch(workload, Path(tmp), args, compiled=False)
+        if args.torch_backend_compile:
+            variants["ours, torch backend + torch.compile"] = ours_torch(workload, Path(tmp), args, compiled=True)
         if not args.no_eager:
             variants["torch eager"] = torch_step(hf_model(workload, args), workload, False, args)
-        compile_s = None
         if args.compile:
             variants["torch.compile"] = torch_step(hf_model(workload, args), workload, True, args)
         xs = batches(hf.config.vocab_size, args, args.warmup + args.steps)
-        first = {}
+        first, first_s = {}, {}
         for k, fn in variants.items():  # same weights, same batch: the same loss
             t = time.perf_counter()
             first[k] = fn(xs[0])
-            if k == "torch.compile":
-                compile_s = time.perf_counter() - t
+            first_s[k] = time.perf_counter() - t  # a compiled variant's: its compile
         for x in xs[1:args.warmup]:
             for fn in variants.values():
                 fn(x)
@@ -217,7 +235,7 @@ def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> lis
             rows.append({"workload": workload, "variant": k, "ms_per_step": med * 1e3, "min_ms": min(ts) * 1e3,
                          "tokens_per_s": args.batch * args.seq / med, "gflops": work / med / 1e9,
                          "of_ceiling": work / med / 1e9 / ceiling, "peak_rss_mib": peak, "first_loss": first[k],
-                         "build_s": build_s if kind == "ours" else compile_s if kind == "compile" else None,
+                         "build_s": build_s if kind == "ours" else first_s[k] if kind in COMPILED else None,
                          "step_nodes": nodes if kind == "ours" else None})
     return rows
 
@@ -231,12 +249,20 @@ def table(rows: list[dict], ceiling: float, args: argparse.Namespace) -> str:
         out.append(f"| {r['workload']} | {r['variant']} | {r['ms_per_step']:.1f} | {r['min_ms']:.1f} | "
                    f"{r['tokens_per_s']:.0f} | "
                    f"{r['gflops']:.1f} | {r['of_ceiling']:.0%} | {rss} | {r['first_loss']:.4f} |")
-    for w in dict.fromkeys(r["workload"] for r in rows if r["variant"].startswith("ours") and not args.no_eager):
-        o = next(r for r in rows if r["workload"] == w and r["variant"].startswith("ours"))
-        e = next(r for r in rows if r["workload"] == w and r["variant"] == "torch eager")
-        mem = (f"{o['peak_rss_mib'] / e['peak_rss_mib']:.2f}×" if o["peak_rss_mib"] and e["peak_rss_mib"] else "–")
-        out.append(f"\nTargets, {w}: per step {o['ms_per_step'] / e['ms_per_step']:.2f}× torch eager (target ≤ 0.8×), "
-                   f"peak memory {mem} torch eager's (target ≤ 1×)")
+    for w in dict.fromkeys(r["workload"] for r in rows):
+        mine = [r for r in rows if r["workload"] == w and r["variant"].startswith("ours")]
+        e = next((r for r in rows if r["workload"] == w and r["variant"] == "torch eager"), None)
+        if not mine or e is None:
+            continue
+        times = ", ".join(f"{r['variant']} {r['ms_per_step'] / e['ms_per_step']:.2f}×" for r in mine)
+        mems = ", ".join(f"{r['variant']} {r['peak_rss_mib'] / e['peak_rss_mib']:.2f}×" for r in mine
+                         if r["peak_rss_mib"] and e["peak_rss_mib"]) or "–"
+        out.append(f"\nTargets, {w}: per step, of torch eager's (target ≤ 0.8×): {times}; peak memory, of torch "
+                   f"eager's (target ≤ 1×): {mems}")
+    builds = [f"{r['workload']}, {r['variant']}: {r['build_s']:.1f} s" for r in rows
+              if VARIANTS[r["variant"]] in COMPILED and r["build_s"] is not None]
+    if builds:
+        out.append(f"\nFirst step (its compile): {'; '.join(builds)}")
     return "\n".join(out)
 
 

@@ -1,6 +1,6 @@
 """What the training benchmarks share (bench_train.py, profile_train.py, profile_train_vs_torch.py,
-bench_update_pieces.py): the workloads' shapes, their HF models, our step on onnxruntime and torch eager's,
-and the batches."""
+bench_update_pieces.py): the workloads' shapes, their HF models, our step on onnxruntime and on the torch
+backend (eager or under torch.compile), torch eager's, and the batches."""
 
 from __future__ import annotations
 
@@ -102,6 +102,28 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
         runtimes.append(make_runtime("onnxruntime", step.graph, step.frozen, step.state, split=step.split,
                                      threads=args.threads, session=session, update_chunk=0))
     return runtimes, len(step.graph.nodes())
+
+
+def ours_torch(workload: str, directory: Path, args: argparse.Namespace, compiled: bool):  # type: ignore[no-untyped-def]
+    """Our step on the torch backend, as `train --backend torch` runs it (training/torch_loop.TorchRuntime: the
+    same loss algorithm and weights lowered to a torch module, autograd, torch.optim's fused AdamW), with
+    `compiled` under torch.compile (`--torch-compile`): a function of a batch that steps and returns its loss."""
+    from pseudoformer.backends.options import CompileOptions
+    from pseudoformer.passes.training_step import Optimizer
+    from pseudoformer.training.loop import _load
+    from pseudoformer.training.torch_loop import torch_step
+    from tests.training.lora_cases import is_adapter, lora_model
+
+    if gpt2_like(workload):
+        model, _, _ = _load(LOSSES / "gpt2_loss.alg", directory, 0)
+        train = None
+    else:
+        model = lora_model(directory)
+        train = [k for k in model.weights if is_adapter(k)]
+    options = CompileOptions(backend="torch", threads=args.threads, torch_compile=compiled)
+    _, runtime = torch_step(model.graph, model.weights, train, Optimizer("adamw"), 2, {}, None, options=options)
+    del model
+    return lambda x: runtime.step({"x": x}, 1e-4)
 
 
 def without_step_rules(compile_step, model, train, passes: list[str] | None = None):  # type: ignore[no-untyped-def]

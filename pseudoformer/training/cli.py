@@ -74,6 +74,8 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     add_backend_argument(t, "onnx", "onnx (onnxruntime, the default), tvm, numpy (the reference interpreter) or "
                          "torch (torch.optim; under torchrun, on its process group); the old spellings onnxruntime "
                          "and interpreter are read as onnx and numpy")
+    t.add_argument("--torch-compile", action="store_true", help="--backend torch: run the loss module under "
+                   "torch.compile (inductor's fused kernels); the first step compiles, far longer than a step")
     t.add_argument("--fsdp", action="store_true", help="--backend torch under torchrun: shard the model with FSDP2 "
                    "(fully_shard per layer) instead of DDP")
     add_provider_argument(t, "train")

@@ -111,8 +111,8 @@ def train(source: str | Path, data: str | Path | np.ndarray | dict[str, np.ndarr
     How the step is compiled and run: `options` (a CompileOptions) or keywords naming its fields: backend
     ("onnx", the default; "tvm"; "numpy", the reference interpreter; "torch", torch.optim on a torch module:
     torch_loop.py, under torchrun on the process group with DDP, or FSDP2 if `fsdp`), opt_level (2), threads,
-    provider. What it computes: the hyperparameters' keywords, a thin layer over `hyperparameters` (a TrainingOptions),
-    which, given, replaces them."""
+    provider, torch_compile (torch: the loss module under torch.compile). What it computes: the hyperparameters'
+    keywords, a thin layer over `hyperparameters` (a TrainingOptions), which, given, replaces them."""
     from pseudoformer.compile_options import from_keywords
 
     compiled = from_keywords(options, keywords, "train", opt_level=2)
@@ -256,12 +256,16 @@ def run_training(source: str | Path, data: str | Path | np.ndarray | dict[str, n
         from pseudoformer.training.torch_loop import torch_step
 
         step, runtime = torch_step(model.graph, plain_weights(model.weights), setup.trainable, opt, level, ties,
-                                   plan.loss_output if plan is not None else None, fsdp=setup.fsdp,
-                                   threads=threads, cuda=compiled.provider == "cuda", precision=opts.precision)
+                                   plan.loss_output if plan is not None else None, options=compiled,
+                                   fsdp=setup.fsdp, precision=opts.precision)
         if resumed is not None:
             restore_state(step, resumed, setup.resume)
             runtime.load_state(step.state)
         setup = replace(setup, progress=setup.progress and runtime.writes)  # rank 0 alone reports and writes
+        if compiled.torch_compile and setup.progress:
+            from pseudoformer.training.torch_compile import NOTE
+
+            print(f"note: {NOTE}", file=sys.stderr)
     else:
         weighted = opts.grad_accum > 1 or opts.loss_reduction == "mean"
         step = compile_step(model.graph, plain_weights(model.weights), train=setup.trainable, optimizer=opt,

@@ -14,7 +14,8 @@ loss scaling (precision.py): the module is then to_torch_autocast's, its reducti
 With --grad-accum (or --loss-reduction mean) a step is micro-batches, each one's backward adding its weighted
 gradient into .grad (accumulate.py; fp16's loss scale on each), then one clip and one update; under torchrun the
 micro-batches before the last run without the ranks' gradient sync (DDP's no_sync, FSDP2's
-set_requires_gradient_sync), so the step's summed gradient is reduced once.
+set_requires_gradient_sync), so the step's summed gradient is reduced once. --torch-compile puts the module (after
+DDP/FSDP2's wrap) under torch.compile, compiled at the first step (torch_compile.py).
 
 Under `torchrun` (WORLD_SIZE > 1) the step runs on the process group (distributed.py): --batch-size is the
 global batch, each rank takes its share of each batch's rows, and the gradient is averaged over the ranks
@@ -25,12 +26,14 @@ from here: each rank computes its share of the held-out batches, and their sums 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from pseudoformer.backends.options import CompileOptions
 from pseudoformer.base.errors import BackendError, UsageError
 from pseudoformer.ir import Graph
 from pseudoformer.passes.autodiff import objective, trainable_params
@@ -56,7 +59,7 @@ class TorchRuntime:
     mean loss; `values()` → the parameters and the optimizer state by our names."""
 
     def __init__(self, graph: Graph, weights: Mapping[str, np.ndarray], names: list[str], opt: Optimizer,
-                 loss: str, *, fsdp: bool = False, threads: int | None = None, cuda: bool = False,
+                 loss: str, *, options: CompileOptions | None = None, fsdp: bool = False,
                  precision: str = "fp32") -> None:
         import torch
 
@@ -64,10 +67,11 @@ class TorchRuntime:
         from pseudoformer.backends.torch.names import our_name
         from pseudoformer.training import distributed
 
-        if threads is not None:
-            torch.set_num_threads(threads)
+        options = options or CompileOptions(backend="torch")
+        if options.threads is not None:
+            torch.set_num_threads(options.threads)
         self.torch = torch
-        self.group = distributed.Group.from_env(cuda)
+        self.group = distributed.Group.from_env(options.provider == "cuda")
         self.amp = Autocast(precision, self.group.device)
         try:
             module = (to_torch_autocast if self.amp.reduced else to_torch)(graph, weights)
@@ -76,9 +80,20 @@ class TorchRuntime:
         trained = set(names)
         for name, p in module.named_parameters():
             p.requires_grad_(our_name(name) in trained)
-        self.module = self.group.wrap(module.to(self.group.device), fsdp=fsdp)
-        # after the wrap: FSDP2 replaces each parameter by its shard (a DTensor) in place
+        # DDP or FSDP2 (or the module itself), whose gradient sync a micro-batch turns off (Group.syncing)
+        self.wrapped = self.module = self.group.wrap(module.to(self.group.device), fsdp=fsdp)
+        # after the wrap: FSDP2 replaces each parameter by its shard (a DTensor) in place; and from the plain
+        # module, not from a wrapper (DDP's `module.`, torch.compile's `_orig_mod.`)
         self.names = {p: our_name(name) for name, p in module.named_parameters() if p.requires_grad}
+        # torch.compile after DDP/FSDP2, as torch documents (torch_compile.py); compiled at the first step
+        self.compiling = contextlib.nullcontext
+        if options.torch_compile:
+            from pseudoformer.training.torch_compile import compile_errors, compiled
+
+            # one graph unless DDP or FSDP2 wrapped it (distributed.Group.wrap; fully_shard returns the module
+            # itself), whose hooks break the graph by design
+            self.module = compiled(self.module, whole=self.group.world == 1 and not fsdp)
+            self.compiling = compile_errors
         self.params = list(self.names)
         self.loss = loss
         self.clip = opt.clip
@@ -114,9 +129,10 @@ class TorchRuntime:
         torch = self.torch
         self.optimizer.zero_grad(set_to_none=True)
         local = torch.zeros((), dtype=torch.float64, device=self.group.device)
-        for i, (feeds, weight) in enumerate(micro):
-            with self.group.syncing(self.module, sync=i == len(micro) - 1):
-                local += weight * self._backward(feeds, weight)
+        with self.compiling():  # --torch-compile: a new shape's forward and backward compile here
+            for i, (feeds, weight) in enumerate(micro):
+                with self.group.syncing(self.wrapped, sync=i == len(micro) - 1):
+                    local += weight * self._backward(feeds, weight)
         loss = self.group.sum(local)
         if self.clip > 0:
             self.amp.unscale(self.optimizer)
@@ -192,11 +208,12 @@ class TorchRuntime:
 
 
 def torch_step(graph: Graph, weights: Mapping[str, np.ndarray], trainable: Iterable[str] | None,
-               opt: Optimizer, level: int, ties: Mapping[str, str], loss: str | None, *, fsdp: bool = False,
-               threads: int | None = None, cuda: bool = False,
+               opt: Optimizer, level: int, ties: Mapping[str, str], loss: str | None, *,
+               options: CompileOptions | None = None, fsdp: bool = False,
                precision: str = "fp32") -> tuple[TorchStep, TorchRuntime]:
     """The step of `graph`'s loss for the loop: the same loss graph the ONNX step differentiates
-    (compile.loss_graph), run as a torch module."""
+    (compile.loss_graph, at -O `level`), run as a torch module where `options` say (threads, provider,
+    torch_compile)."""
     prepared = loss_graph(graph, level, dict(ties))
     names = list(trainable_params(prepared, trainable))
     if not names:
@@ -207,5 +224,5 @@ def torch_step(graph: Graph, weights: Mapping[str, np.ndarray], trainable: Itera
     objective(prepared, name)  # refuses a loss that is not one number per example
     used = {p.attrs["name"] for p in prepared.params()}
     runtime = TorchRuntime(prepared, {k: v for k, v in weights.items() if k in used}, names, opt, name,
-                           fsdp=fsdp, threads=threads, cuda=cuda, precision=precision)
+                           options=options, fsdp=fsdp, precision=precision)
     return TorchStep(names, dict(ties), state=runtime.initial_state()), runtime

@@ -1,7 +1,13 @@
 """benchmarks/bench_train.py runs end to end on tiny shapes: every variant of both workloads (GPT-2, LoRA on
+<<<<<<< HEAD
 a Llama), ours with and without the short ONNX forms, without one pass of the training step (--without) and with
 the update over whole tensors, the table and
 the JSON, and every variant starts from the same loss (the same weights and batch); profile_train_vs_torch.py
+=======
+a Llama), ours with and without the short ONNX forms and with the update over whole tensors, ours on the torch
+backend eager and under torch.compile, the table and the JSON, and every variant starts from the same loss (the
+same weights and batch); profile_train_vs_torch.py
+>>>>>>> torchcompile
 prints its table of components, bench_update_pieces.py its table of piece sizes, and bench_train_rss.py
 both peaks end to end and ours phase by phase. Timings and sizes are never
 asserted: they depend on the machine and its load."""
@@ -18,19 +24,20 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_train.py"
 
 def test_the_training_benchmark_runs_and_both_sides_start_from_the_same_loss(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--plain", "--whole-update", "--without", "batched_weight_gradient",
-                           "--json", str(out),
-                           "--workdir", str(tmp_path)], capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--plain", "--whole-update", "--without",
+                           "batched_weight_gradient", "--torch-backend", "--json", str(out),
+                           "--workdir", str(tmp_path)], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "| workload | variant | ms/step (median) | min | tokens/s | GFLOP/s | of ceiling | peak RSS MiB |" \
         in proc.stdout
     assert proc.stdout.count("Targets, ") == 2
+    targets = [line for line in proc.stdout.splitlines() if line.startswith("Targets, ")]
+    assert all("ours, torch backend " in line for line in targets)
     data = json.loads(out.read_text())
     assert data["ceiling_gflops"] > 0
     rows = {(r["workload"], r["variant"]): r for r in data["rows"]}
     variants = ("ours (onnxruntime)", "ours, plain lowering", "ours, without batched_weight_gradient",
-                "ours, whole-tensor update", "torch eager")
+                "ours, whole-tensor update", "ours, torch backend", "torch eager")
     assert set(rows) == {(w, v) for w in ("gpt2", "smollm2") for v in variants}
     for w in ("gpt2", "smollm2"):
         eager = rows[(w, "torch eager")]
@@ -38,6 +45,22 @@ def test_the_training_benchmark_runs_and_both_sides_start_from_the_same_loss(tmp
             r = rows[(w, v)]
             assert abs(r["first_loss"] - eager["first_loss"]) <= 1e-4 * abs(eager["first_loss"]), (w, v)
             assert r["peak_rss_mib"] > 0 and r["ms_per_step"] > 0
+
+
+def test_the_training_benchmark_times_ours_under_torch_compile(tmp_path: Path) -> None:
+    """The compiled variant on its own (one workload, no peak-RSS children: each would compile again)."""
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--workloads", "gpt2", "--no-rss",
+                           "--torch-backend-compile", "--json", str(out), "--workdir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "ours, torch backend + torch.compile " in next(
+        line for line in proc.stdout.splitlines() if line.startswith("Targets, "))
+    rows = {r["variant"]: r for r in json.loads(out.read_text())["rows"]}
+    compiled, eager = rows["ours, torch backend + torch.compile"], rows["torch eager"]
+    assert abs(compiled["first_loss"] - eager["first_loss"]) <= 1e-4 * abs(eager["first_loss"])
+    assert compiled["build_s"] > 0 and compiled["ms_per_step"] > 0  # its first step (the compile) timed apart
+    assert "First step (its compile): gpt2, ours, torch backend + torch.compile: " in proc.stdout
 
 
 def test_the_side_by_side_profile_prints_every_component(tmp_path: Path) -> None:

@@ -71,6 +71,8 @@ def test_generate_arguments() -> None:
 def test_train_arguments() -> None:
     o = _options("train", "loss.alg", "--data", "d.npy", "-O1", "--threads", "2")
     assert (o.backend, o.opt_level, o.threads, o.provider, o.quantize) == ("onnx", 1, 2, "cpu", None)
+    assert not o.torch_compile
+    assert _options("train", "loss.alg", "--data", "d.npy", "--backend", "torch", "--torch-compile").torch_compile
 
 
 @pytest.mark.parametrize(("old", "new"), [("interpreter", "numpy"), ("onnxruntime", "onnx")])
@@ -128,6 +130,10 @@ RULES = [
     ({"int8_activations": True, "quantize": Q4}, "compile", "int8 activations are the tvm backend's int4 products"),
     ({"int8_activations": True, "backend": "tvm"}, "generate", "int8 activations are the tvm backend's int4 products"),
     ({"backend": "tvm", "padding_mask": True}, "genai", "--backend tvm, --padding-mask: an onnxruntime-genai folder"),
+    ({"torch_compile": True}, "train", "--torch-compile puts the torch backend's loss module under torch.compile: add "
+     "--backend torch (the onnx backend has onnxruntime optimise its step graph)"),
+    ({"torch_compile": True, "backend": "tvm"}, "train", "--torch-compile puts the torch backend's loss module"),
+    ({"torch_compile": True, "backend": "torch"}, "compile", "--torch-compile is train's"),
 ]
 
 
