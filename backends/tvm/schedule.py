@@ -57,13 +57,40 @@ def _try(f: Any, *args: Any) -> bool:
     return True
 
 
+# The PrimFunc the rules last looked at, its untouched Schedule and its blocks: the rules are tried in turn
+# on each PrimFunc, and normalize_prim_func (a third of the schedule pass's time) need run only once for them.
+_last: list[Any] = []
+
+
+def _analysed(func: Any) -> tuple[Any, list[Any] | None]:
+    """The untouched Schedule of `func` and its normalized blocks (None where it has no normal form), once."""
+    if not (_last and _last[0].same_as(func)):
+        sch = s_tir.Schedule(func)
+        _last[:] = [func, sch, normalize_prim_func(sch)]
+    return _last[1], _last[2]
+
+
 def _cpu_blocks(func: Any, target: Any) -> tuple[Any, list[Any]] | None:
-    """(schedule, blocks) of a PrimFunc for an LLVM target, or None where our CPU rules don't apply."""
+    """(schedule, blocks) of a PrimFunc for an LLVM target, or None where our CPU rules don't apply.
+    The schedule is a copy, for the rule to change: the blocks' and loops' handles are valid in it."""
     if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
         return None
-    sch = s_tir.Schedule(func)
-    blocks = normalize_prim_func(sch)
-    return None if blocks is None else (sch, blocks)
+    sch, blocks = _analysed(func)
+    return None if blocks is None else (sch.copy(), blocks)
+
+
+_DL_REDUCTION = dl.cpu.Reduction()
+
+
+def _reduction(func: Any, target: Any, tunable: bool) -> Any:
+    """dlight's CPU reduction rule, asked only where it can apply: it normalizes the PrimFunc again, and
+    declines any with fewer than two blocks or no reduction (its own first checks, on the same blocks)."""
+    if not isinstance(func, tirx.PrimFunc) or target.kind.name != "llvm":
+        return None
+    blocks = _analysed(func)[1]
+    if blocks is None or len(blocks) < 2 or all(b.is_injective() for b in blocks):
+        return None
+    return _DL_REDUCTION.apply(func, target, tunable)
 
 
 def _matmul(func: Any, target: Any, _tunable: bool) -> Any:
@@ -226,8 +253,9 @@ def schedule_passes(target: Any) -> list[Any]:
                                         dl.gpu.GeneralReduction(), dl.gpu.Fallback())]
     matmul = dl.ScheduleRule.from_callable("Matmul")(_matmul)
     rows = dl.ScheduleRule.from_callable("Rows")(_rows)
+    reduction = dl.ScheduleRule.from_callable("Reduction")(_reduction)
     fallback = dl.ScheduleRule.from_callable("Fallback")(_fallback)
     nbits = dl.ScheduleRule.from_callable("NBits")(schedule_nbits)
     # then each parallel loop runs serially where its work is small (a decode step's: parallel_gate.py)
-    return [dl.ApplyDefaultSchedule(nbits, matmul, rows, dl.cpu.Reduction(), fallback), serial_when_small,
+    return [dl.ApplyDefaultSchedule(nbits, matmul, rows, reduction, fallback), serial_when_small,
             tirx.transform.ConvertSSA()]  # the twins' loop and block variables made distinct
