@@ -260,7 +260,7 @@ def table(rows: list[dict], ceiling: float, args: argparse.Namespace) -> str:
         out.append(f"\nTargets, {w}: per step, of torch eager's (target ≤ 0.8×): {times}; peak memory, of torch "
                    f"eager's (target ≤ 1×): {mems}")
     builds = [f"{r['workload']}, {r['variant']}: {r['build_s']:.1f} s" for r in rows
-              if VARIANTS[r["variant"]] in COMPILED and r["build_s"] is not None]
+              if VARIANTS.get(r["variant"]) in COMPILED and r["build_s"] is not None]
     if builds:
         out.append(f"\nFirst step (its compile): {'; '.join(builds)}")
     return "\n".join(out)
