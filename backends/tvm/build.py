@@ -161,8 +161,7 @@ class TVMModel:
     def vm(self) -> Any:
         if self._vm is None:
             t = time.perf_counter()
-            # where LLVM's machine code is made: the VM's set-up asks for every kernel, which JIT-compiles the
-            # module (a loaded library's kernels are made already)
+            # LLVM's machine code is made here: the VM's set-up JIT-compiles every kernel (a loaded library's are made)
             self._vm = relax.VirtualMachine(self.executable, self._device())
             self.timings["vm_s"] = time.perf_counter() - t
         return self._vm
