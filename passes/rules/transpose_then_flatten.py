@@ -17,6 +17,9 @@ columns, while onnxruntime's Transpose costs one copy of x, at a strided copy's 
 Measured under load (benchmarks/ort_products_ab.py, benchmarks/history/bench_train.md), the unembedding's
 gradient (50257 columns) ran 0.91–0.93× as long, median of paired rounds, in two runs; GPT-2's layer weights
 (768–3072 columns) showed no gain beyond the noise, so they keep FusedMatMul(transA).
+On the quiet machine the whole GPT-2 small step did not show it: 1.02× with the rule against without, within
+the noise (bench_train.py --without transpose_then_flatten, 2026-11-28 16:22 UTC); kept for the product's own
+gain measured above, smaller than that step's noise.
 
 Check (why it refuses): the product must have at least MIN_COLUMNS columns, known at compile time; the transpose
 must be read only by this product (otherwise it stays computed beside the new one, and x is transposed twice).
