@@ -92,7 +92,8 @@ class CompileOptions:
     provider: where the compiled model runs, "cpu" or "cuda" (onnxruntime's execution provider).
     threads: the runtime's intra-op threads (None: its default).
     torch_compile: train --backend torch runs its loss module under torch.compile (inductor), compiled at the
-    first step (training/torch_compile.py)."""
+    first step (training/torch_compile.py); inductor_rules (API only, on by default): with it, our rewrites of
+    inductor's post-grad graph (backends/torch/inductor_rules/), off for a before/after."""
 
     backend: str = _flag("onnx", "--backend")
     opt_level: int = _flag(0, "-O")
@@ -114,6 +115,7 @@ class CompileOptions:
     provider: str = _flag("cpu", "--provider")
     threads: int | None = _flag(None, "--threads")
     torch_compile: bool = _flag(False, "--torch-compile")
+    inductor_rules: bool = True
 
     def with_fields(self, given: Mapping[str, Any]) -> CompileOptions:
         """These options with `given` (keyword arguments of to_onnx) set; a name that is no field is a TypeError."""

@@ -23,12 +23,13 @@ update graph writing θ, m, v in place (passes/split_step.py); --one-graph adds 
 as one graph, double-buffered (θ, m, v read from one set and written to another): a before/after in one run.
 --torch-backend adds ours on the torch backend (training/torch_loop.TorchRuntime: the same loss algorithm and
 weights lowered to a torch module, torch's autograd, torch.optim's fused AdamW), eager; --torch-backend-compile
-the same under torch.compile (training/torch_compile.py). A compiled variant's first step (its compile) is
+the same under torch.compile (training/torch_compile.py); --torch-backend-compile-plain that without our
+rewrites of inductor's post-grad graph (backends/torch/inductor_rules/): a before/after in one run. A compiled variant's first step (its compile) is
 timed apart, as `build_s`, and is not among the timed steps. --quick shrinks everything, for the smoke test.
 
     python benchmarks/bench_train.py [--workloads gpt2,smollm2] [--steps 10] [--threads 2] [--compile] [--plain]
-        [--without PASS] [--one-graph] [--whole-update] [--torch-backend] [--torch-backend-compile] [--no-eager]
-        [--no-rss] [--json out.json]
+        [--without PASS] [--one-graph] [--whole-update] [--torch-backend] [--torch-backend-compile]
+        [--torch-backend-compile-plain] [--no-eager] [--no-rss] [--json out.json]
 """
 
 from __future__ import annotations
@@ -54,9 +55,10 @@ sys.path.insert(0, str(ROOT))
 VARIANTS = {"ours (onnxruntime)": "ours", "ours, session B": "session-b", "ours, plain lowering": "plain",
             "ours, one graph": "one-graph", "ours, whole-tensor update": "whole-update",
             "ours, torch backend": "torch-backend", "ours, torch backend + torch.compile": "torch-backend-compile",
+            "ours, torch.compile without our inductor rules": "torch-backend-compile-plain",
             "torch eager": "eager", "torch.compile": "compile"}
 # The variants whose first step compiles (torch.compile): its time is their build time
-COMPILED = ("torch-backend-compile", "compile")
+COMPILED = ("torch-backend-compile", "torch-backend-compile-plain", "compile")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -77,6 +79,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--torch-backend-compile", action="store_true",
                     help="also ours on the torch backend under torch.compile (train --backend torch --torch-compile; "
                     "slow to compile on a loaded CPU)")
+    ap.add_argument("--torch-backend-compile-plain", action="store_true",
+                    help="also that without our rewrites of inductor's graph (backends/torch/inductor_rules/): "
+                    "before/after")
     ap.add_argument("--ort", action="append", default=[], metavar="KEY=VALUE",
                     help="an onnxruntime.SessionOptions attribute for our sessions (enable_cpu_mem_arena=0)")
     ap.add_argument("--ort-b", action="append", default=[], metavar="KEY=VALUE",
@@ -152,8 +157,9 @@ def child(args: argparse.Namespace) -> int:
         (rt,), _ = ours(workload, Path(args.dir), args, only_one_graph=variant == "one-graph",
                         update_chunk=0 if variant == "whole-update" else None)
         step = lambda x: rt.step({"x": x}, 1e-4)  # noqa: E731
-    elif variant in ("torch-backend", "torch-backend-compile"):
-        step = ours_torch(workload, Path(args.dir), args, compiled=variant == "torch-backend-compile")
+    elif variant in ("torch-backend", "torch-backend-compile", "torch-backend-compile-plain"):
+        step = ours_torch(workload, Path(args.dir), args, compiled=variant != "torch-backend",
+                          rules=variant != "torch-backend-compile-plain")
     else:
         step = torch_step(hf_model(workload, args), workload, variant == "compile", args)
     for x in batches(VOCAB[workload](args), args, 3):
@@ -206,6 +212,9 @@ def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> lis
             variants["ours, torch backend"] = ours_torch(workload, Path(tmp), args, compiled=False)
         if args.torch_backend_compile:
             variants["ours, torch backend + torch.compile"] = ours_torch(workload, Path(tmp), args, compiled=True)
+        if args.torch_backend_compile_plain:
+            variants["ours, torch.compile without our inductor rules"] = ours_torch(workload, Path(tmp), args,
+                                                                                    compiled=True, rules=False)
         if not args.no_eager:
             variants["torch eager"] = torch_step(hf_model(workload, args), workload, False, args)
         if args.compile:

@@ -104,10 +104,12 @@ def ours(workload: str, directory: Path, args: argparse.Namespace, *,  # type: i
     return runtimes, len(step.graph.nodes())
 
 
-def ours_torch(workload: str, directory: Path, args: argparse.Namespace, compiled: bool):  # type: ignore[no-untyped-def]
+def ours_torch(workload: str, directory: Path, args: argparse.Namespace, compiled: bool,  # type: ignore[no-untyped-def]
+               rules: bool = True):
     """Our step on the torch backend, as `train --backend torch` runs it (training/torch_loop.TorchRuntime: the
     same loss algorithm and weights lowered to a torch module, autograd, torch.optim's fused AdamW), with
-    `compiled` under torch.compile (`--torch-compile`): a function of a batch that steps and returns its loss."""
+    `compiled` under torch.compile (`--torch-compile`; without `rules`, without our rewrites of inductor's
+    graph): a function of a batch that steps and returns its loss."""
     from pseudoformer.backends.options import CompileOptions
     from pseudoformer.passes.training_step import Optimizer
     from pseudoformer.training.loop import _load
@@ -120,7 +122,7 @@ def ours_torch(workload: str, directory: Path, args: argparse.Namespace, compile
     else:
         model = lora_model(directory)
         train = [k for k in model.weights if is_adapter(k)]
-    options = CompileOptions(backend="torch", threads=args.threads, torch_compile=compiled)
+    options = CompileOptions(backend="torch", threads=args.threads, torch_compile=compiled, inductor_rules=rules)
     _, runtime = torch_step(model.graph, model.weights, train, Optimizer("adamw"), 2, {}, None, options=options)
     del model
     return lambda x: runtime.step({"x": x}, 1e-4)

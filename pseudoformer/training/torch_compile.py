@@ -17,6 +17,11 @@ How it is put together, each choice for a reason:
 - `fullgraph=True` where the module is ours alone: the lowered module is plain torch code with no graph break
   (tests/backends/torch_backend/test_torch_module.py), so a break would be a lowering's bug, said at once
   rather than run slowly in pieces. Under DDP or FSDP2 the wrappers' hooks break the graph by design.
+- Inductor's post-grad graph is rewritten by our rules (backends/torch/inductor_rules/, its
+  `post_grad_custom_post_pass`, passed in torch.compile's options so that it holds for this module alone and
+  for its backward, compiled at the first step): what autograd writes for our lowered module's backward and
+  inductor fuses poorly on the CPU (a gather's backward, a tied embedding's two gradients). The rule set's
+  hit counts stay on the compiled module as `inductor_rules`.
 - The validation loss (`--val-data`) runs on the numpy interpreter (steps.py), not through this module, so it
   compiles nothing and needs no no_grad graph; --precision's autocast is entered around the compiled call,
   which Dynamo traces into the graph (the autocast state is part of its guard).
@@ -38,15 +43,22 @@ NOTE = ("--torch-compile: the first step compiles the loss module and its backwa
         "far longer than a step; a batch of another size (the data's shorter last one) compiles once more")
 
 
-def compiled(module: Any, *, whole: bool) -> Any:
+def compiled(module: Any, *, whole: bool, rules: bool = True) -> Any:
     """`module` (plain, or wrapped by DDP/FSDP2) under torch.compile: one graph per input shape, and with
-    `whole` (no wrapper's hooks) one graph for the whole forward or an error."""
+    `whole` (no wrapper's hooks) one graph for the whole forward or an error; with `rules`, inductor's
+    post-grad graph rewritten by ours (CompileOptions.inductor_rules)."""
     import torch
 
+    from pseudoformer.backends.torch.inductor_rules import RULES, RuleSet
+
+    rule_set = RuleSet(RULES if rules else ())
+    options = {"post_grad_custom_post_pass": rule_set} if rules else {}
     try:
-        return torch.compile(module, dynamic=False, fullgraph=whole)
+        out = torch.compile(module, dynamic=False, fullgraph=whole, options=options)
     except RuntimeError as e:  # this Python or platform has no torch.compile (said at the call, not lazily)
         raise UsageError(_refusal(e)) from None
+    out.inductor_rules = rule_set
+    return out
 
 
 def _errors() -> tuple[type[BaseException], ...]:

@@ -92,7 +92,7 @@ class TorchRuntime:
 
             # one graph unless DDP or FSDP2 wrapped it (distributed.Group.wrap; fully_shard returns the module
             # itself), whose hooks break the graph by design
-            self.module = compiled(self.module, whole=self.group.world == 1 and not fsdp)
+            self.module = compiled(self.module, whole=self.group.world == 1 and not fsdp, rules=options.inductor_rules)
             self.compiling = compile_errors
         self.params = list(self.names)
         self.loss = loss

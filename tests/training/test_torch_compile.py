@@ -107,3 +107,28 @@ def test_a_missing_compiler_is_one_message(tmp_path: Path) -> None:
     assert last.startswith("error: --torch-compile: torch.compile could not compile the loss module (")
     assert "no C++ compiler" in last and last.endswith("drop --torch-compile to train it eagerly")
     assert "Traceback" not in done.stderr
+
+
+def test_our_inductor_rules_rewrite_gpt2s_step() -> None:
+    """The tiny GPT-2's compiled step meets each of our post-grad rules (backends/torch/inductor_rules/): the
+    loss's pick, the tied embedding's two gradients, GELU's tanh (its one layer's, in the forward and the
+    backward); the same losses without them."""
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+
+    from pseudoformer.backends.options import CompileOptions
+    from pseudoformer.passes.training_step import Optimizer
+    from pseudoformer.training.torch_loop import torch_step
+
+    model = load(LOSS, defines=SIZES, seed=1)
+    x = _tokens(3 * 12).reshape(3, 12)
+    losses, hits = [], []
+    for rules in (True, False):
+        torch._dynamo.reset()
+        options = CompileOptions(backend="torch", threads=1, torch_compile=True, inductor_rules=rules)
+        _, runtime = torch_step(model.graph, model.weights, None, Optimizer("adamw"), 2, {}, None, options=options)
+        with inductor_config.patch(force_disable_caches=True):  # compiled here, so that the rules run
+            losses.append([runtime.step({"x": x}, 1e-3) for _ in range(3)])
+        hits.append(dict(runtime.module.inductor_rules.hits))
+    assert hits == [{"scatter_add_onto_zeros": 1, "sparse_into_product": 1, "tanh_as_sigmoid": 2}, {}]
+    np.testing.assert_allclose(losses[0], losses[1], rtol=LOSS_RTOL)
