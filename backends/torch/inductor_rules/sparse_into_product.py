@@ -8,8 +8,9 @@ embedding lookup's (index_select's backward, a few columns added into zeros of t
 autograd sums. Inductor writes the zeros (154 MB at GPT-2 small), adds the columns in, and then has MKL add
 the whole product onto them (addmm with β = 1, slower than the product alone); here the product is written
 as it is, and the columns are added into it in place (inductor reinplaces index_put when the product has no
-other reader). The tied GPT-2 small step does 0.11 s less work a step this way (the zeros' kernel, 61 ms,
-and addmm's extra over mm, 50 ms; torch's profiler, Intel Xeon, 2 threads).
+other reader). The tied GPT-2 small step does 0.16 s less work a step this way: the zeros' kernel (61 ms),
+addmm's extra over mm (50 ms), and a 154 MB copy that AccumulateGrad made of addmm's result for `.grad` (50 ms),
+gone with it (torch's profiler, "Intel(R) Xeon(R) Processor", 2 threads, 2026-11-28).
 
 Exact up to the order of additions: an entry the lookup touched is (Σ u) + (a·b) before and (a·b) + u₁ + u₂ …
 after, a different rounding where one token appears more than once in the batch.
