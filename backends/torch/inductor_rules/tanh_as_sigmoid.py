@@ -14,8 +14,9 @@ Exact identities; in float32 the forms on the right are as accurate or more: 1 +
 precision as u → −∞ (tanh rounds to −1; 2σ(2u) keeps its magnitude), 1 − tanh² loses it as |u| grows, where
 4σ(2u)σ(−2u) keeps it (each factor is computed, not 1 − σ, which would cancel as σ → 1). On [8, 128, 3072]
 normal inputs against float64, the GELU's gradient is within 7.6e-7 this way and 7.9e-7 with tanh (the forward
-5.1e-7 and 4.2e-7); tests/backends/torch_backend/test_inductor_rules.py holds it to 1.5× tanh's error. Where the tanh is read otherwise its own relative precision near 0 may matter
-(σ's form 2σ(2u) − 1 cancels there), so it is left.
+5.1e-7 and 4.2e-7); tests/backends/torch_backend/test_inductor_rules.py holds it to 2× tanh's error (1 − σ
+was 3.5×). Where the tanh is read otherwise its own relative precision near 0 may matter (σ's form 2σ(2u) − 1
+cancels there), so it is left.
 
 Check (why it refuses): every reader of the tanh must be 1 + tanh, or tanh · tanh read only by 1 − (·).
 """
