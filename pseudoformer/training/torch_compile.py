@@ -20,7 +20,7 @@ How it is put together, each choice for a reason:
 - Inductor's post-grad graph is rewritten by our rules (backends/torch/inductor_rules/, its
   `post_grad_custom_post_pass`, passed in torch.compile's options so that it holds for this module alone and
   for its backward, compiled at the first step): what autograd writes for our lowered module's backward and
-  inductor fuses poorly on the CPU (a gather's backward, a tied embedding's two gradients). The rule set's
+  inductor fuses poorly on the CPU (a gather's backward, a tied embedding's two gradients, GELU's tanh). The rule set's
   hit counts stay on the compiled module as `inductor_rules`.
 - The validation loss (`--val-data`) runs on the numpy interpreter (steps.py), not through this module, so it
   compiles nothing and needs no no_grad graph; --precision's autocast is entered around the compiled call,
