@@ -43,9 +43,11 @@ class RuleSet(CustomGraphPass):
         self.refusals: Counter[tuple[str, str]] = Counter()  # (rule, reason) → how many nodes
 
     def __call__(self, graph: torch.fx.Graph) -> None:
-        for node in list(graph.nodes):
-            if node.graph is not graph or node.op != "call_function":
-                continue  # erased by an earlier rewrite
+        order = list(graph.nodes)
+        alive = set(order)  # a rewrite may erase nodes the walk has yet to reach (the tanh rule, its readers)
+        for node in order:
+            if node not in alive or node.op != "call_function":
+                continue
             for rule in self.rules:
                 if node.target not in rule.targets:
                     continue
@@ -57,6 +59,7 @@ class RuleSet(CustomGraphPass):
                     continue
                 rule.rewrite(graph, node, match)
                 self.hits[rule.name] += 1
+                alive = set(graph.nodes)
                 break
         graph.lint()
 
