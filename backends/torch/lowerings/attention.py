@@ -7,7 +7,8 @@ bottom-right aligned, ANDed with the attention's own bool mask or made −∞ in
 heads are SDPA's enable_gqa; the packed form [b, s, H·d] is cut into heads and merged back. A float16
 attention whose softmax the float16 pass asks for in float32 (softmax_fp32) runs SDPA on float32 copies of
 its operands. Soft-capped scores (Gemma 2's) are not what SDPA computes: those attentions lower their formula
-(passes/decompose.py).
+(passes/decompose.py). Under torch.compile, float32 on the CPU at short lengths, SDPA is written out as its
+softmax and products, which inductor runs faster there than SDPA's CPU kernel (`sdpa`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from pseudoformer.backends.torch.lower import TorchLowering
 
 F = torch.nn.functional
+SHORT = 192  # the most keys for which sdpa() writes attention out under torch.compile
 
 
 def _takes(n: Node) -> bool:
@@ -83,9 +85,33 @@ def attend(t: TorchLowering, n: Node, q: Any, k: Any, v: Any, mask: Node | None,
     if n.attrs.get("softmax_fp32") and n.dtype is not DType.float32:
         q, k, v = q.float(), k.float(), v.float()
         m = m.float() if m is not None and m.dtype.is_floating_point else m
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=is_causal, scale=scale, enable_gqa=grouped)
-        return y.to(TORCH_DTYPE[n.dtype])
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=is_causal, scale=scale,
+        return t.call(sdpa, q, k, v, m, is_causal, scale, grouped).to(TORCH_DTYPE[n.dtype])
+    return t.call(sdpa, q, k, v, m, is_causal, scale, grouped)
+
+
+def sdpa(q: Any, k: Any, v: Any, mask: Any, is_causal: bool, scale: float, grouped: bool) -> Any:
+    """F.scaled_dot_product_attention; under torch.compile, float32 on the CPU with at most SHORT keys and
+    no mask tensor, its formula, softmax(s·QKᵀ)V (is_causal: top-left aligned, query i sees keys j ≤ i).
+
+    Why: SDPA's CPU kernel (flash attention, in blocks sized for long sequences) is slower there than the
+    batched products and the softmax inductor fuses. A GPT-2 small layer's [8, 12, 128, 64], forward and
+    backward: 20.2 ms by the kernel, 14.9 ms written out; at [4, 12, 256, 64] the two are even (27.0, 27.7)
+    and at 1024 keys the kernel is twice as fast (torch.compile, "Intel(R) Xeon(R) Processor", 2 threads,
+    2026-11-28). Eager torch runs the kernel: its softmax and products unfused are slower (21.6 ms). Only
+    where Dynamo traces for torch.compile (torch.export's graphs keep the one op); a graph of symbolic lengths
+    guards on keys ≤ SHORT, and Dynamo compiles another for longer ones. Without a mask no row is all masked
+    (the kernel's zeros against the formula's NaN). What autograd keeps is the probabilities (6 MB a layer at that size),
+    where the kernel keeps its output and log-sum-exp."""
+    keys = k.shape[-2]
+    if (mask is None and not grouped and q.dtype == torch.float32 and q.device.type == "cpu"
+            and keys <= SHORT
+            and torch.compiler.is_compiling() and not torch.compiler.is_exporting()):
+        s = torch.matmul(q, k.transpose(-2, -1)) * scale
+        if is_causal:
+            rows = torch.arange(s.shape[-2], device=s.device).unsqueeze(-1)
+            s = s.masked_fill(torch.arange(keys, device=s.device) > rows, float("-inf"))
+        return torch.matmul(torch.softmax(s, -1), v)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale,
                                           enable_gqa=grouped)
 
 

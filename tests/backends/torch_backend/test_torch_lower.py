@@ -34,8 +34,9 @@ def test_the_table_is_a_lowering_table_and_attention_is_sdpa():
     assert isinstance(LOWERINGS, LoweringTable) and LOWERINGS.backend == "torch"
     ex = example(Op.ATTENTION)
     code = to_torch(ex.graph, ex.params).code
-    # all but the soft-capped one (SDPA has no soft cap) are one SDPA call each
-    assert code.count("scaled_dot_product_attention(") == 5
+    # all but the soft-capped one (SDPA has no soft cap) are one SDPA call each (lowerings/attention.py's
+    # sdpa: F.scaled_dot_product_attention, written out under torch.compile at short lengths)
+    assert code.count("lowerings_attention_sdpa(") == 5
 
 
 def test_parameters_are_nested_modules_under_our_names_and_constants_are_buffers():
