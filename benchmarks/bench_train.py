@@ -244,9 +244,15 @@ def run_workload(workload: str, args: argparse.Namespace, ceiling: float) -> lis
             rows.append({"workload": workload, "variant": k, "ms_per_step": med * 1e3, "min_ms": min(ts) * 1e3,
                          "tokens_per_s": args.batch * args.seq / med, "gflops": work / med / 1e9,
                          "of_ceiling": work / med / 1e9 / ceiling, "peak_rss_mib": peak, "first_loss": first[k],
+                         "steps_ms": [t * 1e3 for t in ts],
                          "build_s": build_s if kind == "ours" else first_s[k] if kind in COMPILED else None,
                          "step_nodes": nodes if kind == "ours" else None})
     return rows
+
+
+def paired(r: dict, e: dict) -> float:
+    """The median over the interleaved rounds of r's step time over e's in the same round."""
+    return statistics.median(a / b for a, b in zip(r["steps_ms"], e["steps_ms"], strict=True))
 
 
 def table(rows: list[dict], ceiling: float, args: argparse.Namespace) -> str:
@@ -263,11 +269,14 @@ def table(rows: list[dict], ceiling: float, args: argparse.Namespace) -> str:
         e = next((r for r in rows if r["workload"] == w and r["variant"] == "torch eager"), None)
         if not mine or e is None:
             continue
-        times = ", ".join(f"{r['variant']} {r['ms_per_step'] / e['ms_per_step']:.2f}×" for r in mine)
+        times = ", ".join(f"{r['variant']} {r['ms_per_step'] / e['ms_per_step']:.2f}× (paired "
+                          f"{paired(r, e):.2f}×)" for r in mine)
         mems = ", ".join(f"{r['variant']} {r['peak_rss_mib'] / e['peak_rss_mib']:.2f}×" for r in mine
                          if r["peak_rss_mib"] and e["peak_rss_mib"]) or "–"
         out.append(f"\nTargets, {w}: per step, of torch eager's (target ≤ 0.8×): {times}; peak memory, of torch "
                    f"eager's (target ≤ 1×): {mems}")
+        out.append("(paired: the median over the rounds of each round's ratio, the variants run one after another on one batch, "
+                   "so that the machine's drift over the run cancels)")
     builds = [f"{r['workload']}, {r['variant']}: {r['build_s']:.1f} s" for r in rows
               if VARIANTS.get(r["variant"]) in COMPILED and r["build_s"] is not None]
     if builds:
