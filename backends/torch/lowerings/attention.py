@@ -99,13 +99,13 @@ def sdpa(q: Any, k: Any, v: Any, mask: Any, is_causal: bool, scale: float, group
     and at 1024 keys the kernel is twice as fast (torch.compile, "Intel(R) Xeon(R) Processor", 2 threads,
     2026-11-28). Eager torch runs the kernel: its softmax and products unfused are slower (21.6 ms). Only
     where Dynamo traces for torch.compile (torch.export's graphs keep the one op); a graph of symbolic lengths
-    guards on keys ≤ SHORT, and Dynamo compiles another for longer ones. Without a mask no row is all masked
-    (the kernel's zeros against the formula's NaN). What autograd keeps is the probabilities (6 MB a layer at that size),
-    where the kernel keeps its output and log-sum-exp."""
+    guards on keys ≤ SHORT, and Dynamo compiles another for longer ones. Without a mask no row is all
+    masked (the kernel's zeros against the formula's NaN). What autograd keeps is the probabilities (6 MB a
+    layer at that size), where the kernel keeps its output and log-sum-exp."""
     keys = k.shape[-2]
+    # the length last: under torch.export a comparison of a symbolic length would be a guard on it
     if (mask is None and not grouped and q.dtype == torch.float32 and q.device.type == "cpu"
-            and keys <= SHORT
-            and torch.compiler.is_compiling() and not torch.compiler.is_exporting()):
+            and torch.compiler.is_compiling() and not torch.compiler.is_exporting() and keys <= SHORT):
         s = torch.matmul(q, k.transpose(-2, -1)) * scale
         if is_causal:
             rows = torch.arange(s.shape[-2], device=s.device).unsqueeze(-1)
