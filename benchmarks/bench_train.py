@@ -24,8 +24,8 @@ as one graph, double-buffered (θ, m, v read from one set and written to another
 --torch-backend adds ours on the torch backend (training/torch_loop.TorchRuntime: the same loss algorithm and
 weights lowered to a torch module, torch's autograd, torch.optim's fused AdamW), eager; --torch-backend-compile
 the same under torch.compile (training/torch_compile.py); --torch-backend-compile-plain that without our
-rewrites of inductor's post-grad graph (backends/torch/inductor_rules/): a before/after in one run. A compiled variant's first step (its compile) is
-timed apart, as `build_s`, and is not among the timed steps. --quick shrinks everything, for the smoke test.
+rewrites of inductor's post-grad graph (backends/torch/inductor_rules/): a before/after in one run. A compiled
+variant's first step (its compile) is timed apart, as `build_s`, and is not among the timed steps. --quick shrinks everything, for the smoke test.
 
     python benchmarks/bench_train.py [--workloads gpt2,smollm2] [--steps 10] [--threads 2] [--compile] [--plain]
         [--without PASS] [--one-graph] [--whole-update] [--torch-backend] [--torch-backend-compile]
@@ -275,8 +275,8 @@ def table(rows: list[dict], ceiling: float, args: argparse.Namespace) -> str:
                          if r["peak_rss_mib"] and e["peak_rss_mib"]) or "–"
         out.append(f"\nTargets, {w}: per step, of torch eager's (target ≤ 0.8×): {times}; peak memory, of torch "
                    f"eager's (target ≤ 1×): {mems}")
-        out.append("(paired: the median over the rounds of each round's ratio, the variants run one after another on one batch, "
-                   "so that the machine's drift over the run cancels)")
+        out.append("(paired: the median over the rounds of each round's ratio, the variants run one after another "
+                   "on one batch, so that the machine's drift over the run cancels)")
     builds = [f"{r['workload']}, {r['variant']}: {r['build_s']:.1f} s" for r in rows
               if VARIANTS.get(r["variant"]) in COMPILED and r["build_s"] is not None]
     if builds:

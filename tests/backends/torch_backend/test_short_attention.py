@@ -34,7 +34,7 @@ def _traced(module: torch.nn.Module, x: torch.Tensor, dynamic: bool) -> tuple[An
 
 
 def _run(module: Any, x: torch.Tensor) -> tuple[np.ndarray, list[np.ndarray]]:
-    params = [p for p in module.parameters()]
+    params = list(module.parameters())
     for p in params:
         p.grad = None
     y = module(x=x)["Y"]
