@@ -63,6 +63,21 @@ GENAI = {"backend": "onnx", "padding_mask": False, "functions": False, "tvm_para
          "target": "llvm", "opt_level": 2, "opset": None}
 
 
+def _cuda_graph_problems(options: CompileOptions, command: str) -> list[str]:
+    """What --cuda-graph lacks: it is generate's, and replays onnxruntime's fp16 GroupQueryAttention step on CUDA
+    (the CUDA provider has no fp32 GroupQueryAttention: an fp32 step would run its attention on the host)."""
+    if command != "generate":
+        return ["--cuda-graph is generate's (its decode step replayed as one CUDA graph)"]
+    need = [flag for flag, ok in (("--backend onnx", options.backend == "onnx"),
+                                  ("--provider cuda", options.provider == "cuda"),
+                                  ("--dtype float16", options.dtype == "float16"),
+                                  ("--contrib-ops", options.contrib_ops)) if not ok]
+    if not need:
+        return []
+    return [f"--cuda-graph replays onnxruntime's float16 GroupQueryAttention decode step on the GPU: it needs "
+            f"{' '.join(need)}"]
+
+
 def _flag(default: Any, name: str) -> Any:
     return field(default=default, metadata={"flag": name})
 
@@ -93,7 +108,10 @@ class CompileOptions:
     threads: the runtime's intra-op threads (None: its default).
     torch_compile: train --backend torch runs its loss module under torch.compile (inductor), compiled at the
     first step (training/torch_compile.py); inductor_rules (API only, on by default): with it, our rewrites of
-    inductor's post-grad graph (backends/torch/inductor_rules/), off for a before/after."""
+    inductor's post-grad graph (backends/torch/inductor_rules/), off for a before/after.
+    cuda_graph: generate's decode step replayed as one CUDA graph (onnxruntime's enable_cuda_graph,
+    generation/decode_graph.py); in a lowering with kv_buffers, the step written so that the host reads only
+    sizes (backends/onnx/lowerings/group_query_attention.py)."""
 
     backend: str = _flag("onnx", "--backend")
     opt_level: int = _flag(0, "-O")
@@ -116,6 +134,7 @@ class CompileOptions:
     threads: int | None = _flag(None, "--threads")
     torch_compile: bool = _flag(False, "--torch-compile")
     inductor_rules: bool = True
+    cuda_graph: bool = _flag(False, "--cuda-graph")
 
     def with_fields(self, given: Mapping[str, Any]) -> CompileOptions:
         """These options with `given` (keyword arguments of to_onnx) set; a name that is no field is a TypeError."""
@@ -156,6 +175,8 @@ class CompileOptions:
             elif b not in CUDA_RUNS[command]:
                 where = "tvm builds for --target cuda instead" if b == "tvm" else f"{b} runs on the CPU"
                 out.append(f"--provider {self.provider} is for the {_either(CUDA_RUNS[command])} backend; {where}")
+        if self.cuda_graph:
+            out.extend(_cuda_graph_problems(self, command))
         if command == "generate" and self.dtype != "float32" and b in BACKENDS and b != "onnx":
             out.append(f"--dtype {self.dtype} is for the onnx backend; {b} generates in float32")
         if self.opset is not None:  # said where every option is checked: `inspect` lowers nothing to refuse it later

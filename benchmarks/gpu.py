@@ -215,10 +215,13 @@ def decode_table_rows(args: argparse.Namespace, out_of_time: Callable[[], bool])
     rows = []
     for r in decode_rows(smoke=args.smoke, provider=args.provider, prompt=prompt, new=new, rounds=args.rounds,
                          batches=(1, 2) if args.smoke else (1, 8), out_of_time=out_of_time):
-        for what, ours, theirs in (("per token", r.ours_step_ms, r.genai_step_ms),
-                                   ("prefill", r.ours_prefill_ms, r.genai_prefill_ms)):
+        graph_note = "; ".join(filter(None, [r.note, "" if args.provider == "cuda" else
+                                             "CUDA graphs are CUDA's: not on the CPU"]))
+        for what, ours, theirs, note in (("per token", r.ours_step_ms, r.genai_step_ms, r.note),
+                                         ("per token, --cuda-graph", r.graph_step_ms, r.genai_step_ms, graph_note),
+                                         ("prefill", r.ours_prefill_ms, r.genai_prefill_ms, r.note)):
             rows.append({"section": "decode", "case": f"{r.shape} batch {r.batch}, {what}",
-                         "dtype": r.precision, "ours": ours, "genai": theirs, "note": r.note})
+                         "dtype": r.precision, "ours": ours, "genai": theirs, "note": note})
     return rows
 
 
@@ -236,7 +239,8 @@ def table(rows: list[dict], device_name: str, judge: bool = True) -> str:
     for r in rows:
         anchor, target = TARGETS[r["section"]]
         other = r.get(anchor)
-        ratio = r["ours"] / other if other and r["ours"] == r["ours"] else None
+        ours = r["ours"]
+        ratio = ours / other if other and ours is not None and ours == ours else None  # None: not run; NaN: no time
         met = "" if ratio is None or not judge else ("met" if ratio <= target else "missed")
         extra = []
         if r["section"] == "train" and r.get("torch.compile"):

@@ -18,8 +18,8 @@ What it writes (six files, flat, as the device tool brings back at most eight, t
 Time: --budget-s (default 450 s) is the whole run's, the installation device.sh does before it not counted. The
 tests get at most --tests-s (150 s); the benchmark gets what is left as a hard limit, and gpu.py is told to start
 no section in the last --reserve-s (120 s) of it, so that a section begun in time can end. A step that reaches its
-limit is stopped, and the summary says so. onnxruntime's CUDA graphs (`enable_cuda_graph`) are not in any step:
-nothing here can test them.
+limit is stopped, and the summary says so. onnxruntime's CUDA graphs (`generate --cuda-graph`) are in both steps:
+tests/gpu/test_decode_graph.py's CUDA tests and a decode row of their own in gpu.py.
 
 Where onnxruntime-genai imports, PSEUDOFORMER_GENAI_PYTHON is set to this Python for the tests (the genai-cuda
 folder tests need it). The exit code is 0 when every test passed or skipped and every step ended in its time.
@@ -48,7 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CUDA_TESTS = ("tests/backends/test_onnx_cuda.py", "tests/backends/test_onnx_runner.py",
               "tests/gpu/test_provider.py", "tests/gpu/test_generate_float16.py",
               "tests/gpu/test_training_device.py", "tests/gpu/test_genai_gpu_folder.py",
-              "tests/gpu/test_training_precision.py", "tests/training/test_training_vs_torch.py")
+              "tests/gpu/test_training_precision.py", "tests/training/test_training_vs_torch.py",
+              "tests/gpu/test_decode_graph.py")
 FILES = ("env.txt", "cuda-tests.txt", "cuda-tests.xml", "gpu.md", "gpu.log", "summary.md")
 SECTIONS = ("forward", "decode", "train")  # gpu.py's, checked here before any GPU time is spent on the tests
 

@@ -64,6 +64,10 @@ class Emitter:
         # Symbolic dims whose size is a graph input rather than a tensor's Shape: the cache's past length
         # when the cache lives in buffers longer than it (lower.py, kv_buffers).
         self.sizes: dict[str, str] = {}
+        # A decode step for CUDA graphs (CompileOptions.cuda_graph, with the cache in buffers): what the host reads
+        # (GroupQueryAttention's total length, its tables' padding) is made from sizes alone, never from the
+        # past length, a value on the device (lowerings/group_query_attention.py).
+        self.capture = False
         self.nodes: list[onnx.NodeProto] = []
         # With local functions, the call each node is in (`region` when it was emitted): constants
         # and shapes are then shared within a call only, so that every call computes its own.

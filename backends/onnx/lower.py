@@ -52,7 +52,8 @@ def lower_prepared(graph: Graph, params: Mapping[str, np.ndarray], options: Comp
     if ir_version is None:
         ir_version = helper.find_min_ir_version_for([helper.make_opsetid("", opset)])
     weights = _weights(graph, params)
-    proto, local = _lower_graph(graph, opset, weights if options.functions else None, dict(sizes or {}))
+    proto, local = _lower_graph(graph, opset, weights if options.functions else None, dict(sizes or {}),
+                                options.cuda_graph and options.kv_buffers is not None)
     imports = _imports([*proto.node, *(n for f in local for n in f.node)], opset)
     if local:
         imports.append(helper.make_opsetid(DOMAIN, DOMAIN_VERSION))
@@ -204,9 +205,11 @@ def _weights(graph: Graph, params: Mapping[str, np.ndarray]) -> dict[str, np.nda
 
 
 def _lower_graph(graph: Graph, opset: int, weights: Mapping[str, np.ndarray] | None,
-                 sizes: dict[str, str]) -> tuple[onnx.GraphProto, list[onnx.FunctionProto]]:
-    """The graph, and with `weights` (the initializers' names) given, its calls as local functions."""
+                 sizes: dict[str, str], capture: bool = False) -> tuple[onnx.GraphProto, list[onnx.FunctionProto]]:
+    """The graph, and with `weights` (the initializers' names) given, its calls as local functions. `capture`:
+    a decode step whose cache is in buffers, written for CUDA graphs (Emitter.capture)."""
     e = Emitter(graph, opset)
+    e.capture = capture
     plan = plan_calls(graph) if weights is not None else None
     inputs = [value_info(n.attrs["name"], ELEM[n.dtype], n.type) for n in graph.inputs]
     e.sizes.update(sizes)

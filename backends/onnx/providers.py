@@ -15,6 +15,7 @@ shape arithmetic that the CUDA provider places on the host by design).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pseudoformer.base.errors import BackendError
@@ -60,7 +61,7 @@ def require_installed(provider: str) -> None:
     require(onnxruntime, provider)
 
 
-def session_providers(provider: str, cuda: dict[str, str] | None = None) -> list[Any]:
+def session_providers(provider: str, cuda: Mapping[str, str] | None = None) -> list[Any]:
     """InferenceSession's `providers` argument for `provider`: its name alone, with CUDA's options (and `cuda`'s)."""
     name = PROVIDERS[check_name(provider)]
     return [(name, {**CUDA_OPTIONS, **(cuda or {})})] if provider == "cuda" else [name]

@@ -51,13 +51,19 @@ class OnnxRunner:
 
     def __init__(
         self, model: onnx.ModelProto | str | os.PathLike, *, provider: str = "cpu", threads: int | None = None,
-        memory_limit: int | None = None,
+        memory_limit: int | None = None, sizes: Mapping[str, int] | None = None, cuda_graph: bool = False,
     ) -> None:
         """memory_limit: the most bytes onnxruntime's CPU allocator may hold for this process (weights it
-        copies and every intermediate); an allocation past it fails the run instead of being made."""
+        copies and every intermediate); an allocation past it fails the run instead of being made. sizes: named
+        dims fixed for this session (onnxruntime's free dimension overrides: the shapes they make fold to
+        constants). cuda_graph: onnxruntime's CUDA graphs on the CUDA provider (every run with one IO binding
+        whose values stay put; generation/step_values.py)."""
         ort = onnxruntime()
-        providers(ort, provider)
+        cuda = {"enable_cuda_graph": "1"} if cuda_graph else None
+        providers(ort, provider, cuda)
         options = session_options(ort, threads=threads, log_severity=None)
+        for dim, size in (sizes or {}).items():
+            options.add_free_dimension_override_by_name(dim, int(size))
         if memory_limit is not None and provider == "cpu":
             _limit_cpu_memory(ort, memory_limit)
             options.add_session_config_entry("session.use_env_allocators", "1")
@@ -67,7 +73,7 @@ class OnnxRunner:
         self._ort = ort
         self.provider = provider
         self.device = provider_device(provider)
-        self.session = open_session(ort, model, options, provider)
+        self.session = open_session(ort, model, options, provider, cuda=cuda)
         try:  # a file's names and metadata are its own bytes: onnxruntime hands back invalid UTF-8 as an error
             self._inputs = {i.name: i for i in self.session.get_inputs()}
             self.output_names = [o.name for o in self.session.get_outputs()]

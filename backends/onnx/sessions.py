@@ -44,11 +44,11 @@ def onnxruntime() -> Any:
     return onnxruntime
 
 
-def providers(ort: Any, provider: str) -> list[Any]:
+def providers(ort: Any, provider: str, cuda: Mapping[str, str] | None = None) -> list[Any]:
     """The execution providers of a session on `provider` ("cpu", "cuda"): that one alone, checked installed,
-    with its options (CUDA's TF32 off: providers.py)."""
+    with its options (CUDA's TF32 off: providers.py, and `cuda`'s)."""
     require(ort, provider)
-    return session_providers(provider)
+    return session_providers(provider, cuda)
 
 
 def session_options(ort: Any, *, threads: int | None = None, profile: bool = False, optimize: bool = True,
@@ -75,9 +75,10 @@ def session_options(ort: Any, *, threads: int | None = None, profile: bool = Fal
 
 
 def open_session(ort: Any, model: onnx.ModelProto | str | os.PathLike, options: Any, provider: str = "cpu", *,
-                 disabled_optimizers: list[str] | None = None) -> Any:
-    """An InferenceSession of `model` (a path, or a ModelProto under protobuf's 2 GiB) on `provider` alone."""
-    names = providers(ort, provider)
+                 disabled_optimizers: list[str] | None = None, cuda: Mapping[str, str] | None = None) -> Any:
+    """An InferenceSession of `model` (a path, or a ModelProto under protobuf's 2 GiB) on `provider` alone (with
+    `cuda`'s provider options on CUDA)."""
+    names = providers(ort, provider, cuda)
     if isinstance(model, onnx.ModelProto):
         try:
             source: bytes | str = model.SerializeToString()

@@ -10,6 +10,10 @@ against onnxruntime-genai on its own builder's folder of the same checkpoint, li
     int4           the same, --quantize int4 --symmetric          -p int4 -e cuda (blocks of 32, symmetric,
                    --block-size 32 --accuracy-level 4             fp16 activations)
 
+On CUDA ours is timed twice: as above, and with --cuda-graph (the step captured once as a CUDA graph and replayed,
+generation/step_values.py), a generator of its own made after the first is let go. The CPU (--smoke) has no
+CUDA graphs: that row's cells are empty there, with the reason.
+
 Each is timed as `generate` times itself (generation/generator.py's Generation: the prefill, the prompt and its
 first token, and every later step) and as common/genai_generate.time_model times genai: the median over rounds of the
 prefill and of each round's median step. A genai that is not importable here, or a builder that fails, leaves
@@ -54,6 +58,7 @@ class DecodeRow:
     genai_prefill_ms: float | None
     genai_step_ms: float | None
     note: str = ""
+    graph_step_ms: float | None = None  # ours with --cuda-graph (CUDA only)
 
 
 def checkpoint(shape: str, directory: Path, smoke: bool) -> tuple[str, Path, int]:
@@ -69,13 +74,14 @@ def checkpoint(shape: str, directory: Path, smoke: bool) -> tuple[str, Path, int
     return str(ROOT / "models" / f"{kind}.alg"), directory, int(sizes["vocab_size"])
 
 
-def ours_generator(alg: str, weights: Path, precision: str, provider: str):  # type: ignore[no-untyped-def]
+def ours_generator(alg: str, weights: Path, precision: str, provider: str,  # type: ignore[no-untyped-def]
+                   cuda_graph: bool = False):
     from pseudoformer.generation.api import prepare
     from pseudoformer.passes.quantize import QuantizeOptions
 
     quantize = QuantizeOptions(bits=4, block_size=32, symmetric=True, accuracy_level=4) if precision == "int4" else None
     return prepare(alg, weights=weights, dtype="float16", provider=provider, quantize=quantize,
-                   contrib_ops=True).generator
+                   contrib_ops=True, cuda_graph=cuda_graph).generator
 
 
 def ours(generator, prompts: np.ndarray, new: int, rounds: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
@@ -137,12 +143,20 @@ def decode_rows(*, smoke: bool, provider: str, prompt: int, new: int, rounds: in
                 folder, why = (None, missing) if missing else genai_folder(weights, precision, ep,
                                                                           Path(tmp) / f"genai-{shape}-{precision}")
                 generator = ours_generator(alg, weights, precision, provider)
+                done = []
                 for batch in batches:
                     prompts = np.random.default_rng(batch).integers(0, vocab, (batch, prompt))
                     p, s = ours(generator, prompts, new, rounds)
                     gp = gs = None
                     if folder is not None:
                         gp, gs = genai(folder, prompts, new, rounds)
-                    rows.append(DecodeRow(shape, precision, batch, p, s, gp, gs, why or ""))
+                    done.append(DecodeRow(shape, precision, batch, p, s, gp, gs, why or ""))
                 del generator  # its sessions and cache, before the next one is made
+                if provider == "cuda":
+                    generator = ours_generator(alg, weights, precision, provider, cuda_graph=True)
+                    for row in done:
+                        prompts = np.random.default_rng(row.batch).integers(0, vocab, (row.batch, prompt))
+                        row.graph_step_ms = ours(generator, prompts, new, rounds)[1]
+                    del generator
+                rows += done
     return rows

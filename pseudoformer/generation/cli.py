@@ -48,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction, model_args: Callable[..., None])
     g.add_argument("--contrib-ops", action="store_true",
                    help="onnx: onnxruntime's own kernels where they compute the same and faster "
                    "(GroupQueryAttention appending to a cache kept in buffers, Skip(Simplified)LayerNormalization)")
+    g.add_argument("--cuda-graph", action="store_true",
+                   help="with --provider cuda --dtype float16 --contrib-ops: the decode step captured once as a CUDA "
+                   "graph (onnxruntime's) and replayed per token")
     add_quantize_arguments(g)
 
 

@@ -73,11 +73,12 @@ class Generator:
         from pseudoformer.optimize import debugging
 
         self.options = options = from_keywords(options, keywords, "generate", opt_level=2).runnable("generate")
-        backend, opt_level, threads, provider = options.backend, options.opt_level, options.threads, options.provider
-        contrib_ops = options.contrib_ops
+        backend, opt_level = options.backend, options.opt_level
         if cache and opt_level < 2:
             raise UsageError(f"the key/value cache is derived from fused attention, which -O{opt_level} does not "
                              "make: generate at -O2, or without the cache")
+        if options.cuda_graph and not cache:
+            raise UsageError("--cuda-graph replays the decode step over the key/value cache: generate with the cache")
         names = [n for n, _ in model.graph.outputs]
         self.output = output or names[0]
         if self.output not in names:
@@ -120,9 +121,8 @@ class Generator:
                 dec = half_decoder(dec)
                 half_weights((dec.prefill, dec.step, dec.encoder), self.weights)
             self.decoder: IncrementalDecoder | None = dec
-            self.runtime: Runtime = _runtime(backend, dec, self.output, model, self.weights, threads, provider,
-                                             contrib_ops, self._release if not keep_weights else None,
-                                             options.int8_activations)
+            self.runtime: Runtime = _runtime(dec, self.output, model, self.weights, options,
+                                             self._release if not keep_weights else None)
         else:
             self.decoder = None
             full = run_passes(graph, named_pipeline("generation-uncached"), ctx=ctx)
@@ -230,19 +230,18 @@ def _ids(value: Any, what: str) -> np.ndarray:
         raise UsageError(f"{what} must be token ids: whole numbers below 2^63, one list per row") from None
 
 
-def _runtime(backend: str, dec: IncrementalDecoder, output: str, model: Model, weights: Mapping[str, np.ndarray],
-             threads: int | None, provider: str, contrib_ops: bool, release: Callable[[], None] | None,
-             int8_activations: bool = False) -> Runtime:
-    if backend == "numpy":
+def _runtime(dec: IncrementalDecoder, output: str, model: Model, weights: Mapping[str, np.ndarray],
+             options: CompileOptions, release: Callable[[], None] | None) -> Runtime:
+    if options.backend == "numpy":
         return NumpyRuntime(dec, output, weights)
-    if backend == "onnx":
+    if options.backend == "onnx":
         from pseudoformer.model import model_metadata
 
-        return OnnxRuntime(dec, output, weights, provider=provider, threads=threads,
-                           metadata=model_metadata(model, 2), contrib_ops=contrib_ops, release=release)
+        return OnnxRuntime(dec, output, weights, options, metadata=model_metadata(model, 2), release=release)
     from pseudoformer.generation.tvm_runtime import TvmRuntime
 
-    return TvmRuntime(dec, output, weights, threads=threads, int8_activations=int8_activations)  # dec.step unsliced
+    return TvmRuntime(dec, output, weights, threads=options.threads,  # dec.step unsliced
+                      int8_activations=options.int8_activations)
 
 
 class _FullRuntime:

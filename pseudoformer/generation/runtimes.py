@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from pseudoformer.base.errors import BackendError
 from pseudoformer.generation.onnx_files import OnnxFiles, load_proto
 from pseudoformer.generation.step_values import PAST_LENGTH, DeviceScores, StepValues
 from pseudoformer.ir import Graph, TensorType
 from pseudoformer.passes.kv_cache import IncrementalDecoder
+
+if TYPE_CHECKING:
+    from pseudoformer.backends.options import CompileOptions
 
 Cache = dict[str, Any]  # past input name → value, as the backend keeps it
 
@@ -70,15 +74,22 @@ class OnnxRuntime:
     lives in buffers allocated for all its positions (`reserve`), each bound as both a step's past input
     and its present output: the kernel appends the new keys and values in place, and a step writes only
     its tokens and the cache's length (PAST_LENGTH). With standard ONNX ops a step's present is a new
-    value (Attention concatenates past and new), bound as the next step's past."""
+    value (Attention concatenates past and new), bound as the next step's past.
 
-    def __init__(self, dec: IncrementalDecoder, output: str, weights: Mapping[str, np.ndarray], *,
-                 provider: str = "cpu", threads: int | None = None, metadata: Mapping[str, str] | None = None,
-                 contrib_ops: bool = False, release: Callable[[], None] | None = None) -> None:
+    With options.cuda_graph (and the cache in buffers) the step after the prompt runs on a session of its own,
+    its sizes fixed to the generation's batch and capacity, which onnxruntime's CUDA provider captures as one
+    CUDA graph and replays per token (step_values.py); the prompt runs on the first session. On the CPU the same
+    two sessions run without a graph (what the CPU's tests check)."""
+
+    def __init__(self, dec: IncrementalDecoder, output: str, weights: Mapping[str, np.ndarray],
+                 options: CompileOptions | None = None, *, metadata: Mapping[str, str] | None = None,
+                 release: Callable[[], None] | None = None) -> None:
         from pseudoformer.backends.onnx import OnnxRunner
         from pseudoformer.backends.onnx.compile import lower_model
-        from pseudoformer.base.errors import BackendError
+        from pseudoformer.backends.options import CompileOptions
 
+        options = options or CompileOptions()
+        provider, threads, contrib_ops = options.provider, options.threads, options.contrib_ops
         self.dec, self.output = dec, output
         self.buffered = False
         # Each graph is written to a file with its weights outside (onnx_files.py), and the sessions
@@ -91,9 +102,12 @@ class OnnxRuntime:
             refused: list = []
             try:
                 step = lower_model(dec.step, weights, metadata=metadata, contrib_ops=True, kv_buffers=PAST_LENGTH,
-                                   fold_weights=True, refusals=refused)
+                                   fold_weights=True, refusals=refused, cuda_graph=options.cuda_graph)
                 self.buffered = True
-            except BackendError:  # some attention is not GroupQueryAttention's: a cache of values, as below
+            except BackendError as e:  # some attention is not GroupQueryAttention's: a cache of values, as below
+                if options.cuda_graph:
+                    raise BackendError(f"CUDA graphs decode from a cache in buffers, which needs every attention "
+                                       f"over the cache to be GroupQueryAttention's: {e}") from None
                 refused.clear()
                 step = lower_model(dec.step, weights, metadata=metadata, contrib_ops=True, fold_weights=True,
                                    refusals=refused)
@@ -112,7 +126,12 @@ class OnnxRuntime:
                         if self.encoder_path is not None else None)
         self.ort = self.runner._ort
         self.device = self.runner.device
-        self.values = StepValues(self.runner, dec, output, self.buffered)
+        decode = None
+        if options.cuda_graph:
+            def decode(sizes: Mapping[str, int]) -> OnnxRunner:
+                return OnnxRunner(self.step_path, provider=provider, threads=threads, sizes=sizes,
+                                  cuda_graph=provider == "cuda")
+        self.values = StepValues(self.runner, dec, output, self.buffered, decode)
 
     @functools.cached_property
     def step_model(self) -> Any:
@@ -157,6 +176,10 @@ class OnnxRuntime:
             values.write(tokens if one else None, None)
             return DeviceScores(values), _next_cache(self.dec, values.run(binding, cache))
         past = int(cache[PAST_LENGTH])
+        if values.decode is not None and not one and past:
+            # the step for CUDA graphs gives its kernel the length of a prompt only where the cache is empty
+            raise BackendError(f"with CUDA graphs a step after the prompt takes one token per row, not "
+                               f"{tokens.shape[-1]} (past {past})")
         values.buffers.make_room(past, tokens.shape[-1])  # refused: the kernel would write past the buffers' end
         values.write(tokens if one else None, past)
         values.run(binding)

@@ -18,11 +18,19 @@ the scores are read in place (OrtValue.numpy() is a view of a CPU buffer). The A
 not a node added to the step graph, so that the step's file is the derived step graph as lowered (the
 contrib-graph record, tests/backends/contrib_graphs.py, holds it). Sampling other than greedy reads the
 scores (DeviceScores as an array) and writes the drawn ids back.
+
+With `decode` (generate --cuda-graph) the binding every token reuses is of a second session of the same step file,
+its sizes fixed to the batch, one new token and the buffers' capacity (onnxruntime's free dimension overrides), made
+with the buffers: its shapes then fold to constants, what GroupQueryAttention reads on the host is a constant
+(lowerings/group_query_attention.py), and no value crosses between host and device within the step, which is what
+onnxruntime's CUDA provider needs to capture the step as one CUDA graph at its first runs and replay it for every
+token after. The graph reads the values bound when it was captured: the buffers and the binding are made once per
+batch and capacity and only written in place, and the prompt runs on the first session (its shapes its own).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -57,10 +65,14 @@ class StepValues:
     batch size and capacity. `cache_slots` names the (past, present, type) of each cache buffer; empty when
     the cache is ORT-allocated values rebound each step (standard ONNX ops: no in-place append there)."""
 
-    def __init__(self, runner: Any, dec: IncrementalDecoder, output: str, buffered: bool) -> None:
+    def __init__(self, runner: Any, dec: IncrementalDecoder, output: str, buffered: bool,
+                 decode: Callable[[Mapping[str, int]], Any] | None = None) -> None:
+        """`decode`: a runner of the step with the named sizes fixed (CUDA graphs: the module's docstring)."""
         from pseudoformer.backends.onnx.runner import _NUMPY
 
         self.runner, self.dec, self.output, self.buffered = runner, dec, output, buffered
+        self.decode = decode
+        self.decoder: Any = None  # decode's runner for the buffers held
         self.ort, self.device = runner._ort, runner.device
         self.token_input = dec.step.inputs[0].attrs["name"]
         # dtypes as the session has them (a float16 lowering's scores and cache are float16, the IR's float32)
@@ -80,6 +92,31 @@ class StepValues:
         self._argmax_binding: Any = None
         self._written: np.ndarray | None = None  # the ids the last argmax left in the token buffer
         self._extras: dict[str, Any] = {}
+        if decode is not None:
+            self._check_capturable()
+
+    def _check_capturable(self) -> None:
+        """A step a CUDA graph can replay: its cache in buffers, and nothing bound per generation (an encoder's
+        values) or left for onnxruntime to allocate (an output other than the scores and the cache)."""
+        if not self.buffered:
+            raise BackendError("CUDA graphs need the cache in buffers that GroupQueryAttention appends to "
+                               "(--contrib-ops, every attention over the cache GroupQueryAttention's)")
+        inputs = set(self.runner.input_names) - {self.token_input, PAST_LENGTH, *(p for p, _, _ in self.cache_slots())}
+        outputs = set(self.runner.output_names) - {self.output} - self.presents
+        if inputs or outputs:
+            raise BackendError(f"CUDA graphs replay a decoder-only step (tokens, length, cache → scores, cache); "
+                               f"this one also has {', '.join(sorted(inputs | outputs))}")
+
+    def _sizes(self) -> dict[str, int]:
+        """The step's named dims fixed for the decode session: batch, one new token, the buffers' capacity."""
+        shapes = {i.name: i.shape for i in self.runner.session.get_inputs()}
+        fixed = {}
+        past = self.cache_slots()[0][0]
+        for dim, size in ((shapes[self.token_input][0], self.batch), (shapes[self.token_input][1], 1),
+                          (shapes[past][2], self.capacity)):
+            if isinstance(dim, str) and fixed.setdefault(dim, size) != size:
+                raise BackendError(f"the step's dim {dim!r} is both {fixed[dim]} and {size} (a generation bug)")
+        return fixed
 
     @property
     def batch(self) -> int:
@@ -120,8 +157,11 @@ class StepValues:
             for past, present, _ in self.cache_slots():
                 self.cache[past] = self.cache[present] = self.buffers.values[past]
             self._argmax = None
+            if self.decode is not None:
+                self.decoder = None  # the last one's session goes before the next is made
+                self.decoder = self.decode(self._sizes())
         self.session = session
-        self.binding = self._bind(self.tokens)
+        self.binding = self._bind(self.tokens, self.decoder.session if self.decoder is not None else None)
         self._written = None
 
     def cache_slots(self) -> list[tuple[str, str, TensorType]]:
@@ -130,10 +170,11 @@ class StepValues:
         return [(past, present, t) for s in self.dec.slots for past, present, t in
                 ((s.past_key, s.present_key, s.key_type), (s.past_value, s.present_value, s.value_type))]
 
-    def _bind(self, tokens: Any) -> Any:
-        """A binding of the step session: `tokens` as its token input, the length, the scores buffer, the
-        cache buffers as both past and present, the extra inputs (encoder values), other outputs to the device."""
-        binding = self.session.io_binding()
+    def _bind(self, tokens: Any, session: Any = None) -> Any:
+        """A binding of the step session (or `session`): `tokens` as its token input, the length, the scores buffer,
+        the cache buffers as both past and present, the extra inputs (encoder values), other outputs to the
+        device."""
+        binding = (session or self.session).io_binding()
         binding.bind_ortvalue_input(self.token_input, tokens)
         if self.buffered:
             binding.bind_ortvalue_input(PAST_LENGTH, self.length)
@@ -171,7 +212,9 @@ class StepValues:
         written in place; otherwise `cache` (ORT values) is bound as the past, each present is bound to a new
         ORT-allocated value, and the outputs are returned by name (they hold the next step's past)."""
         if self.buffered:
-            self.session.run_with_iobinding(binding)
+            # the binding of every token is the decode session's where there is one (CUDA graphs)
+            decoder = self.decoder is not None and binding is self.binding
+            (self.decoder.session if decoder else self.session).run_with_iobinding(binding)
             return {}
         for name, value in (cache or {}).items():
             binding.bind_ortvalue_input(name, value)

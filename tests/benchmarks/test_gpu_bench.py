@@ -1,7 +1,8 @@
 """benchmarks/gpu.py --smoke: every code path of the GPU benchmark at tiny sizes on the CPU, in one process.
 
 Timings are never asserted. What is checked: the one table has a row per forward shape and dtype, per decode
-shape, precision, batch and figure, and the training step; our fp32 logits equal torch's; genai's cells say why
+shape, precision, batch and figure (per token, per token with --cuda-graph: CUDA's alone, empty here with the
+reason, and prefill), and the training step; our fp32 logits equal torch's; genai's cells say why
 they are empty where genai is not importable; the smoke run judges no target; without a GPU the full run
 refuses in one line."""
 
@@ -41,13 +42,15 @@ def test_the_table_has_every_row(smoke: str) -> None:
     assert [(r[1], r[2]) for r in forward] == [(f"GPT-2 small {s}", d) for d in ("float32", "float16")
                                                for s in ("1×8", "2×16")]
     decode = _rows(smoke, "decode")
-    assert len(decode) == 2 * 2 * 2 * 2  # shapes, precisions, batches, per token and prefill
+    assert len(decode) == 2 * 2 * 2 * 3  # shapes, precisions, batches; per token, with --cuda-graph, prefill
     assert {r[2] for r in decode} == {"fp16", "int4"}
     assert {r[1].split(" batch")[0] for r in decode} == {"SmolLM2-135M", "Qwen2.5-0.5B"}
+    graphed = [r for r in decode if r[1].endswith("--cuda-graph")]
+    assert len(graphed) == 8 and all(r[3] == "—" and "not on the CPU" in r[9] for r in graphed)  # CUDA's alone
     train = _rows(smoke, "train")
     assert len(train) == 1 and "AdamW" in train[0][1] and "× torch.compile" in train[0][9]
     for r in [*forward, *decode, *train]:
-        assert float(r[3]) > 0  # ours ran
+        assert r in graphed or float(r[3]) > 0  # ours ran
 
 
 def test_ours_computes_torch_s_logits(smoke: str) -> None:

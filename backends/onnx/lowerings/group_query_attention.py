@@ -16,6 +16,12 @@ unused rows.
 With `lengths` (onnxruntime-genai's step) seqlens_k and the total length are read off the attention mask,
 as genai's own builder makes them: ReduceSum(mask) − 1 per row and the mask's width; the tables are
 already one row per position, and the kernel finds each row's positions from seqlens_k itself.
+
+For CUDA graphs (Emitter.capture: a decode step whose cache is in buffers of capacity C), what the kernel reads on
+the host is made from sizes alone, so that no value goes from the device to the host within the step (onnxruntime
+captures no step that copies one): the total length is C for one new token (the kernel then reads each row's
+length from seqlens_k, on the device) and s for a prompt, which must start an empty cache; the tables are padded
+to C rows. seqlens_k still comes from the past length, on the device.
 """
 
 from __future__ import annotations
@@ -73,11 +79,17 @@ def _group_query_attention(e: Emitter, n: Node) -> str | tuple[str, ...]:
         total32 = _shared(e, ("total32", dims), lambda: _int32_scalar(e, total))
         seqlens = _shared(e, ("seqlens", dims), lambda: e.emit(
             "Expand", [e.emit("Sub", [total32, e.const(1, TensorProto.INT32)]), batch]))
+    capacity = None
+    if e.capture and cached and mask_node is None and dims[2] in e.sizes:
+        capacity = _shared(e, ("capacity", dims), lambda: e.shape_dim(past[0], 2))
+        total32 = _shared(e, ("capture total", dims), lambda: _int32_scalar(e, e.emit(
+            "Where", [e.emit("Equal", [new, e.ints([1])]), capacity, new])))
     if mask_node is None and tables_nodes:
         tables = [e.value(t) for t in tables_nodes]
-        if past_len is not None:  # one row per position up to past + s: the past's rows are never read
-            pads = _shared(e, ("pads", dims), lambda: e.emit("Concat", [e.ints([0, 0]), past_len, e.ints([0])],
-                                                              axis=0))
+        if past_len is not None:  # one row per position up to past + s (or C): the past's rows are never read
+            spare = past_len if capacity is None else _shared(e, ("capture rows", dims),
+                                                              lambda: e.emit("Sub", [capacity, new]))
+            pads = _shared(e, ("pads", dims), lambda: e.emit("Concat", [e.ints([0, 0]), spare, e.ints([0])], axis=0))
             tables = [_shared(e, ("table", t, dims), lambda t=t: e.emit("Pad", [t, pads])) for t in tables]
         ids = _shared(e, ("ids", dims), lambda: e.emit("Expand", [
             e.emit("Unsqueeze", [e.range(e.emit("Squeeze", [new, e.ints([0])])), e.ints([0])]),

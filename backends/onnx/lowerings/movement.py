@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pseudoformer.backends.onnx.emitter import Emitter
 from pseudoformer.backends.onnx.lowerings.registry import lowers
+from pseudoformer.backends.onnx.lowerings.sizes import reads_length
 from pseudoformer.base.errors import BackendError
 from pseudoformer.ir.node import Node
 from pseudoformer.ir.ops import Op
@@ -90,8 +91,14 @@ def _scatter_add_elements(e: Emitter, n: Node) -> str:
 
 @lowers(Op.SLICE)
 def _slice(e: Emitter, n: Node) -> str:
-    start, stop = (_bound(e, b) for b in n.src[1:3])
     axis = n.attrs["axis"] % n.src[0].type.rank
+    if e.capture and reads_length(e, n.src[1]):
+        # Slice reads its bounds on the host (a CUDA graph captures no copy there): rows start + 0 … n − 1 by
+        # Gather, whose indices stay on the device (a learned position table's rows from the past length on)
+        rows = e.size_of(n.type.shape[axis], (e.value(n.src[0]), axis))
+        ids = e.emit("Add", [e.range(e.emit("Squeeze", [rows, e.ints([0])])), e.value(n.src[1])])
+        return e.emit("Gather", [e.value(n.src[0]), ids], out=e.out, axis=axis)
+    start, stop = (_bound(e, b) for b in n.src[1:3])
     return e.emit("Slice", [e.value(n.src[0]), start, stop, e.ints([axis])], out=e.out)
 
 

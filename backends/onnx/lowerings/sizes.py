@@ -20,7 +20,29 @@ def _dim(e: Emitter, n: Node) -> str:
         return e.const(src.shape[axis], TensorProto.INT64, out=e.out)
     if src.shape[axis] in e.sizes:  # the past length of a cache kept in longer buffers
         return e.emit("Squeeze", [e.sizes[src.shape[axis]], e.ints([0])], out=e.out)
+    if e.capture:  # off a graph input where it is one of its dims: a size onnxruntime folds once the sizes are fixed
+        return e.emit("Squeeze", [e.size_of(src.shape[axis], (e.value(src), axis)), e.ints([0])], out=e.out)
     return e.emit("Squeeze", [e.shape_dim(e.value(src), axis), e.ints([0])], out=e.out)
+
+
+def reads_length(e: Emitter, n: Node) -> bool:
+    """Whether the value of `n` depends on a graph input's values or on a size given as an input (the past length
+    of a cache in buffers): in a step for CUDA graphs, a value on the device (Emitter.capture)."""
+    seen: set[int] = set()
+    todo = [n]
+    while todo:
+        m = todo.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        if m.op is Op.INPUT:
+            return True
+        if m.op is Op.DIM:  # reads its operand's shape alone
+            if m.src[0].shape[m.attrs["axis"] % m.src[0].type.rank] in e.sizes:
+                return True
+            continue
+        todo.extend(m.src)
+    return False
 
 
 @lowers(Op.ARANGE)
