@@ -3,7 +3,10 @@
 
     forward   GPT-2 small (random weights, one HF checkpoint both sides read), fp32 and fp16, at 1×128, 8×128,
               4×512 and 1×1024: ours (`compile`, fp16 with --contrib-ops; IO binding, the logits left on the
-              device) against torch eager and torch.compile(mode="reduce-overhead") (CUDA graphs)
+              device) against torch eager and torch.compile(mode="reduce-overhead") (CUDA graphs); and ours
+              as torch.compile's CUDA graphs are, a session per shape with its sizes fixed (onnxruntime's free
+              dimension overrides) that onnxruntime's CUDA provider captures once and replays (the same session
+              without the capture on the CPU: --smoke)
     decode    SmolLM2-135M and Qwen2.5-0.5B shapes, fp16 and int4, batch 1 and 8, prompt 128: ours
               (`generate --provider cuda`) against onnxruntime-genai-cuda on its own builder's folder
               (benchmarks/common/gpu_decode.py), per token and prefill
@@ -122,8 +125,9 @@ def _forward(args: argparse.Namespace, clock: Clock, checkpoint: Path, hf, dtype
     import pseudoformer
     from pseudoformer.backends.onnx import OnnxRunner
 
-    ours = OnnxRunner(pseudoformer.compile(ROOT / "models" / "gpt2.alg", weights=checkpoint, dtype=dtype,
-                                           contrib_ops=dtype == "float16").onnx, provider=args.provider)
+    onnx_model = pseudoformer.compile(ROOT / "models" / "gpt2.alg", weights=checkpoint, dtype=dtype,
+                                      contrib_ops=dtype == "float16").onnx
+    ours = OnnxRunner(onnx_model, provider=args.provider)
     model = hf.to(args.device, getattr(torch, dtype))
     fast = compiled(model, args)
     rows = []
@@ -142,7 +146,31 @@ def _forward(args: argparse.Namespace, clock: Clock, checkpoint: Path, hf, dtype
         got = binding.copy_outputs_to_cpu()[0].astype(np.float32)
         row["note"] = f"largest logit difference from torch {np.abs(got - want).max():.1e}"
         rows.append(row)
+        graph_ms, apart = _captured(args, clock, onnx_model, x, got, dtype)
+        rows.append({**row, "case": f"{row['case']}, CUDA graph", "ours": graph_ms,
+                     "note": f"onnxruntime's CUDA graphs{'' if args.provider == 'cuda' else ' (CPU: none)'}; "
+                             f"largest logit difference from the session without {apart:.1e}"})
     return rows
+
+
+def _captured(args: argparse.Namespace, clock: Clock, model, x: np.ndarray, plain: np.ndarray,  # type: ignore[no-untyped-def]
+              dtype: str) -> tuple[float, float]:
+    """Ours on a session of this shape alone, captured as a CUDA graph on CUDA: its ms, and the largest difference
+    of its logits from `plain`'s, the session's without (this session is let go before the next shape's)."""
+    import onnxruntime as ort
+
+    from pseudoformer.backends.onnx import OnnxRunner
+
+    runner = OnnxRunner(model, provider=args.provider, sizes={"batch": x.shape[0], "seq": x.shape[1]},
+                        cuda_graph=args.provider == "cuda")
+    # the graph reads the values bound when it was captured: the input and the logits made once, bound once
+    value = ort.OrtValue.ortvalue_from_numpy(x, runner.device, 0)
+    logits = ort.OrtValue.ortvalue_from_shape_and_type(list(plain.shape), np.dtype(dtype), runner.device, 0)
+    binding = runner.session.io_binding()
+    binding.bind_ortvalue_input("x", value)
+    binding.bind_ortvalue_output(runner.output_names[0], logits)
+    ms = clock.ms(lambda: runner.session.run_with_iobinding(binding), args.reps)
+    return ms, float(np.abs(logits.numpy().astype(np.float32) - plain).max())
 
 
 def train_rows(args: argparse.Namespace, clock: Clock, checkpoint: Path, hf) -> list[dict]:  # type: ignore[no-untyped-def]

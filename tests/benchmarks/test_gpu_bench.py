@@ -1,6 +1,6 @@
 """benchmarks/gpu.py --smoke: every code path of the GPU benchmark at tiny sizes on the CPU, in one process.
 
-Timings are never asserted. What is checked: the one table has a row per forward shape and dtype, per decode
+Timings are never asserted. What is checked: the one table has a row per forward shape and dtype (and its session of fixed sizes, CUDA's graphs on a GPU), per decode
 shape, precision, batch and figure (per token, per token with --cuda-graph: CUDA's alone, empty here with the
 reason, and prefill), and the training step; our fp32 logits equal torch's; genai's cells say why
 they are empty where genai is not importable; the smoke run judges no target; without a GPU the full run
@@ -39,8 +39,8 @@ def test_the_table_has_every_row(smoke: str) -> None:
     assert "| section | case | dtype | ours ms | torch eager ms | torch.compile ms | genai ms | ratio | target | note |" in smoke
     assert "CPU:" in smoke and "in one process" in smoke
     forward = _rows(smoke, "forward")
-    assert [(r[1], r[2]) for r in forward] == [(f"GPT-2 small {s}", d) for d in ("float32", "float16")
-                                               for s in ("1×8", "2×16")]
+    assert [(r[1], r[2]) for r in forward] == [(f"GPT-2 small {s}{graph}", d) for d in ("float32", "float16")
+                                               for s in ("1×8", "2×16") for graph in ("", ", CUDA graph")]
     decode = _rows(smoke, "decode")
     assert len(decode) == 2 * 2 * 2 * 3  # shapes, precisions, batches; per token, with --cuda-graph, prefill
     assert {r[2] for r in decode} == {"fp16", "int4"}
@@ -55,7 +55,7 @@ def test_the_table_has_every_row(smoke: str) -> None:
 
 def test_ours_computes_torch_s_logits(smoke: str) -> None:
     for r in _rows(smoke, "forward"):
-        delta = float(r[9].rsplit(" ", 1)[1])
+        delta = float(r[9].rsplit(" ", 1)[1])  # from torch's; a session of fixed sizes: from the session's without
         assert delta <= (1e-5 if r[2] == "float32" else 5e-3), r
 
 

@@ -6,7 +6,8 @@ without it, the prompt runs on the first session and every later token on the de
 per batch and capacity. What the CUDA provider needs to capture a step is checked on the graph onnxruntime makes of
 it (its basic optimizations, the sizes fixed): no Shape or Size left, and every input the CUDA provider reads on
 the host (HOST_INPUTS: a Reshape's shape, a Pad's pads, GroupQueryAttention's total length, …) a constant, so that
-no value crosses between host and device within the step; the step written without --cuda-graph fails that check.
+no value crosses between host and device within the step; the step written without --cuda-graph fails that check,
+and a compiled model's forward at fixed sizes (benchmarks/gpu.py's forward rows "CUDA graph") passes it.
 On CUDA (`pytest -m cuda`): the captured step gives the tokens of the step without it, on the real SmolLM2 too."""
 
 from __future__ import annotations
@@ -143,6 +144,21 @@ def test_the_step_for_cuda_graphs_reads_only_constants_on_the_host(name: str, tm
     assert _host_reads(plain.step_path, sizes, tmp_path)
 
 
+@pytest.mark.filterwarnings("ignore::pseudoformer.base.errors.ContribFallbackWarning")
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_a_compiled_forward_of_fixed_sizes_reads_only_constants_on_the_host(name: str, dtype: str,
+                                                                          tmp_path: Path) -> None:
+    """A compiled model (fp16 with --contrib-ops, as gpu.py's forward) in a session of fixed sizes: what the
+    CUDA provider captures for gpu.py's forward rows "CUDA graph" (docs/gpu.md)."""
+    from pseudoformer import compile as compile_model
+
+    alg, defines = CASES[name]
+    model = compile_model(MODELS / alg, defines=defines, dtype=dtype, contrib_ops=dtype == "float16").onnx
+    onnx.save(model, tmp_path / "model.onnx")
+    assert _host_reads(tmp_path / "model.onnx", {"batch": 2, "seq": 16}, tmp_path) == []
+
+
 def test_cuda_graphs_need_the_cache_in_buffers() -> None:
     alg, defines = CASES["gpt2"]
     generator = Generator(load(MODELS / alg, defines=defines, seed=3), dtype="float16")  # Attention, a cache of values
@@ -197,6 +213,35 @@ def test_the_captured_step_on_cuda_gives_the_step_s_tokens(name: str) -> None:
     graphed = Generator(load(MODELS / alg, defines=defines, seed=3), cuda_graph=True, **options)
     for _ in range(2):  # the second generation replays the graph captured in the first (the same buffers)
         assert graphed.generate(PROMPT, max_new_tokens=12, sampling=GREEDY).tokens == want
+
+
+@cuda
+@pytest.mark.filterwarnings("ignore::pseudoformer.base.errors.ContribFallbackWarning")
+def test_a_compiled_forward_captured_on_cuda_replays_with_new_inputs() -> None:
+    """gpu.py's forward "CUDA graph": captured at its first runs, the graph reads whatever the bound input holds."""
+    from pseudoformer import compile as compile_model
+    from pseudoformer.backends.onnx import OnnxRunner
+
+    alg, defines = CASES["gpt2"]
+    model = compile_model(MODELS / alg, defines=defines, dtype="float16", contrib_ops=True).onnx
+    plain = OnnxRunner(model, provider="cuda")
+    runner = OnnxRunner(model, provider="cuda", sizes={"batch": 2, "seq": 16}, cuda_graph=True)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 50, (2, 16))
+    value = onnxruntime.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
+    want = plain.run({"x": x})[plain.output_names[0]]
+    logits = onnxruntime.OrtValue.ortvalue_from_shape_and_type(list(want.shape), np.float16, "cuda", 0)
+    binding = runner.session.io_binding()
+    binding.bind_ortvalue_input("x", value)
+    binding.bind_ortvalue_output(runner.output_names[0], logits)
+    for _ in range(3):  # a run, the capture, a replay
+        runner.session.run_with_iobinding(binding)
+        assert np.abs(logits.numpy().astype(np.float32) - want).max() <= 5e-3 * max(1.0, float(np.abs(want).max()))
+    x = rng.integers(0, 50, (2, 16))
+    value.update_inplace(x)
+    runner.session.run_with_iobinding(binding)
+    want = plain.run({"x": x})[plain.output_names[0]]
+    assert np.abs(logits.numpy().astype(np.float32) - want).max() <= 5e-3 * max(1.0, float(np.abs(want).max()))
 
 
 @cuda
