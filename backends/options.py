@@ -64,10 +64,11 @@ GENAI = {"backend": "onnx", "padding_mask": False, "functions": False, "tvm_para
 
 
 def _cuda_graph_problems(options: CompileOptions, command: str) -> list[str]:
-    """What --cuda-graph lacks: it is generate's, and replays onnxruntime's fp16 GroupQueryAttention step on CUDA
-    (the CUDA provider has no fp32 GroupQueryAttention: an fp32 step would run its attention on the host)."""
-    if command != "generate":
-        return ["--cuda-graph is generate's (its decode step replayed as one CUDA graph)"]
+    """What --cuda-graph lacks: it is generate's and a --genai-folder's, and replays onnxruntime's fp16
+    GroupQueryAttention step on CUDA (the CUDA provider has no fp32 GroupQueryAttention: an fp32 step would run its
+    attention on the host)."""
+    if command not in ("generate", "genai"):
+        return ["--cuda-graph is generate's and --genai-folder's (a decode step replayed as one CUDA graph)"]
     need = [flag for flag, ok in (("--backend onnx", options.backend == "onnx"),
                                   ("--provider cuda", options.provider == "cuda"),
                                   ("--dtype float16", options.dtype == "float16"),
@@ -193,7 +194,7 @@ class CompileOptions:
             if given:
                 out.append(f"{', '.join(given)}: an onnxruntime-genai folder is an ONNX decoder in float32 or "
                            "float16 at -O2, with genai's attention_mask and position_ids (--genai-folder takes "
-                           "--dtype, --provider, --quantize and --contrib-ops)")
+                           "--dtype, --provider, --quantize, --contrib-ops and --cuda-graph)")
             return out
         if self.target != "llvm" and b != "tvm":
             out.append(f"--target {self.target} is for the tvm backend; ONNX files run wherever onnxruntime does")

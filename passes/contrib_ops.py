@@ -21,8 +21,10 @@ from pseudoformer.passes.rules import group_query_attention, group_query_attenti
 
 
 def _group_query_attention(graph: Graph, ctx: PassContext) -> tuple[Graph, bool]:
-    """The fusion, in float16 too where the step's cache lives in buffers (ctx.buffered_cache)."""
-    return apply_rules(graph, [group_query_attention.rule(float16=ctx.buffered_cache)], ctx.refusals, ctx.fired)
+    """The fusion, in float16 too where the step's cache lives in buffers the kernel appends to: generate's
+    (ctx.buffered_cache), and onnxruntime-genai's with its lengths from the mask (past_present_share_buffer)."""
+    in_place = ctx.buffered_cache or bool(graph.meta.get(group_query_attention_lengths.META))
+    return apply_rules(graph, [group_query_attention.rule(float16=in_place)], ctx.refusals, ctx.fired)
 
 
 fuse_group_query_attention = Pass(

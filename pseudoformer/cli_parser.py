@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--target", default="llvm", help="tvm target: llvm (this CPU, the default) or cuda")
     k.add_argument("--provider", default="cpu", help="--genai-folder: the onnxruntime-genai provider the folder's "
                    "config names, cpu (default) or cuda (onnxruntime-genai-cuda)")
+    k.add_argument("--cuda-graph", action="store_true",
+                   help="--genai-folder with --provider cuda --dtype float16 --contrib-ops: genai captures the step "
+                   "as a CUDA graph (enable_cuda_graph 1)")
     k.add_argument("--tvm-params", choices=["args", "bind"],
                    help="tvm: args (the default) passes the weights at run time, saved beside the .so as "
                    "NAME.weights.safetensors; bind compiles them into the .so as constants (one file, "

@@ -38,8 +38,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja",
                    "chat_template.json")
 # genai_config.json's provider_options per provider: the CUDA options genai's builder writes (CUDA graphs off:
-# genai captures one only where every buffer is fixed, which a cache grown by concatenation is not) and TF32
-# off, so that an fp32 folder computes what `generate --provider cuda` does.
+# genai captures one only where every buffer is fixed, which a cache grown by concatenation is not; on with
+# --cuda-graph, for the fp16 GroupQueryAttention step whose past and present are one buffer) and TF32 off, so that
+# an fp32 folder computes what `generate --provider cuda` does.
 GENAI_PROVIDERS: dict[str, list[dict[str, dict[str, str]]]] = {
     "cpu": [], "cuda": [{"cuda": {"enable_cuda_graph": "0", "use_tf32": "0"}}]}
 
@@ -113,6 +114,9 @@ def export(model: Model, out: str | Path, options: CompileOptions | None = None,
         try:
             lowered = lower_model(step, params, lowering, metadata=metadata, fold_weights=True)
         except KvLengthsError as e:
+            if options.cuda_graph:  # genai captures no step whose cache is grown by concatenation
+                raise UsageError(f"--cuda-graph needs the folder's cache in one buffer genai appends to, which needs "
+                                 f"every attention GroupQueryAttention's with its lengths from the mask: {e}") from None
             say_lengths_fallback(str(e))
             step = None
         except BackendError as e:
@@ -126,7 +130,7 @@ def export(model: Model, out: str | Path, options: CompileOptions | None = None,
             raise UsageError(str(e)) from None
     hf = _read_json(checkpoint, "config.json") if checkpoint else {}
     config = genai_config(step, dec, model, hf, _read_json(checkpoint, "generation_config.json") if checkpoint else {},
-                          provider=options.provider)
+                          provider=options.provider, cuda_graph=options.cuda_graph)
     extra: dict[str, bytes | FileCopy] = {}
     for name in TOKENIZER_FILES if checkpoint is not None else ():
         if (copy := read_inside(checkpoint, name, "tokenizer file", "tokenizer")) is not None:
@@ -140,9 +144,10 @@ def export(model: Model, out: str | Path, options: CompileOptions | None = None,
 
 
 def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], generation: Mapping[str, Any], *,
-                 provider: str = "cpu") -> dict:
+                 provider: str = "cpu", cuda_graph: bool = False) -> dict:
     """genai_config.json for the step graph: names and sizes from the graph, tokens and search defaults
-    from the checkpoint's config.json and generation_config.json (as genai's own builder takes them)."""
+    from the checkpoint's config.json and generation_config.json (as genai's own builder takes them); with
+    `cuda_graph`, genai's CUDA provider captures the step (enable_cuda_graph)."""
     from pseudoformer.inputs import size_limit
     from pseudoformer.ir import Op
     from pseudoformer.passes.genai_interface import (
@@ -193,7 +198,8 @@ def genai_config(step: Any, dec: Any, model: Model, hf: Mapping[str, Any], gener
             "context_length": context,
             "decoder": {
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": [
-                    {name: dict(options) for name, options in entry.items()} for entry in GENAI_PROVIDERS[provider]]},
+                    {name: {**options, **({"enable_cuda_graph": "1"} if cuda_graph else {})}
+                     for name, options in entry.items()} for entry in GENAI_PROVIDERS[provider]]},
                 "filename": MODEL_FILE,
                 "head_size": head_size,
                 "hidden_size": int(hidden),

@@ -12,10 +12,12 @@ inside (benchmarks/README.md).
 What it takes: a causal attention (or cached attention) in the packed 3-D form (q [b, s, H·d], k and v
 [b, s, H_kv·d]), without a mask operand, in float32, whose queries are every new position or the
 last alone; a window w is the kernel's local_window_size, a soft-cap c its softcap. In float16 (the
-attention's softmax_fp32 carried to the fused op) only for a decode step whose cache lives in buffers
-(`rule(float16=True)`, CompileOptions.kv_buffers): the in-place cache needs the kernel, and its fp16 tokens
-and scores are checked against the fp32 run and the fp16 interpreter (tests/gpu/test_generate_float16.py);
-a compiled model's and a genai folder's float16 attention stay ONNX Attention, as their files were.
+attention's softmax_fp32 carried to the fused op) only for a decode step whose cache lives in buffers the
+kernel appends to (`rule(float16=True)`): generate's (CompileOptions.kv_buffers), whose fp16 tokens and scores
+are checked against the fp32 run and the fp16 interpreter (tests/gpu/test_generate_float16.py), and an
+onnxruntime-genai folder's with its lengths from the mask (past_present_share_buffer, as genai's builder writes
+`-p fp16 -e cuda`), whose tokens genai gives as generate's (tests/gpu/test_genai_gpu_folder.py); a compiled
+model's float16 attention stays ONNX Attention, as its file was.
 Then, as far as the operands allow:
   rotary  q and k rotated by one cos/sin table of the new positions [s, d/2] in q's dtype, d a multiple of 16
           (the kernel's requirement): the rotation goes inside (`rotary`) and the unrotated slices are read;
@@ -68,7 +70,7 @@ def check(m: Match, ctx: Context, float16: bool = False) -> str | None:
         return "the attention has a mask operand, which the kernel does not take"
     if q.dtype is not DType.float32 and not (float16 and q.dtype is DType.float16):
         return f"the kernel is taken in float32 only, not {q.dtype.value} (float16 too in a decode step whose " \
-               "cache lives in buffers: generate --contrib-ops)"
+               "cache lives in buffers: generate --contrib-ops, and a --genai-folder's)"
     if q.type.rank != 3 or q.shape[1] not in (k.shape[1], 1):
         return f"the queries {q.type} are neither every new position of the keys {k.type} nor the last"
     return None

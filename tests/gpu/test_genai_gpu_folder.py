@@ -1,10 +1,13 @@
-"""`compile --genai-folder OUT --dtype float16 --provider cuda` (and int4): a folder onnxruntime-genai-cuda loads.
+"""`compile --genai-folder OUT --dtype float16 --provider cuda` (and int4, --contrib-ops, --cuda-graph): a folder
+onnxruntime-genai-cuda loads.
 
 On the CPU: the config names genai's CUDA provider with the options genai's builder writes (and TF32 off), the
 graph's cache and logits are float16 (genai reads the types from the graph), and genai's CPU package
-(PSEUDOFORMER_GENAI_PYTHON) runs an fp16 folder built for the CPU, its greedy tokens ours in fp16, int4 too.
-On CUDA with genai-cuda (`pytest -m cuda`, PSEUDOFORMER_GENAI_PYTHON naming a Python that has it): the
-CUDA folder's greedy tokens equal `generate --provider cuda --dtype float16`'s."""
+(PSEUDOFORMER_GENAI_PYTHON) runs an fp16 folder built for the CPU, its greedy tokens ours in fp16, int4 too; with
+--contrib-ops at SmolLM2's widths the step is GroupQueryAttention in fp16 over one buffer per layer, and genai gives
+`generate --dtype float16 --contrib-ops`'s tokens; --cuda-graph asks genai-cuda to capture it, on a step that reads
+only constants on the host at genai's fixed sizes. On CUDA with genai-cuda (`pytest -m cuda`, PSEUDOFORMER_GENAI_PYTHON
+naming a Python that has it): each CUDA folder's greedy tokens equal `generate --provider cuda`'s."""
 
 from __future__ import annotations
 
@@ -85,6 +88,91 @@ def test_genai_runs_a_float16_folder_with_our_float16_tokens(llama: Path, tmp_pa
     eos = _eos(folder)
     want = [_until_eos(t, eos) for t in _ours(llama, [PROMPT, SHORT], quantize=quantize)]
     assert [_until_eos(t, eos) for t in genai_greedy(folder, [PROMPT], NEW)] == want[:1]
+
+
+@pytest.fixture(scope="module")
+def smol(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SmolLM2's widths (heads of 64: the rotation inside GroupQueryAttention), 4 layers."""
+    return _checkpoint("llama", "smol", tmp_path_factory.mktemp("smol"))
+
+
+def _ours_in_place(weights: Path, prompts: list[list[int]], provider: str = "cpu", quantize: str | None = None) -> list:
+    """generate --dtype float16 --contrib-ops: GroupQueryAttention in fp16 over a cache in buffers, as the folder's."""
+    gen = Generator(load(SOURCES["llama"], weights=weights), dtype="float16", contrib_ops=True, provider=provider,
+                    quantize=quantize)
+    return [gen.generate(p, max_new_tokens=NEW, sampling=Sampling(temperature=0)).tokens[0] for p in prompts]
+
+
+@pytest.mark.parametrize("quantize", [None, "int4"], ids=["float16", "int4"])
+def test_a_float16_contrib_folder_appends_in_place_with_our_tokens(smol: Path, tmp_path: Path,
+                                                                   quantize: str | None) -> None:
+    """--dtype float16 --contrib-ops: GroupQueryAttention in fp16 reading its lengths from the mask, past and present
+    one buffer (past_present_share_buffer), as genai's builder writes `-p fp16 -e cuda`; genai's CPU package runs it
+    with our fp16 tokens."""
+    flags = ["--quantize", quantize] if quantize else []
+    folder = _folder(smol, tmp_path / "gqa", "--dtype", "float16", "--contrib-ops", *flags)
+    config = json.loads((folder / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is True
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    kernels = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(kernels) == config["model"]["decoder"]["num_hidden_layers"]
+    assert not [n for n in model.graph.node if n.op_type == "Attention"]
+    assert _types(folder)["past_key_values.0.key"] == FLOAT16
+    genai_python()
+    eos = _eos(folder)
+    want = [_until_eos(t, eos) for t in _ours_in_place(smol, [PROMPT, SHORT], quantize=quantize)]
+    assert [_until_eos(t, eos) for t in genai_greedy(folder, [PROMPT], NEW)] == want[:1]
+    assert [_until_eos(t, eos) for t in genai_greedy(folder, [PROMPT, SHORT], NEW)] == want
+
+
+def test_a_cuda_graph_folder_asks_genai_to_capture_its_step(smol: Path, llama: Path, tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """--cuda-graph: genai's CUDA provider captures the step (enable_cuda_graph 1), which genai does only where past
+    and present are one buffer; the step at genai's fixed sizes (one token, the mask and the cache max_length wide)
+    reads only constants on the host (tests/gpu/test_decode_graph.py's check). Refused where the cache would grow."""
+    from tests.gpu.test_decode_graph import _host_reads
+
+    flags = ["--dtype", "float16", "--provider", "cuda", "--contrib-ops", "--cuda-graph"]
+    folder = _folder(smol, tmp_path / "graph", *flags)
+    config = json.loads((folder / "genai_config.json").read_text())
+    assert config["model"]["decoder"]["session_options"]["provider_options"] == [
+        {"cuda": {"enable_cuda_graph": "1", "use_tf32": "0"}}]
+    assert config["search"]["past_present_share_buffer"] is True
+    sizes = {"batch": 2, "seq": 1, "past": 64, "past+seq": 64}
+    assert _host_reads(folder / "model.onnx", sizes, tmp_path) == []
+    out = tmp_path / "refused"
+    out.mkdir()
+    base = ["compile", SOURCES["llama"], "--genai-folder", str(out)]
+    assert_user_error(cli(*base, "--weights", str(llama), *flags), "--cuda-graph needs the folder's cache in one "
+                      "buffer", left_empty=out)  # heads of 8: the rotation stays outside the kernel
+    assert_user_error(cli(*base, "--weights", str(smol), "--cuda-graph"), "it needs --provider cuda --dtype float16 "
+                      "--contrib-ops", left_empty=out)
+    assert_user_error(cli("compile", SOURCES["llama"], "-o", str(out / "m.onnx"), "--cuda-graph"),
+                      "--cuda-graph is generate's and --genai-folder's", left_empty=out)
+
+
+@cuda
+@pytest.mark.parametrize("quantize", [None, "int4"], ids=["float16", "int4"])
+def test_genai_cuda_captures_the_cuda_graph_folder_with_generate_s_tokens(smol: Path, tmp_path: Path,
+                                                                          quantize: str | None) -> None:
+    genai_python()
+    flags = ["--quantize", quantize] if quantize else []
+    folder = _folder(smol, tmp_path / "graph", "--dtype", "float16", "--provider", "cuda", "--contrib-ops",
+                     "--cuda-graph", *flags)
+    eos = _eos(folder)
+    want = [_until_eos(t, eos) for t in _ours_in_place(smol, [PROMPT, SHORT], provider="cuda", quantize=quantize)]
+    assert [_until_eos(t, eos) for t in genai_greedy(folder, [PROMPT, SHORT], NEW)] == want
+
+
+@cuda
+@pytest.mark.parametrize("quantize", [None, "int4"], ids=["float16", "int4"])
+def test_genai_cuda_runs_the_contrib_folder_with_generate_s_tokens(smol: Path, tmp_path: Path,
+                                                                   quantize: str | None) -> None:
+    genai_python()
+    flags = ["--quantize", quantize] if quantize else []
+    folder = _folder(smol, tmp_path / "cuda", "--dtype", "float16", "--provider", "cuda", "--contrib-ops", *flags)
+    eos = _eos(folder)
+    want = [_until_eos(t, eos) for t in _ours_in_place(smol, [PROMPT, SHORT], provider="cuda", quantize=quantize)]
+    assert [_until_eos(t, eos) for t in genai_greedy(folder, [PROMPT, SHORT], NEW)] == want
 
 
 @cuda
