@@ -87,7 +87,7 @@ def test_a_smoke_run_writes_the_six_files(tmp_path: Path) -> None:
     summary = files["summary.md"]
     assert "| cuda tests | ok |" in summary and "| benchmarks/gpu.py | ok |" in summary
     assert "CUDA tests: 1 tests: 0 passed, 0 failed, 0 errors, 1 skipped." in summary
-    assert summary.count("| forward | GPT-2 small") == 4 and files["gpu.md"].strip() in summary
+    assert summary.count("| forward | GPT-2 small") == 8 and files["gpu.md"].strip() in summary  # 4 and their graphs
     assert "forward:" in files["gpu.log"]  # gpu.py's section time
     assert summary in done.stdout
 

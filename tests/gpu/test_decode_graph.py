@@ -105,7 +105,10 @@ def test_the_decode_session_gives_the_step_s_tokens_and_scores(name: str) -> Non
 
 def test_the_decode_session_is_made_per_batch_and_capacity() -> None:
     generator, _, captured = _pair("llama16")
+    one_token = generator.generate([[4], [9]], max_new_tokens=6, sampling=GREEDY).tokens
     generator.runtime = captured
+    # a prompt of one token: the first session, with the kernel's total the capacity, reads each row's length
+    assert generator.generate([[4], [9]], max_new_tokens=6, sampling=GREEDY).tokens == one_token
     want = generator.generate(PROMPT, max_new_tokens=6, sampling=GREEDY).tokens
     first = captured.values.decoder
     assert generator.generate(PROMPT, max_new_tokens=6, sampling=GREEDY).tokens == want

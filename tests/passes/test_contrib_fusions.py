@@ -104,13 +104,14 @@ def test_a_rotated_packed_attention_is_one_group_query_attention() -> None:
 
 
 def test_float16_attention_is_the_kernels_only_in_a_step_whose_cache_is_in_buffers() -> None:
-    """rule(float16=True), what a compile with kv_buffers runs: the float16 attention (softmax in float32, carried
-    to the fused op) with its fp16 tables inside; the plain pass says why it keeps it."""
+    """rule(float16=True), what a compile with kv_buffers runs (and genai's lengths step: test_genai_gpu_folder.py):
+    the float16 attention (softmax in float32, carried to the fused op) with its fp16 tables inside; the plain pass
+    says why it keeps it."""
     buffered = Pass.from_rules("group_query_attention_fusion", "", [group_query_attention.rule(float16=True)])
     check_rewrite(buffered, ROTATED16, GQA16, tol=2e-2)
     assert _refusals(fuse_group_query_attention, ROTATED16) == [
         "group_query_attention: the kernel is taken in float32 only, not float16 (float16 too in a decode step "
-        "whose cache lives in buffers: generate --contrib-ops)"]
+        "whose cache lives in buffers: generate --contrib-ops, and a --genai-folder's)"]
 
 
 def _refusals(fuse, text: str) -> list[str]:  # noqa: ANN001
