@@ -18,7 +18,8 @@ What it writes (six files, flat, as the device tool brings back at most eight, t
 Time: --budget-s (default 450 s) is the whole run's, the installation device.sh does before it not counted. The
 tests get at most --tests-s (150 s); the benchmark gets what is left as a hard limit, and gpu.py is told to start
 no section in the last --reserve-s (120 s) of it, so that a section begun in time can end. A step that reaches its
-limit is stopped, and the summary says so. onnxruntime's CUDA graphs (`generate --cuda-graph`) are in both steps:
+limit is interrupted (SIGINT, as ^C: pytest then writes what ran, its JUnit XML too) and killed if it has not
+ended within 20 s, and the summary says so. onnxruntime's CUDA graphs (`generate --cuda-graph`) are in both steps:
 tests/gpu/test_decode_graph.py's CUDA tests and a decode row of their own in gpu.py.
 
 Where onnxruntime-genai imports, PSEUDOFORMER_GENAI_PYTHON is set to this Python for the tests (the genai-cuda
@@ -32,6 +33,7 @@ import importlib.util
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -51,6 +53,7 @@ CUDA_TESTS = ("tests/backends/test_onnx_cuda.py", "tests/backends/test_onnx_runn
               "tests/gpu/test_training_precision.py", "tests/training/test_training_vs_torch.py",
               "tests/gpu/test_decode_graph.py")
 FILES = ("env.txt", "cuda-tests.txt", "cuda-tests.xml", "gpu.md", "gpu.log", "summary.md")
+GRACE_S = 20.0  # what a step stopped at its limit is given to report what it finished before it is killed
 SECTIONS = ("forward", "decode", "train")  # gpu.py's, checked here before any GPU time is spent on the tests
 
 
@@ -75,8 +78,14 @@ class Step:
             try:
                 self.code = proc.wait(timeout=self.limit_s)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                # interrupted first, as ^C: pytest then reports the tests that ran (-rA, its JUnit XML) and gpu.py
+                # has its finished sections written; killed if it has not ended within GRACE_S
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=GRACE_S)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
                 self.note = f"stopped at its limit of {self.limit_s:.0f} s"
         self.seconds = time.perf_counter() - start
 

@@ -101,3 +101,18 @@ def test_a_step_past_its_limit_is_stopped_and_the_next_not_started(tmp_path: Pat
     assert "| cuda tests | stopped at its limit of 0 s |" in summary
     assert re.search(r"\| benchmarks/gpu\.py \| not run: \d+ s of the budget were left after the tests \|", summary)
     assert "CUDA tests: no JUnit XML written." in summary and "gpu.py wrote no table" in summary
+
+
+def test_tests_stopped_at_their_limit_still_report_what_ran(tmp_path: Path) -> None:
+    """A step past its limit is interrupted first: pytest writes the outcomes of the tests it ran."""
+    tests = tmp_path / "test_slow.py"
+    tests.write_text("import time\n\ndef test_quick():\n    pass\n\ndef test_slow():\n    time.sleep(120)\n")
+    xml = tmp_path / "out.xml"
+    step = _module().Step("tests", [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
+                                    f"--junitxml={xml}", "--rootdir", str(tmp_path), str(tests)],
+                          20.0, tmp_path / "log.txt")
+    step.run()
+    assert step.note == "stopped at its limit of 20 s" and step.seconds < 60
+    counts, failed = _module().test_counts(xml)
+    assert "1 passed" in counts and not failed, counts
+    assert "PASSED" in (tmp_path / "log.txt").read_text() and "test_quick" in (tmp_path / "log.txt").read_text()
