@@ -47,11 +47,12 @@ from common.harness import machine_summary
 ROOT = Path(__file__).resolve().parents[1]
 # The files that hold CUDA tests (`pytest -m cuda` over these alone: collecting the whole suite imports TVM,
 # torch's backends and the viewer for nothing); tests/benchmarks/test_gpu_session.py checks the list is whole.
+# In the order they run: the genai-cuda folders last (each builds a folder and starts genai), so that the tests
+# stopped at --tests-s, if any, are theirs.
 CUDA_TESTS = ("tests/backends/test_onnx_cuda.py", "tests/backends/test_onnx_runner.py",
-              "tests/gpu/test_provider.py", "tests/gpu/test_generate_float16.py",
-              "tests/gpu/test_training_device.py", "tests/gpu/test_genai_gpu_folder.py",
-              "tests/gpu/test_training_precision.py", "tests/training/test_training_vs_torch.py",
-              "tests/gpu/test_decode_graph.py")
+              "tests/gpu/test_provider.py", "tests/gpu/test_generate_float16.py", "tests/gpu/test_decode_graph.py",
+              "tests/gpu/test_training_device.py", "tests/gpu/test_training_precision.py",
+              "tests/training/test_training_vs_torch.py", "tests/gpu/test_genai_gpu_folder.py")
 FILES = ("env.txt", "cuda-tests.txt", "cuda-tests.xml", "gpu.md", "gpu.log", "summary.md")
 GRACE_S = 20.0  # what a step stopped at its limit is given to report what it finished before it is killed
 SECTIONS = ("forward", "decode", "train")  # gpu.py's, checked here before any GPU time is spent on the tests
