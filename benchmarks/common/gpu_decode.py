@@ -62,15 +62,19 @@ class DecodeRow:
 
 
 def checkpoint(shape: str, directory: Path, smoke: bool) -> tuple[str, Path, int]:
-    """The HF checkpoint of `shape` (random weights), its .alg, and its vocabulary."""
+    """The HF checkpoint of `shape` (random weights, and a tokenizer: genai's builder builds nothing without one),
+    its .alg, and its vocabulary."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from common.checkpoints import write_tokenizer
 
     kind, sizes = SHAPES[shape]
     sizes = {**sizes, **SMOKE} if smoke else sizes
     config, model = (LlamaConfig, LlamaForCausalLM) if kind == "llama" else (Qwen2Config, Qwen2ForCausalLM)
     torch.manual_seed(0)
     model(config(**sizes)).eval().save_pretrained(directory)
+    write_tokenizer(directory)
     return str(ROOT / "models" / f"{kind}.alg"), directory, int(sizes["vocab_size"])
 
 

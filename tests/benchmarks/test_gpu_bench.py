@@ -76,3 +76,12 @@ def test_the_full_run_needs_a_gpu() -> None:
     done = subprocess.run([sys.executable, str(SCRIPT), "--sections", "forward"], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 1 and "no CUDA device here" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_decode_checkpoints_carry_a_tokenizer(tmp_path: Path) -> None:
+    """genai's model builder (gpu.py's decode anchor) builds nothing from a checkpoint without a tokenizer."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    from common.gpu_decode import checkpoint
+
+    _, directory, vocab = checkpoint("SmolLM2-135M", tmp_path / "smol", smoke=True)
+    assert (directory / "tokenizer.json").is_file() and (directory / "config.json").is_file() and vocab == 97
