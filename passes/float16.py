@@ -30,7 +30,9 @@ def fp32_nodes(graph: Graph) -> set[int]:
     A table is a float value computed from constants and integers alone, read from no weight and no float
     input: rotary embeddings' angles, position × b^(−2i/d). In fp16 their base (Llama's b = 10⁵, past fp16's
     65504) is ∞, and an angle at position 1000 is off by half a radian; they are [positions, d/2], cheap in
-    fp32, and cast where the rotation reads them, as transformers computes its cos and sin."""
+    fp32, and cast where the rotation reads them, as transformers computes its cos and sin. A size (DIM) reads
+    no values: positions counted from a decode step's past length (the fp16 cache's) are integers still, and
+    past 2048 fp16 would not even hold them."""
     nodes = graph.nodes()
     c = graph.consumers()
     keep: set[int] = set()
@@ -39,6 +41,8 @@ def fp32_nodes(graph: Graph) -> set[int]:
         if n.op in (Op.PARAM, Op.INPUT):
             if isinstance(n.type, TensorType) and n.dtype.is_float:
                 reads_data.add(id(n))
+        elif n.op is Op.DIM:  # a size: it reads its operand's shape, not its values (a decode step's past length)
+            continue
         elif any(id(s) in reads_data for s in n.src):
             reads_data.add(id(n))
         elif n.op is not Op.CONST and isinstance(n.type, TensorType) and n.dtype.is_float:

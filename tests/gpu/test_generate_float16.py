@@ -95,6 +95,29 @@ def test_float16_with_contrib_ops_decodes_in_place(name: str) -> None:
     assert on_device.tokens == want.tokens
 
 
+def test_a_float16_step_s_rotary_angles_are_float32_past_2048() -> None:
+    """The step counts positions from the past length, a size of the fp16 cache: they and their angles stay fp32
+    (passes/float16.py's tables), so that position 3001 is not fp16's 3000 or 3002, an angle off by up to 1 rad."""
+    from pseudoformer.ir import DType, Graph, Op
+    from pseudoformer.ir.interpreter import run
+
+    def angles(dtype: str) -> np.ndarray:
+        """The angles of the step's rotation at position 3001 (a cache of 3001 positions), as the step computes them."""
+        generator, _ = _generate("llama", dtype)
+        step = generator.decoder.step
+        cos = [n for n in step.nodes() if n.op is Op.COS]
+        assert cos and all(n.dtype is DType.float32 for n in cos)
+        feed = {"x": np.array([[5]], np.int64)}
+        for s in generator.decoder.slots:
+            for name, t in ((s.past_key, s.key_type), (s.past_value, s.value_type)):
+                shape = [1 if d == "batch" else 3001 if isinstance(d, str) else d for d in t.shape]
+                feed[name] = np.zeros(shape, t.dtype.value)
+        graph = Graph(step.inputs, [("angles", cos[0].src[0])], {})
+        return np.asarray(run(graph, feed, generator.weights)["angles"], np.float64)
+
+    assert np.abs(angles("float16") - angles("float32")).max() <= 1e-3
+
+
 def test_the_cache_is_float16_on_the_device() -> None:
     generator, _ = _generate("llama", "float16")
     runtime = generator.runtime
