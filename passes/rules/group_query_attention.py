@@ -89,10 +89,14 @@ def _last_axis_slice(x: Node) -> bool:
 
 def _uncut(x: Node) -> Node | None:
     """x as it was before the last-position cut, when the cut can be undone by dropping row slices: a
-    rotation of (a column slice of) a cut row, with a cut table. The nodes made here only describe the
-    uncut value to `_rotated` and `_packed`; the fused op reads their operands, which are the graph's."""
+    rotation of (a column slice of) a cut row, with a cut table (or a cut table cast: an fp16 step's, computed in
+    fp32). The nodes made here only describe the uncut value to `_rotated` and `_packed`; the fused op reads their
+    operands, which are the graph's (a cast of the whole table, where the table was cast)."""
     if (base := cut_from(x)) is not None:
         return base
+    if x.op is Op.CAST:  # row by row: the cast of the uncut value
+        inner = _uncut(x.src[0])
+        return Node(Op.CAST, (inner,), dict(x.attrs)) if inner is not None else None
     if _last_axis_slice(x):
         inner = _uncut(x.src[0])
         return Node(Op.SLICE, (inner, *x.src[1:]), dict(x.attrs)) if inner is not None else None
@@ -104,11 +108,11 @@ def _uncut(x: Node) -> Node | None:
 
 def _rotated(att: Node, q: Node, k: Node) -> tuple[Node, Node, Node, Node] | None:
     """(q, k, cos, sin) before a rotation both share, when it can go inside the kernel; else None."""
-    if q.op is not Op.ROTARY or k.op is not Op.ROTARY or q.src[1:] != k.src[1:]:
+    if q.op is not Op.ROTARY or k.op is not Op.ROTARY or not all(map(_same, q.src[1:], k.src[1:])):
         return None
     if q.attrs.get("rotary_dim", 0) or k.attrs.get("rotary_dim", 0):
         return None  # a partial rotation (GPT-NeoX's) stays outside: the kernel is given whole-head tables
-    cos, sin = q.src[1], q.src[2]
+    cos, sin = k.src[1], k.src[2]  # k's: the graph's own (q's may be an uncut description, `_uncut`)
     d = q.shape[-1] // int(att.attrs["q_heads"])
     same_rows = all(t.type.rank == 2 and t.shape == (q.shape[1], d // 2) for t in (cos, sin))
     if not same_rows or d % 16 or cos.dtype is not q.dtype or sin.dtype is not q.dtype:
@@ -116,6 +120,11 @@ def _rotated(att: Node, q: Node, k: Node) -> tuple[Node, Node, Node, Node] | Non
     axis_last = all(r.attrs["axis"] % 3 == 2 for r in (q, k))
     heads = q.attrs.get("heads") == att.attrs["q_heads"] and k.attrs.get("heads") == att.attrs["kv_heads"]
     return (q.src[0], k.src[0], cos, sin) if axis_last and heads else None
+
+
+def _same(a: Node, b: Node) -> bool:
+    """One table: the same node, or casts of one node to one type (an uncut cast table and the graph's)."""
+    return a is b or (a.op is b.op is Op.CAST and a.attrs == b.attrs and a.src[0] is b.src[0])
 
 
 def _packed(q: Node, k: Node, v: Node) -> Node | None:
