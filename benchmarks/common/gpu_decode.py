@@ -146,21 +146,20 @@ def decode_rows(*, smoke: bool, provider: str, prompt: int, new: int, rounds: in
                     continue
                 folder, why = (None, missing) if missing else genai_folder(weights, precision, ep,
                                                                           Path(tmp) / f"genai-{shape}-{precision}")
+                prompts = {b: np.random.default_rng(b).integers(0, vocab, (b, prompt)) for b in batches}
                 generator = ours_generator(alg, weights, precision, provider)
                 done = []
                 for batch in batches:
-                    prompts = np.random.default_rng(batch).integers(0, vocab, (batch, prompt))
-                    p, s = ours(generator, prompts, new, rounds)
+                    p, s = ours(generator, prompts[batch], new, rounds)
                     gp = gs = None
                     if folder is not None:
-                        gp, gs = genai(folder, prompts, new, rounds)
+                        gp, gs = genai(folder, prompts[batch], new, rounds)
                     done.append(DecodeRow(shape, precision, batch, p, s, gp, gs, why or ""))
                 del generator  # its sessions and cache, before the next one is made
                 if provider == "cuda":
                     generator = ours_generator(alg, weights, precision, provider, cuda_graph=True)
                     for row in done:
-                        prompts = np.random.default_rng(row.batch).integers(0, vocab, (row.batch, prompt))
-                        row.graph_step_ms = ours(generator, prompts, new, rounds)[1]
+                        row.graph_step_ms = ours(generator, prompts[row.batch], new, rounds)[1]
                     del generator
                 rows += done
     return rows

@@ -151,25 +151,15 @@ def test_a_cuda_graph_folder_asks_genai_to_capture_its_step(smol: Path, llama: P
 
 
 @cuda
+@pytest.mark.parametrize("graph", [[], ["--cuda-graph"]], ids=["contrib", "cuda-graph"])
 @pytest.mark.parametrize("quantize", [None, "int4"], ids=["float16", "int4"])
-def test_genai_cuda_captures_the_cuda_graph_folder_with_generate_s_tokens(smol: Path, tmp_path: Path,
-                                                                          quantize: str | None) -> None:
+def test_genai_cuda_runs_the_contrib_folder_with_generate_s_tokens(smol: Path, tmp_path: Path, quantize: str | None,
+                                                                   graph: list[str]) -> None:
+    """The fp16 GroupQueryAttention folder on genai-cuda, and with --cuda-graph the step genai captures."""
     genai_python()
     flags = ["--quantize", quantize] if quantize else []
-    folder = _folder(smol, tmp_path / "graph", "--dtype", "float16", "--provider", "cuda", "--contrib-ops",
-                     "--cuda-graph", *flags)
-    eos = _eos(folder)
-    want = [_until_eos(t, eos) for t in _ours_in_place(smol, [PROMPT, SHORT], provider="cuda", quantize=quantize)]
-    assert [_until_eos(t, eos) for t in genai_greedy(folder, [PROMPT, SHORT], NEW)] == want
-
-
-@cuda
-@pytest.mark.parametrize("quantize", [None, "int4"], ids=["float16", "int4"])
-def test_genai_cuda_runs_the_contrib_folder_with_generate_s_tokens(smol: Path, tmp_path: Path,
-                                                                   quantize: str | None) -> None:
-    genai_python()
-    flags = ["--quantize", quantize] if quantize else []
-    folder = _folder(smol, tmp_path / "cuda", "--dtype", "float16", "--provider", "cuda", "--contrib-ops", *flags)
+    folder = _folder(smol, tmp_path / "cuda", "--dtype", "float16", "--provider", "cuda", "--contrib-ops", *graph,
+                     *flags)
     eos = _eos(folder)
     want = [_until_eos(t, eos) for t in _ours_in_place(smol, [PROMPT, SHORT], provider="cuda", quantize=quantize)]
     assert [_until_eos(t, eos) for t in genai_greedy(folder, [PROMPT, SHORT], NEW)] == want
